@@ -1,0 +1,5 @@
+"""``python -m sandbox_shim``: the same CLI as the ``sandbox-shim`` console script."""
+
+from .cli import main
+
+main()

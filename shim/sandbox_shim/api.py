@@ -1,0 +1,222 @@
+"""The library API: provision / start / stop / destroy / execute / status / usage / list_running.
+
+Each call: load and validate (``bundle``), plan (``plan``), refuse on missing capabilities
+(``capability.require``) *before* anything is made, then ask the mechanism.  Every step that makes
+something registers its undo, so a failure leaves no state dir, cgroup or process behind.
+The CLI (``sandbox_shim.cli``) is a thin layer over these functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal as _signal
+import time
+from typing import Any
+
+from . import state as st
+from .errors import LaunchFailed, ShimError
+from .mechanism import Sandbox, Status, Usage
+from .state import Record, StateStore
+
+
+def default_mechanism(root: str | None = None) -> Any:
+    """The mechanism for this platform, keeping its sandboxes' state under ``root``."""
+    import sys
+
+    if sys.platform.startswith("linux"):
+        from .platforms.linux.mechanism import LinuxMechanism
+
+        mech = LinuxMechanism()
+    else:
+        raise LaunchFailed(f"no mechanism for platform {sys.platform} in this build")
+    mech.root = st.resolve_root(root)  # type: ignore[attr-defined]
+    return mech
+
+
+def _store(mechanism: Any) -> StateStore:
+    return StateStore(getattr(mechanism, "root", None))
+
+
+def _sandbox(rec: Record, store: StateStore) -> Sandbox:
+    priv = dict(rec.private)
+    priv["dir"] = store.dir(rec.id)
+    return Sandbox(rec.id, rec.bundle, rec.owner_ref, rec.context, priv)
+
+
+def rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1e9):09d}Z"
+
+
+def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None) -> Status:
+    """OCI create: validate, plan, check capabilities, make resources, hold the process before user code.
+
+    Args:
+        sandbox: ``id`` and ``bundle`` (a path; relative to the cwd) are read; ``private`` is filled.
+        pid_file: where to write the pid (digits only, atomically), or None.
+    Returns:
+        the ``created`` status.
+    Raises:
+        BundleInvalid, CapabilityUnavailable, SandboxExists, LaunchFailed.
+    """
+    from . import capability
+    from .bundle import load
+    from .plan import make_plan
+
+    st.check_id(sandbox.id)
+    spec = load(sandbox.bundle)
+    plan = make_plan(spec, sandbox.id)
+    capability.require(plan.required)
+    store = _store(mechanism)
+    with store.new(sandbox.id) as d:
+        rec = Record(id=sandbox.id, bundle=spec.bundle, created=rfc3339(time.time()),
+                     annotations=spec.annotations, mechanism=mechanism.name, required=plan.required,
+                     owner_ref=sandbox.owner_ref, context=sandbox.context)
+        sandbox.bundle = spec.bundle
+        sandbox.private["dir"] = d
+        sandbox.private["on_cgroup"] = lambda info: store.write_cgroup_index(sandbox.id, info)
+        try:
+            store.write(rec)
+            mechanism.provision(sandbox, plan)
+            sandbox.private.pop("on_cgroup", None)
+            rec.status = "created"
+            rec.pid, rec.pid_start = sandbox.private["pid"], sandbox.private["pid_start"]
+            rec.init_pid, rec.init_start = sandbox.private["init_pid"], sandbox.private["init_start"]
+            rec.private = {k: v for k, v in sandbox.private.items() if k != "dir"}
+            rec.private["plan"] = {"hooks": plan.hooks, "wall_clock": plan.wall_clock, "network": plan.network}
+            store.write(rec)
+            if pid_file:
+                st.write_atomic(os.path.abspath(pid_file), str(rec.pid), 0o644)
+        except BaseException:
+            sandbox.private.pop("on_cgroup", None)
+            with contextlib.suppress(Exception):
+                if sandbox.private.get("pid"):
+                    mechanism.destroy(sandbox)
+            _drop_cgroups(store, sandbox.id)
+            store.remove(sandbox.id)
+            raise
+    return _status(mechanism, rec, store)
+
+
+def _drop_cgroups(store: StateStore, sandbox_id: str) -> None:
+    info = store.read_cgroup_index(sandbox_id)
+    if info:
+        from .platforms.linux.mechanism import remove_cgroups
+
+        remove_cgroups(info)
+    store.drop_cgroup_index(sandbox_id)
+
+
+def observed_status(mechanism: Any, rec: Record, store: StateStore) -> str:
+    """The OCI status as observed now (the stored one corrected by what the kernel says)."""
+    if rec.status in ("created", "running"):
+        sb = _sandbox(rec, store)
+        if not mechanism.alive(sb):
+            return "stopped"
+        if rec.status == "running" and mechanism.paused(sb):
+            return "paused"
+    return rec.status
+
+
+def _status(mechanism: Any, rec: Record, store: StateStore) -> Status:
+    now = observed_status(mechanism, rec, store)
+    exit_status = mechanism.exit_status(_sandbox(rec, store)) if now == "stopped" else None
+    return Status(id=rec.id, status=now, pid=rec.pid if now != "stopped" else 0, bundle=rec.bundle,
+                  annotations=rec.annotations, exit_status=exit_status, created=rec.created or None)
+
+
+def status(mechanism: Any, sandbox_id: str) -> Status:
+    """OCI state of ``sandbox_id``.  Raises ``SandboxNotFound``."""
+    store = _store(mechanism)
+    return _status(mechanism, store.read(sandbox_id), store)
+
+
+def start(mechanism: Any, sandbox_id: str) -> Status:
+    """OCI start: release the process.  Checks capabilities again (it may run on another host).
+
+    Raises:
+        SandboxNotFound, InvalidState (not ``created``), CapabilityUnavailable, LaunchFailed.
+    """
+    from . import capability
+
+    store = _store(mechanism)
+    with store.locked(sandbox_id) as rec:
+        now = observed_status(mechanism, rec, store)
+        st.require(sandbox_id, now, "start")
+        capability.require(rec.required)
+        mechanism.start(_sandbox(rec, store))
+        rec.status = "running"
+        store.write(rec)
+        return _status(mechanism, rec, store)
+
+
+def signal(mechanism: Any, sandbox_id: str, signum: int, all_processes: bool = False) -> None:
+    """Deliver ``signum`` (runtime-spec "kill").  Raises ``InvalidState`` unless created/running/paused."""
+    store = _store(mechanism)
+    with store.locked(sandbox_id) as rec:
+        st.require(sandbox_id, observed_status(mechanism, rec, store), "kill")
+        mechanism.signal(_sandbox(rec, store), signum, all_processes)
+
+
+def stop(mechanism: Any, sandbox_id: str, grace: float = 10.0) -> Status:
+    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL every process of the cgroup; resources stay."""
+    store = _store(mechanism)
+    rec = store.read(sandbox_id)
+    sb = _sandbox(rec, store)
+    if observed_status(mechanism, rec, store) in st.ACTIVE:
+        if mechanism.paused(sb):
+            mechanism.cgroup(sb).freeze(False)
+        mechanism.signal(sb, _signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while mechanism.alive(sb) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if mechanism.alive(sb):
+            mechanism.signal(sb, _signal.SIGKILL, all_processes=True)
+            mechanism.signal(sb, _signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while mechanism.alive(sb) and time.monotonic() < deadline:
+                time.sleep(0.01)
+    return _status(mechanism, store.read(sandbox_id), store)
+
+
+def destroy(mechanism: Any, sandbox_id: str, force: bool = False) -> None:
+    """OCI delete: kill what is left, remove cgroups and state.  Never capability-gated.
+
+    Without ``force`` a created, running or paused sandbox is refused (``InvalidState``).  With it,
+    an unknown id is not an error, and cgroups recorded for an id whose state dir is gone are removed.
+    """
+    store = _store(mechanism)
+    try:
+        cm = store.locked(sandbox_id)
+        rec = cm.__enter__()
+    except ShimError:
+        if not force:
+            raise
+        _drop_cgroups(store, sandbox_id)
+        return
+    try:
+        now = observed_status(mechanism, rec, store)
+        if not st.can_delete(now, force):
+            st.require(sandbox_id, now, "delete")
+        if rec.private:
+            mechanism.destroy(_sandbox(rec, store))
+        _drop_cgroups(store, sandbox_id)
+        store.remove(sandbox_id)
+    finally:
+        cm.__exit__(None, None, None)
+
+
+def usage(mechanism: Any, sandbox_id: str) -> Usage:
+    """Resource usage from the sandbox's cgroup."""
+    store = _store(mechanism)
+    return mechanism.usage(_sandbox(store.read(sandbox_id), store))
+
+
+def list_running(mechanism: Any) -> list[Status]:
+    """Every sandbox under the state root with its observed status."""
+    store = _store(mechanism)
+    out = []
+    for sid in store.ids():
+        with contextlib.suppress(ShimError):
+            out.append(_status(mechanism, store.read(sid), store))
+    return out

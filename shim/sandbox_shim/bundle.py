@@ -1,0 +1,198 @@
+"""Bundle loading: canonical paths, config.json parsing, schema and policy validation → ``Spec``.
+
+A bundle is a directory holding ``config.json`` and a root filesystem (``root.path``, relative to the
+bundle; runtime-spec bundle.md).  ``load()`` reports *every* problem at once as ``BundleInvalid``,
+each with the JSON pointer of the field, the rule broken and the fix.  Values of ``process.env`` are
+never echoed.  Keys the schema does not describe are warnings, not failures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import BundleInvalid, BundleProblem
+from .hardening import tenant
+from .paths import canonical
+
+SETTINGS_PREFIX = "sandbox-shim."
+
+
+@dataclass(frozen=True)
+class Settings:
+    """sandbox-shim's own settings, read from ``annotations`` with the ``sandbox-shim.`` prefix.
+
+    Attributes:
+        profile: always ``tenant`` for bundles.
+        network: ``none`` (loopback only, default) | ``isolated`` | ``host``.
+        wall_clock: wall-clock limit, seconds, or None.
+        cpu_time: CPU-time limit, seconds (RLIMIT_CPU), or None.
+        port: TCP port ``address()`` reports, or None.
+        requires: capability names the bundle requires instead of the profile's set, or None.
+        allow_nested_userns: whether the sandbox may create user namespaces.
+    """
+
+    profile: str = "tenant"
+    network: str = "none"
+    wall_clock: float | None = None
+    cpu_time: int | None = None
+    port: int | None = None
+    requires: tuple[str, ...] | None = None
+    allow_nested_userns: bool = False
+
+    @classmethod
+    def from_annotations(cls, ann: dict[str, Any]) -> Settings:
+        def get(k: str) -> str | None:
+            v = ann.get(SETTINGS_PREFIX + k)
+            return v if isinstance(v, str) and v != "" else None
+
+        wall = get("wall-clock-seconds")
+        cpu = get("cpu-time-seconds")
+        port = get("port")
+        req = get("requires")
+        return cls(
+            profile=get("profile") or "tenant",
+            network=get("network") or "none",
+            wall_clock=float(wall) if wall and float(wall) > 0 else None,
+            cpu_time=int(cpu) if cpu and int(cpu) > 0 else None,
+            port=int(port) if port else None,
+            requires=tuple(s.strip() for s in req.split(",") if s.strip()) if req else None,
+            allow_nested_userns=get("allow-nested-userns") == "true",
+        )
+
+
+@dataclass
+class Spec:
+    """A validated bundle.
+
+    Attributes:
+        bundle: canonical absolute bundle directory.
+        rootfs: canonical absolute root filesystem directory.
+        config: the parsed config.json (dict, as written).
+        settings: sandbox-shim settings from the annotations.
+        warnings: non-fatal problems (unknown keys, repeated env names).
+    """
+
+    bundle: str
+    rootfs: str
+    config: dict[str, Any]
+    settings: Settings
+    warnings: list[BundleProblem] = field(default_factory=list)
+
+    @property
+    def process(self) -> dict[str, Any]:
+        return self.config.get("process") or {}
+
+    @property
+    def linux(self) -> dict[str, Any]:
+        return self.config.get("linux") or {}
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return dict(self.config.get("annotations") or {})
+
+
+def pointer(parts: Any) -> str:
+    """RFC 6901 JSON pointer from path parts (``~`` → ``~0``, ``/`` → ``~1``)."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def read_config(bundle: str) -> dict[str, Any]:
+    """Read and parse ``bundle/config.json``.
+
+    Raises:
+        BundleInvalid: missing bundle or file, unreadable, invalid JSON (with line and column), not an object.
+    """
+    if not os.path.isdir(bundle):
+        raise BundleInvalid([BundleProblem("", f"bundle directory {bundle} does not exist", "runtime-spec bundle.md",
+                                           "pass an existing directory with --bundle")])
+    path = os.path.join(bundle, "config.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise BundleInvalid([BundleProblem("", f"{path} does not exist", "runtime-spec bundle.md",
+                                           "write one with `sandbox-shim spec --bundle DIR`")]) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BundleInvalid([BundleProblem("", f"cannot read {path}: {e}", "runtime-spec bundle.md",
+                                           "make it a readable UTF-8 file")]) from e
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BundleInvalid([BundleProblem("", f"config.json is not valid JSON at line {e.lineno} column {e.colno}: "
+                                           f"{e.msg}", "RFC 8259", "fix the JSON syntax there")]) from e
+    if not isinstance(cfg, dict):
+        raise BundleInvalid([BundleProblem("", "config.json must hold a JSON object", "runtime-spec config.md",
+                                           "wrap the settings in { }")])
+    return cfg
+
+
+def load(bundle_dir: str, cwd: str | None = None) -> Spec:
+    """Load and validate the bundle at ``bundle_dir`` (relative to ``cwd``, default the process's).
+
+    Returns:
+        a ``Spec`` with canonical paths, the config and the warnings.
+    Raises:
+        BundleInvalid: with every problem found (JSON pointer, message, rule, fix).
+    """
+    bundle = canonical(bundle_dir, cwd)
+    cfg = read_config(bundle)
+    from .validation import schema_problems
+
+    problems, warnings = schema_problems(cfg)
+    env_errors, env_warnings = tenant.check_env((cfg.get("process") or {}).get("env")
+                                                if isinstance(cfg.get("process"), dict) else None)
+    problems += env_errors
+    warnings += env_warnings
+    rootfs = ""
+    root = cfg.get("root")
+    if isinstance(root, dict) and isinstance(root.get("path"), str) and root["path"]:
+        rootfs = canonical(root["path"], bundle)
+        if not os.path.isdir(rootfs):
+            problems.append(BundleProblem("/root/path", f"root filesystem {rootfs} does not exist",
+                                          "runtime-spec config.md root.path",
+                                          "create it (e.g. scripts/make-rootfs BUNDLE/rootfs) or fix root.path"))
+    if not problems:
+        settings = Settings.from_annotations(cfg.get("annotations") or {})
+        problems += tenant.check_network(cfg, settings.network)
+        problems += _linux_problems(cfg, bundle, settings)
+    if problems:
+        raise BundleInvalid(problems)
+    return Spec(bundle, rootfs, cfg, Settings.from_annotations(cfg.get("annotations") or {}), warnings)
+
+
+def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> list[BundleProblem]:
+    """Semantic checks past the schema: mount sources, seccomp names, namespace paths, security fields."""
+    out: list[BundleProblem] = []
+    for i, m in enumerate(cfg.get("mounts") or []):
+        if m.get("type") == "bind" or "bind" in (m.get("options") or []) or "rbind" in (m.get("options") or []):
+            src = m.get("source")
+            if not src:
+                out.append(BundleProblem(f"/mounts/{i}/source", "a bind mount needs a source", "runtime-spec config.md mounts",
+                                         "set source to a host path (relative paths resolve against the bundle)"))
+            elif not os.path.exists(canonical(src, bundle)):
+                out.append(BundleProblem(f"/mounts/{i}/source", f"bind source {canonical(src, bundle)} does not exist",
+                                         "runtime-spec config.md mounts", "create it or fix the path"))
+    linux = cfg.get("linux") or {}
+    for i, ns in enumerate(linux.get("namespaces") or []):
+        if ns.get("path") and not os.path.exists(ns["path"]):
+            out.append(BundleProblem(f"/linux/namespaces/{i}/path", f"namespace file {ns['path']} does not exist",
+                                     "runtime-spec config-linux.md namespaces", "give the path of a live namespace"))
+        if ns.get("type") == "time":
+            out.append(BundleProblem(f"/linux/namespaces/{i}", "time namespaces are not supported here",
+                                     "sandbox-shim: not implemented", "remove the entry"))
+    proc = cfg.get("process") or {}
+    for field_name in ("apparmorProfile", "selinuxLabel"):
+        if proc.get(field_name):
+            out.append(BundleProblem(f"/process/{field_name}", f"{field_name} is set but this runtime cannot enforce it",
+                                     "a security field that cannot be enforced is refused", "remove the field"))
+    if linux.get("seccomp") is not None:
+        try:
+            from .platforms.linux import seccomp
+        except ImportError:  # pragma: no cover - Linux-only module
+            seccomp = None  # type: ignore[assignment]
+        if seccomp is not None:
+            out += seccomp.validate(linux["seccomp"], "/linux/seccomp")
+    return out

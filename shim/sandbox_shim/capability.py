@@ -1,0 +1,93 @@
+"""Capability reports: each capability is probed by *trying* it, never inferred.
+
+A ``Capability`` says whether this host can enforce one thing, by which mechanism, and how that was
+measured.  ``probe(name)`` runs the named probe (cached per process); ``require(names)`` raises
+``CapabilityUnavailable`` with every missing report.  The probes themselves live in
+``sandbox_shim.probes`` (one function per capability).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .errors import CapabilityUnavailable
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One probed capability.
+
+    Attributes:
+        name: dotted name, e.g. ``namespace.network``, ``cgroup.memory``, ``bwrap``, ``seccomp``.
+        available: True only if the probe succeeded in doing the thing.
+        mechanism: what provides it (``bwrap 0.8.0``, ``cgroup v1``, ``unshare(2)``, ...).
+        detail: why not, in words a person can act on ("" when available).
+        measured_by: how it was measured (the syscall or command tried).
+    """
+
+    name: str
+    available: bool
+    mechanism: str
+    detail: str
+    measured_by: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Probe = Callable[[], Capability]
+
+#: name -> probe function; filled by ``sandbox_shim.probes`` on import.
+PROBES: dict[str, Probe] = {}
+
+_cache: dict[str, Capability] = {}
+
+
+def register(name: str) -> Callable[[Probe], Probe]:
+    """Decorator: register a probe function under ``name``."""
+
+    def deco(fn: Probe) -> Probe:
+        PROBES[name] = fn
+        return fn
+
+    return deco
+
+
+def _load_probes() -> None:
+    if not PROBES:
+        from . import probes  # noqa: F401  (registers on import)
+
+
+def probe(name: str) -> Capability:
+    """Return the report for ``name``, probing on first use in this process.
+
+    Raises:
+        KeyError: no probe of that name exists.
+    """
+    if name not in _cache:
+        _load_probes()
+        try:
+            _cache[name] = PROBES[name]()
+        except Exception as e:  # a probe that crashes reports "unavailable", never "available"
+            _cache[name] = Capability(name, False, "", f"probe failed: {e}", "probe raised")
+    return _cache[name]
+
+
+def report(names: Iterable[str] | None = None) -> list[Capability]:
+    """Probe ``names`` (default: every registered capability) and return their reports, in order."""
+    _load_probes()
+    return [probe(n) for n in (list(names) if names is not None else sorted(PROBES))]
+
+
+def require(names: Iterable[str]) -> None:
+    """Raise ``CapabilityUnavailable`` listing every capability in ``names`` that is missing."""
+    missing = [c for c in report(names) if not c.available]
+    if missing:
+        raise CapabilityUnavailable(missing)
+
+
+def clear_cache() -> None:
+    """Forget every probe result (tests; a host change within one process)."""
+    _cache.clear()

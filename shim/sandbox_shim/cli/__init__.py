@@ -1,0 +1,39 @@
+"""Command-line entry point.  Lifecycle verbs take a fast path without click; the rest use click.
+
+Orchestrators call create/start/state/kill/delete three or four times per container, so those verbs
+are parsed by ``cli.lifecycle`` (runc grammar, no heavy imports).  Everything else goes to the click
+group in ``cli.app``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+FAST_VERBS = frozenset({"create", "start", "state", "kill", "delete"})
+_GLOBAL_WITH_VALUE = frozenset({"--root", "--log", "--log-format", "--criu", "--rootless"})
+
+
+def _verb(argv: list[str]) -> str | None:
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in _GLOBAL_WITH_VALUE:
+            i += 2
+            continue
+        if a.startswith("-"):
+            i += 1
+            continue
+        return a
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); exits the process."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if _verb(args) in FAST_VERBS and not ({"-h", "--help"} & set(args)):
+        from .lifecycle import main as fast_main
+
+        sys.exit(fast_main(args))
+    from .app import cli
+
+    cli.main(args=args, prog_name="sandbox-shim")

@@ -1,0 +1,76 @@
+"""Rendering shared by every command: the ``--log`` file, one-line errors, exit statuses.
+
+Kept free of click and of anything heavy: the lifecycle verbs import this on every call.
+Log records follow runc's shape (``level``, ``msg``, ``time`` in RFC 3339), which podman and
+containerd read from ``--log`` when ``--log-format json`` is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from ..errors import ShimError
+
+DEFAULT_ROOT = "/run/sandbox-shim"
+
+
+@dataclass
+class Globals:
+    """Global flags (runc grammar): ``--root``, ``--log``, ``--log-format``, ``--debug``."""
+
+    root: str = DEFAULT_ROOT
+    log: str | None = None
+    log_format: str = "text"
+    debug: bool = False
+
+
+def rfc3339_now() -> str:
+    """Current time as RFC 3339 with microseconds and a UTC offset, e.g. 2026-11-29T09:00:00.123456Z."""
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"
+
+
+def log(g: Globals, level: str, msg: str, **fields: Any) -> None:
+    """Append one record to ``--log`` (if given); JSON with ``--log-format json``, else a text line."""
+    if not g.log:
+        return
+    try:
+        with open(g.log, "a", encoding="utf-8") as fh:
+            if g.log_format == "json":
+                rec = {"level": level, "msg": msg, "time": rfc3339_now(), **fields}
+                fh.write(json.dumps(rec) + "\n")
+            else:
+                extra = " ".join(f"{k}={v}" for k, v in fields.items())
+                fh.write(f"{rfc3339_now()} {level}: {msg}{(' ' + extra) if extra else ''}\n")
+    except OSError:
+        pass  # a log we cannot write must not turn success into failure
+
+
+def fail(g: Globals, err: ShimError) -> NoReturn:
+    """Report ``err`` (stderr line, plus a log record) and exit with its status."""
+    log(g, "error", err.line(), **{k: v for k, v in err.to_dict().items() if k != "msg"})
+    try:
+        if g.log_format == "json" and not g.log:
+            sys.stderr.write(json.dumps({"level": "error", "msg": err.line(), "time": rfc3339_now(),
+                                         **err.to_dict()}) + "\n")
+        else:
+            sys.stderr.write(f"sandbox-shim: {err.line()}\n")
+            problems = getattr(err, "problems", None)
+            if problems and len(problems) > 1:
+                for p in problems[1:]:
+                    sys.stderr.write(f"  {p.line()}\n")
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):
+        pass
+    sys.exit(err.exit_status)
+
+
+def emit_json(obj: Any) -> None:
+    """Print ``obj`` as indented JSON on stdout."""
+    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+    sys.stdout.flush()

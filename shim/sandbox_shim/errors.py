@@ -1,0 +1,210 @@
+"""The exception hierarchy: errors are facts, each with its own CLI exit status.
+
+Every error carries a one-line ``message``, an optional ``hint`` (how to fix it) and, where there is
+one, the JSON pointer into config.json (``pointer``) or the OS ``errno``.  The CLI maps each class to
+its ``exit_status`` once, at the top (see ``sandbox_shim.cli``).  Values of ``process.env`` are never
+put into any message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+class ShimError(Exception):
+    """Base of every error sandbox-shim raises on purpose.
+
+    Attributes:
+        message: what went wrong, one line.
+        hint: how to fix it, one line, or "".
+        exit_status: the CLI exit status for this class of error.
+    """
+
+    exit_status = 1
+    kind = "error"
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def line(self) -> str:
+        """One line for people: the message, then the fix."""
+        return f"{self.message}; {self.hint}" if self.hint else self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        """The structured form used by ``--log-format json``."""
+        d: dict[str, Any] = {"error": self.kind, "msg": self.message}
+        if self.hint:
+            d["hint"] = self.hint
+        return d
+
+
+class UsageError(ShimError):
+    """The command line itself is wrong (missing id, unknown flag, bad signal name)."""
+
+    exit_status = 2
+    kind = "usage"
+
+
+@dataclass(frozen=True)
+class BundleProblem:
+    """One problem found in a bundle.
+
+    Attributes:
+        pointer: RFC 6901 JSON pointer into config.json ("" for the document, or a bundle path).
+        message: what is wrong, never quoting a ``process.env`` value.
+        rule: the rule broken (schema keyword, OCI runtime-spec section, or our policy).
+        hint: how to fix it.
+    """
+
+    pointer: str
+    message: str
+    rule: str
+    hint: str = ""
+
+    def line(self) -> str:
+        where = self.pointer or "/"
+        fix = f" (fix: {self.hint})" if self.hint else ""
+        return f"{where}: {self.message} [{self.rule}]{fix}"
+
+
+class BundleInvalid(ShimError):
+    """The bundle cannot be used: missing, unreadable, invalid JSON, or against the schema/policy."""
+
+    exit_status = 3
+    kind = "bundle_invalid"
+
+    def __init__(self, problems: Sequence[BundleProblem]) -> None:
+        self.problems = list(problems)
+        first = self.problems[0]
+        more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+        super().__init__(f"invalid bundle: {first.pointer or '/'}: {first.message}{more}", first.hint)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["problems"] = [p.__dict__ for p in self.problems]
+        return d
+
+
+class CapabilityUnavailable(ShimError):
+    """Refused before any mechanism was asked: a capability the Plan needs is missing on this host.
+
+    Attributes:
+        reports: the failing capability reports (``sandbox_shim.capability.Capability``).
+    """
+
+    exit_status = 4
+    kind = "capability_unavailable"
+
+    def __init__(self, reports: Sequence[Any]) -> None:
+        self.reports = list(reports)
+        names = ", ".join(f"{r.name} ({r.detail})" for r in self.reports)
+        super().__init__(
+            f"refused: this host lacks {names}",
+            "run on a host that has it, or remove the setting from config.json that needs it",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["capabilities"] = [r.to_dict() for r in self.reports]
+        return d
+
+
+class CannotEnforce(ShimError):
+    """The confinement could not be built here; nothing was launched."""
+
+    exit_status = 5
+    kind = "cannot_enforce"
+
+    def __init__(self, capability: str, detail: str) -> None:
+        self.capability = capability
+        self.detail = detail
+        super().__init__(f"cannot enforce confinement: {capability}: {detail}")
+
+
+class SandboxNotFound(ShimError):
+    """No sandbox with this id under the state root."""
+
+    exit_status = 6
+    kind = "not_found"
+
+    def __init__(self, sandbox_id: str, root: str) -> None:
+        super().__init__(
+            f"container {sandbox_id!r} does not exist (state root {root})",
+            "check the id with `sandbox-shim list` and use the same --root",
+        )
+
+
+class SandboxExists(ShimError):
+    """Create was asked for an id already in use."""
+
+    exit_status = 7
+    kind = "exists"
+
+    def __init__(self, sandbox_id: str) -> None:
+        super().__init__(
+            f"container {sandbox_id!r} already exists",
+            "pick another id, or `sandbox-shim delete --force` the old one",
+        )
+
+
+class InvalidState(ShimError):
+    """The verb is not allowed in the sandbox's current OCI state (runtime-spec "Lifecycle")."""
+
+    exit_status = 8
+    kind = "invalid_state"
+
+    def __init__(self, sandbox_id: str, status: str, verb: str, allowed: str) -> None:
+        self.status = status
+        msg = f"cannot {verb} container {sandbox_id!r}: it is {status}"
+        if verb == "kill" and status == "stopped":
+            msg += " (container not running)"
+        super().__init__(msg, f"{verb} needs a container that is {allowed}")
+
+
+class LaunchFailed(ShimError):
+    """The platform could not set the sandbox up (bwrap or a cgroup write failed); nothing is left."""
+
+    exit_status = 9
+    kind = "launch_failed"
+
+
+class CouldNotRun(ShimError):
+    """The program never ran: not found, not executable, or exec denied.  Not an exit status.
+
+    Attributes:
+        reason: ``not_found`` | ``permission_denied`` | ``exec_failed``.
+    """
+
+    kind = "could_not_run"
+
+    def __init__(self, reason: str, program: str, detail: str = "") -> None:
+        self.reason = reason
+        self.program = program
+        # Wording that podman/containerd map to 127 and 126.
+        words = {
+            "not_found": "executable file not found",
+            "permission_denied": "permission denied",
+        }.get(reason, "exec failed")
+        self.exit_status = 127 if reason == "not_found" else 126
+        super().__init__(f"{program}: {words}" + (f": {detail}" if detail else ""))
+
+
+class LimitExceeded(ShimError):
+    """A limit stopped the sandbox.
+
+    Attributes:
+        kind_of_limit: ``memory`` | ``pids`` | ``cpu`` | ``wall_clock``.
+        completion: the partial ``Completion`` (output so far, usage) where there is one.
+    """
+
+    exit_status = 10
+    kind = "limit_exceeded"
+
+    def __init__(self, kind_of_limit: str, detail: str = "", completion: Any = None) -> None:
+        self.kind_of_limit = kind_of_limit
+        self.completion = completion
+        super().__init__(f"limit exceeded: {kind_of_limit}" + (f" ({detail})" if detail else ""))

@@ -1,0 +1,108 @@
+"""The tenant profile: the default for every bundle, and nothing can widen it.
+
+Rules (README "Security"):
+
+* Environment: built only from config.json ``process.env`` plus ``DEFAULT_ENV`` for names the
+  config leaves unset; nothing is inherited from the caller.  A variable whose *name* contains any of
+  ``FORBIDDEN_ENV_FRAGMENTS`` (case-insensitive) is refused at validation, by name, never by value.
+  There is no option that weakens this list: credentials reach a tenant as mounted files.
+* Network: a ``network`` namespace is required; omitting it (OCI: "share the host's") is refused
+  unless the annotation ``sandbox-shim.network`` is ``host``.  A namespace given by ``path`` is joined.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import BundleProblem
+
+#: Name fragments that mark a credential.  Matching is on the upper-cased name, anywhere in it.
+FORBIDDEN_ENV_FRAGMENTS: tuple[str, ...] = (
+    "KEY",  # API_KEY, AWS_ACCESS_KEY_ID, SSH_KEY...
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "CREDENTIAL",
+    "AUTH",  # AUTHORIZATION, OAUTH_..., KUBE_AUTH
+    "COOKIE",
+    "SESSION",
+    "PRIVATE",
+    "SIGNATURE",
+)
+
+#: Set only when config.json does not set the name (HOME follows the runtime-spec's advice).
+DEFAULT_ENV: dict[str, str] = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "TERM": "xterm",
+}
+
+
+def forbidden_fragment(name: str) -> str | None:
+    """The first forbidden fragment found in the variable ``name``, or None."""
+    upper = name.upper()
+    return next((f for f in FORBIDDEN_ENV_FRAGMENTS if f in upper), None)
+
+
+def check_env(env: list[Any] | None) -> tuple[list[BundleProblem], list[BundleProblem]]:
+    """Check ``process.env`` entries.  Returns (errors, warnings); values are never quoted.
+
+    Rules: each entry is ``NAME=VALUE`` with a non-empty name (runtime-spec config.md "process.env");
+    no NUL byte; no forbidden fragment in the name; a repeated name is a warning and the last wins.
+    """
+    errors: list[BundleProblem] = []
+    warnings: list[BundleProblem] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(env or []):
+        ptr = f"/process/env/{i}"
+        if not isinstance(entry, str):
+            continue  # the schema reports the type
+        name, eq, _value = entry.partition("=")
+        if not eq or not name:
+            errors.append(BundleProblem(ptr, "entry has no NAME= part", "runtime-spec process.env",
+                                        "write it as NAME=VALUE"))
+            continue
+        if "\0" in entry:
+            errors.append(BundleProblem(ptr, f"variable {name.replace(chr(0), '')!r} contains a NUL byte",
+                                        "runtime-spec process.env", "remove the NUL byte"))
+            continue
+        frag = forbidden_fragment(name)
+        if frag:
+            errors.append(BundleProblem(
+                ptr, f"variable {name!r} looks like a credential (name contains {frag!r})",
+                "tenant profile: forbidden environment names",
+                "pass credentials to a tenant as a mounted file, never in the environment"))
+            continue
+        if name in seen:
+            warnings.append(BundleProblem(ptr, f"variable {name!r} repeats /process/env/{seen[name]}; the last wins",
+                                          "runtime-spec process.env", "keep one entry per name"))
+        seen[name] = i
+    return errors, warnings
+
+
+def build_env(env: list[str] | None) -> dict[str, str]:
+    """The sandbox's environment: ``DEFAULT_ENV`` overlaid with config entries (last wins)."""
+    out = dict(DEFAULT_ENV)
+    for entry in env or []:
+        name, _, value = entry.partition("=")
+        out[name] = value
+    return out
+
+
+def check_network(config: dict[str, Any], network_setting: str) -> list[BundleProblem]:
+    """Refuse a config that shares the host network without asking for it in the sandbox settings."""
+    nss = (config.get("linux") or {}).get("namespaces") or []
+    if any(ns.get("type") == "network" for ns in nss if isinstance(ns, dict)):
+        if network_setting == "host":
+            return [BundleProblem("/annotations/sandbox-shim.network",
+                                  "network is 'host' but linux.namespaces lists a network namespace",
+                                  "tenant profile: network", "remove one of the two")]
+        return []
+    if network_setting == "host":
+        return []
+    return [BundleProblem(
+        "/linux/namespaces", "no network namespace: in OCI terms this shares the host's network",
+        "tenant profile: network denied by default",
+        'add {"type": "network"} to linux.namespaces, or set annotation sandbox-shim.network to "host"')]

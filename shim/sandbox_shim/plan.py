@@ -1,0 +1,188 @@
+"""Spec + profile + host → ``Plan``: what WILL be enforced, and which capabilities that needs.
+
+The plan is pure: it reads the Spec and never touches the host.  Refusal happens on its
+``required`` list (``capability.require``) before any mechanism is asked.  A mechanism renders the
+plan (bwrap argv, SBPL profile, Job Object limits); it never re-reads config.json.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .bundle import Spec
+from .hardening import tenant
+
+#: OCI namespace type → capability name probed for it
+NAMESPACE_CAPS = {t: f"namespace.{t}" for t in ("pid", "network", "mount", "ipc", "uts", "user", "cgroup")}
+
+
+@dataclass
+class Mount:
+    """One mount, in the sandbox's terms.
+
+    Attributes:
+        kind: ``bind`` | ``proc`` | ``dev`` | ``tmpfs`` | ``mqueue`` | ``sysfs`` | ``cgroup``.
+        destination: absolute path inside the sandbox (resolved inside the rootfs by the platform).
+        source: host path for binds (absolute, canonical), else "".
+        readonly: mounted read-only.
+        options: the OCI options kept for the record (e.g. ``size=65536k``, ``mode=1777``).
+    """
+
+    kind: str
+    destination: str
+    source: str = ""
+    readonly: bool = False
+    options: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    """Everything a platform needs to launch one sandbox.  Units: bytes, seconds, microseconds."""
+
+    id: str
+    bundle: str
+    rootfs: str
+    root_readonly: bool
+    args: list[str]
+    env: dict[str, str]
+    cwd: str
+    uid: int
+    gid: int
+    additional_gids: list[int]
+    umask: int | None
+    terminal: bool
+    hostname: str | None
+    unshare: list[str]
+    join: dict[str, str]
+    mounts: list[Mount]
+    masked_paths: list[str]
+    readonly_paths: list[str]
+    capabilities: list[str]
+    rlimits: list[tuple[str, int, int]]
+    resources: dict[str, Any]
+    cgroups_path: str
+    seccomp: dict[str, Any] | None
+    network: str
+    allow_nested_userns: bool
+    wall_clock: float | None
+    cpu_time: int | None
+    sysctl: dict[str, str]
+    hooks: dict[str, list[dict[str, Any]]]
+    annotations: dict[str, str]
+    required: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-serialisable data (``--print-plan``); env values are replaced by ``***``."""
+        d = asdict(self)
+        d["env"] = {k: "***" for k in self.env}
+        return d
+
+
+def _mount(i: int, m: dict[str, Any], bundle: str) -> tuple[Mount | None, str | None]:
+    from .paths import canonical
+
+    opts = list(m.get("options") or [])
+    kind = m.get("type") or ("bind" if {"bind", "rbind"} & set(opts) else "")
+    ro = "ro" in opts
+    dest = m["destination"]
+    if kind == "bind" or {"bind", "rbind"} & set(opts):
+        return Mount("bind", dest, canonical(m.get("source") or "", bundle), ro, opts), None
+    if kind == "proc":
+        return Mount("proc", dest, options=opts), None
+    if kind == "tmpfs" and dest == "/dev":
+        return Mount("dev", dest, options=opts), None
+    if kind in ("tmpfs", "mqueue", "sysfs", "cgroup", "cgroup2"):
+        return Mount("cgroup" if kind == "cgroup2" else kind, dest, readonly=ro, options=opts), None
+    if kind == "devpts":
+        return None, f"/mounts/{i}: devpts is provided inside /dev by the /dev mount"
+    return None, f"/mounts/{i}: mount type {kind!r} is not supported; skipped"
+
+
+def make_plan(spec: Spec, sandbox_id: str) -> Plan:
+    """Build the tenant ``Plan`` for ``spec`` (the only profile bundles run under).
+
+    Rules: namespaces listed are new (with ``path``: joined), absent ones shared (runtime-spec
+    config-linux.md "Namespaces"); capabilities: the ``effective`` set (empty by default) — bwrap
+    gives one set to effective/permitted/inheritable/ambient, and no_new_privs is always on, so the
+    bounding set cannot grant more; rlimits applied before user code; the CPU-time setting becomes
+    RLIMIT_CPU; no seccomp section → the default tenant filter.
+    """
+    cfg = spec.config
+    proc = spec.process
+    linux = spec.linux
+    user = proc.get("user") or {}
+    warnings: list[str] = []
+
+    unshare: list[str] = []
+    join: dict[str, str] = {}
+    for ns in linux.get("namespaces") or []:
+        if ns.get("path"):
+            join[ns["type"]] = ns["path"]
+        elif ns["type"] not in unshare:
+            unshare.append(ns["type"])
+
+    mounts: list[Mount] = []
+    for i, m in enumerate(cfg.get("mounts") or []):
+        mount, warn = _mount(i, m, spec.bundle)
+        if mount:
+            mounts.append(mount)
+        if warn:
+            warnings.append(warn)
+
+    caps = proc.get("capabilities") or {}
+    effective = sorted(set(caps.get("effective") or []) & set(caps.get("bounding") or caps.get("effective") or []))
+
+    rlimits = [(r["type"], int(r["soft"]), int(r["hard"])) for r in proc.get("rlimits") or []]
+    if spec.settings.cpu_time:
+        rlimits = [r for r in rlimits if r[0] != "RLIMIT_CPU"]
+        rlimits.append(("RLIMIT_CPU", spec.settings.cpu_time, spec.settings.cpu_time + 1))
+
+    resources = dict(linux.get("resources") or {})
+    required = ["bwrap", "seccomp", "no_new_privs"]
+    required += [NAMESPACE_CAPS[t] for t in unshare if t in NAMESPACE_CAPS]
+    from .platforms.linux.cgroups.base import Limits
+
+    required += [f"cgroup.{c}" for c in Limits.from_oci(resources).controllers()]
+    if spec.settings.requires:
+        required += [r for r in spec.settings.requires if r not in required]
+
+    cgroups_path = linux.get("cgroupsPath") or f"/sandbox-shim/{sandbox_id}"
+    if not cgroups_path.startswith("/"):
+        cgroups_path = "/sandbox-shim/" + cgroups_path
+
+    return Plan(
+        id=sandbox_id,
+        bundle=spec.bundle,
+        rootfs=spec.rootfs,
+        root_readonly=bool((cfg.get("root") or {}).get("readonly")),
+        args=list(proc.get("args") or []),
+        env=tenant.build_env(proc.get("env")),
+        cwd=proc.get("cwd") or "/",
+        uid=int(user.get("uid", 0)),
+        gid=int(user.get("gid", 0)),
+        additional_gids=list(user.get("additionalGids") or []),
+        umask=user.get("umask"),
+        terminal=bool(proc.get("terminal")),
+        hostname=cfg.get("hostname") or None,
+        unshare=unshare,
+        join=join,
+        mounts=mounts,
+        masked_paths=list(linux.get("maskedPaths") or []),
+        readonly_paths=list(linux.get("readonlyPaths") or []),
+        capabilities=effective,
+        rlimits=rlimits,
+        resources=resources,
+        cgroups_path=cgroups_path,
+        seccomp=linux.get("seccomp"),
+        network="host" if "network" not in unshare and "network" not in join else spec.settings.network,
+        allow_nested_userns=spec.settings.allow_nested_userns,
+        wall_clock=spec.settings.wall_clock,
+        cpu_time=spec.settings.cpu_time,
+        sysctl=dict(linux.get("sysctl") or {}),
+        hooks={k: list(v) for k, v in (cfg.get("hooks") or {}).items()},
+        annotations=spec.annotations,
+        required=required,
+        warnings=warnings,
+    )

@@ -1,0 +1,111 @@
+"""Which cgroup hierarchies this host has, read from /proc/self/mountinfo (proc(5), cgroups(7)).
+
+Detection happens once per process.  ``manager(path)`` picks the v2 manager when the cgroup2 mount
+holds the controllers we need (memory and pids), else the v1 manager when the v1 hierarchies have
+them — a hybrid host (v1 controllers plus a cgroup2 mount holding only e.g. hugetlb) is v1.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from .base import CgroupManager
+
+#: controllers whose absence makes a host unsuitable for resource limits
+CORE = ("memory", "pids")
+V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "cpuset", "freezer")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Cgroup mounts on this host.
+
+    Attributes:
+        v2_mount: the cgroup2 mount point, or None.
+        v2_controllers: controllers listed in its ``cgroup.controllers``.
+        v1_mounts: v1 controller name -> mount point (a co-mounted pair such as ``cpu,cpuacct`` maps both).
+    """
+
+    v2_mount: str | None = None
+    v2_controllers: frozenset[str] = frozenset()
+    v1_mounts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def version(self) -> int:
+        """2 when the cgroup2 mount serves the core controllers, 1 when v1 does, 0 when neither."""
+        if self.v2_mount and all(c in self.v2_controllers for c in CORE):
+            return 2
+        if all(c in self.v1_mounts for c in CORE):
+            return 1
+        return 0
+
+    def fingerprint(self) -> str:
+        """A short text that changes when the layout changes (for cross-process caches)."""
+        return f"v2={self.v2_mount}:{','.join(sorted(self.v2_controllers))};v1=" + ",".join(
+            f"{k}@{v}" for k, v in sorted(self.v1_mounts.items())
+        )
+
+
+def parse_mountinfo(text: str) -> Layout:
+    """Build a ``Layout`` from the text of /proc/self/mountinfo (format: proc(5))."""
+    v2_mount: str | None = None
+    v1: dict[str, str] = {}
+    for line in text.splitlines():
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        rfields = right.split()
+        if len(fields) < 5 or len(rfields) < 3:
+            continue
+        mount_point = fields[4].replace("\\040", " ")
+        fstype, super_opts = rfields[0], rfields[2]
+        if fstype == "cgroup2" and v2_mount is None:
+            v2_mount = mount_point
+        elif fstype == "cgroup":
+            for opt in super_opts.split(","):
+                if opt in V1_CONTROLLERS:
+                    v1.setdefault(opt, mount_point)
+    controllers: frozenset[str] = frozenset()
+    if v2_mount:
+        try:
+            with open(os.path.join(v2_mount, "cgroup.controllers")) as fh:
+                controllers = frozenset(fh.read().split())
+        except OSError:
+            controllers = frozenset()
+    return Layout(v2_mount, controllers, v1)
+
+
+@lru_cache(maxsize=1)
+def detect() -> Layout:
+    """The layout of this host (cached for the process)."""
+    with open("/proc/self/mountinfo") as fh:
+        return parse_mountinfo(fh.read())
+
+
+def manager(path: str, version: int | None = None, layout: Layout | None = None) -> CgroupManager:
+    """A manager for the cgroup at ``path`` (relative to each hierarchy's root, e.g. ``/sandbox-shim/ID``).
+
+    Args:
+        path: cgroup path, absolute within the hierarchy.
+        version: force 1 or 2 (as recorded in a sandbox's state); default: detect.
+        layout: the host layout (default: ``detect()``).
+    Raises:
+        LaunchFailed: the host has no usable cgroup hierarchy of that version.
+    """
+    from ....errors import LaunchFailed
+
+    lay = layout or detect()
+    ver = version or lay.version
+    if ver == 2 and lay.v2_mount:
+        from .v2 import V2Manager
+
+        return V2Manager(lay.v2_mount, path)
+    if ver == 1 and lay.v1_mounts:
+        from .v1 import V1Manager
+
+        return V1Manager(lay.v1_mounts, path)
+    raise LaunchFailed(
+        "no usable cgroup hierarchy on this host (need the memory and pids controllers)",
+        "mount cgroup2 with memory and pids enabled, or the v1 memory and pids hierarchies",
+    )

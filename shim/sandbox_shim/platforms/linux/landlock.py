@@ -1,0 +1,242 @@
+"""Landlock (Linux 5.13+): an unprivileged, stackable file-system access control layer.
+
+Source of the rules: the kernel's ``Documentation/userspace-api/landlock.rst`` and
+``include/uapi/linux/landlock.h``; ``landlock(7)``, ``landlock_create_ruleset(2)``,
+``landlock_add_rule(2)``, ``landlock_restrict_self(2)``.
+
+This module imports only the standard library, so it can be carried into a bwrap sandbox as one
+read-only file and run there as a script (``python -I -S landlock.py --ro P --rw Q -- CMD ARGS``):
+Landlock must be applied *inside* the sandbox, after bwrap has set up the mounts, because a
+Landlock-restricted process may not call ``mount(2)`` or ``pivot_root(2)`` (kernel doc, "Current
+limitations": file system topology modification).
+
+Only file-system access is handled; network access (ABI 4+) and IPC scoping (ABI 6+) are left
+unhandled, so TCP connect/bind, signals and abstract sockets stay as the outer layer leaves them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import struct
+import sys
+from collections.abc import Sequence
+
+# Syscall numbers: the same on x86_64 and aarch64 (asm-generic unistd.h: 444, 445, 446).
+_SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446), "arm64": (444, 445, 446)}
+
+LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
+LANDLOCK_RULE_PATH_BENEATH = 1
+PR_SET_NO_NEW_PRIVS = 38
+
+# Access rights for files and directories (include/uapi/linux/landlock.h).
+EXECUTE = 1 << 0
+WRITE_FILE = 1 << 1
+READ_FILE = 1 << 2
+READ_DIR = 1 << 3
+REMOVE_DIR = 1 << 4
+REMOVE_FILE = 1 << 5
+MAKE_CHAR = 1 << 6
+MAKE_DIR = 1 << 7
+MAKE_REG = 1 << 8
+MAKE_SOCK = 1 << 9
+MAKE_FIFO = 1 << 10
+MAKE_BLOCK = 1 << 11
+MAKE_SYM = 1 << 12
+REFER = 1 << 13  # ABI 2
+TRUNCATE = 1 << 14  # ABI 3
+IOCTL_DEV = 1 << 15  # ABI 5
+
+#: rights that may be granted on a rule whose target is a regular file (not a directory);
+#: anything else there is EINVAL (landlock_add_rule(2)).
+FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
+
+#: what "read-only" means here: read files, list directories, execute.
+READ_ONLY = EXECUTE | READ_FILE | READ_DIR
+#: what "read-write" means: every right the ABI handles (filtered by ``handled_fs``).
+READ_WRITE = (1 << 16) - 1
+#: a device tree such as bwrap's ``--dev``: read, write and ioctl existing nodes, create nothing.
+DEVICES = READ_FILE | WRITE_FILE | READ_DIR | IOCTL_DEV
+
+
+class LandlockError(OSError):
+    """A Landlock syscall failed; ``errno`` is the kernel's, ``filename`` the path concerned if any."""
+
+
+def _syscall_numbers() -> tuple[int, int, int] | None:
+    if sys.platform != "linux":
+        return None
+    return _SYSCALLS.get(platform.machine())
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def abi_version() -> int:
+    """Return the Landlock ABI version this kernel offers, or 0 when Landlock is unavailable.
+
+    Measured by ``landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)``: the kernel
+    returns the ABI number, or fails with ENOSYS (not built) / EOPNOTSUPP (built, not enabled at boot).
+    Never raises.
+    """
+    nums = _syscall_numbers()
+    if nums is None:
+        return 0
+    try:
+        libc = _libc()
+        libc.syscall.restype = ctypes.c_long
+        v = libc.syscall(ctypes.c_long(nums[0]), None, ctypes.c_size_t(0),
+                         ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
+    except (OSError, AttributeError):
+        return 0
+    return int(v) if v > 0 else 0
+
+
+def handled_fs(abi: int) -> int:
+    """The file-system rights a ruleset can handle at ``abi`` (kernel doc, "Backward compatibility").
+
+    ABI 1: bits 0-12; ABI 2 adds REFER; ABI 3 adds TRUNCATE; ABI 5 adds IOCTL_DEV.  0 for abi < 1.
+    """
+    if abi < 1:
+        return 0
+    mask = (1 << 13) - 1
+    if abi >= 2:
+        mask |= REFER
+    if abi >= 3:
+        mask |= TRUNCATE
+    if abi >= 5:
+        mask |= IOCTL_DEV
+    return mask
+
+
+def _check(libc: ctypes.CDLL, ret: int, what: str, path: str | None = None) -> int:
+    if ret < 0:
+        e = ctypes.get_errno()
+        raise LandlockError(e, f"{what}: {os.strerror(e)}", path)
+    return ret
+
+
+def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None) -> int:
+    """Confine the calling thread (and everything it execs) to ``rules``; return the ABI used.
+
+    Args:
+        rules: ``(path, access)`` pairs; ``access`` is a mask of the rights above, granted beneath
+            ``path`` (or on the file itself).  Rights the ABI does not know are dropped; on a
+            non-directory only ``FILE_RIGHTS`` are kept.  Paths that do not exist are skipped.
+        abi: the ABI to target (default: what the kernel offers).
+
+    Sets ``PR_SET_NO_NEW_PRIVS`` first (required unless CAP_SYS_ADMIN, landlock_restrict_self(2)).
+    Call it in a single-threaded process right before ``execve``: only the calling thread is
+    restricted.
+
+    Raises:
+        LandlockError: Landlock unavailable, or a syscall failed (errno kept).
+    """
+    nums = _syscall_numbers()
+    abi = abi_version() if abi is None else abi
+    if nums is None or abi < 1:
+        raise LandlockError(errno.EOPNOTSUPP, "landlock: not available on this kernel")
+    handled = handled_fs(abi)
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    attr = ctypes.create_string_buffer(struct.pack("=Q", handled))  # struct landlock_ruleset_attr (v1 size)
+    ruleset = _check(libc, libc.syscall(ctypes.c_long(nums[0]), attr, ctypes.c_size_t(8),
+                                        ctypes.c_uint32(0)), "landlock_create_ruleset")
+    try:
+        for path, access in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                allowed = access & handled
+                if not os.path.isdir(f"/proc/self/fd/{fd}"):
+                    allowed &= FILE_RIGHTS
+                if not allowed:
+                    continue
+                # struct landlock_path_beneath_attr { __u64 allowed_access; __s32 parent_fd; } packed
+                pb = ctypes.create_string_buffer(struct.pack("=Qi", allowed, fd))
+                _check(libc, libc.syscall(ctypes.c_long(nums[1]), ctypes.c_int(ruleset),
+                                          ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH), pb,
+                                          ctypes.c_uint32(0)), "landlock_add_rule", path)
+            finally:
+                os.close(fd)
+        _check(libc, libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+        _check(libc, libc.syscall(ctypes.c_long(nums[2]), ctypes.c_int(ruleset), ctypes.c_uint32(0)),
+               "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+def helper_argv(python: str, script: str, read_only: Sequence[str], read_write: Sequence[str],
+                devices: Sequence[str], program: str, args: Sequence[str]) -> list[str]:
+    """argv that runs this file as a script: apply Landlock, then exec ``program`` with ``args``.
+
+    ``args`` excludes argv[0]; the program receives ``program`` as argv[0].
+    """
+    out = [python, "-I", "-S", script]
+    for flag, paths in (("--ro", read_only), ("--rw", read_write), ("--dev", devices)):
+        for p in paths:
+            out += [flag, p]
+    return [*out, "--", program, *args]
+
+
+def _initial_environ() -> dict[bytes, bytes] | None:
+    """The environment block this process was exec'd with, untouched by the interpreter's startup
+    (PEP 538 locale coercion may set LC_CTYPE in ``os.environ``; ``/proc/self/environ`` is the
+    original block)."""
+    try:
+        with open("/proc/self/environ", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    env: dict[bytes, bytes] = {}
+    for item in raw.split(b"\0"):
+        if b"=" in item:
+            k, _, v = item.partition(b"=")
+            env.setdefault(k, v)
+    return env
+
+
+def main(argv: Sequence[str]) -> int:
+    """Script entry: ``[--ro P | --rw P | --dev P]... -- PROGRAM ARGS...``.
+
+    Fails closed: if Landlock cannot be applied the program is not run (exit 126 with a message).
+    Exec failures exit 127 (not found) or 126 (anything else), like a shell.
+    """
+    rules: list[tuple[str, int]] = []
+    rights = {"--ro": READ_ONLY, "--rw": READ_WRITE, "--dev": DEVICES}
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        if argv[i] not in rights or i + 1 >= len(argv):
+            sys.stderr.write(f"landlock: bad argument {argv[i]!r}\n")
+            return 126
+        rules.append((argv[i + 1], rights[argv[i]]))
+        i += 2
+    cmd = list(argv[i + 1:])
+    if not cmd:
+        sys.stderr.write("landlock: no program given\n")
+        return 126
+    env = _initial_environ()
+    try:
+        restrict_self(rules)
+    except OSError as e:
+        sys.stderr.write(f"sandbox-shim confine: landlock layer could not be applied: {e}; not running\n")
+        return 126
+    try:
+        if "/" in cmd[0]:
+            os.execve(cmd[0], cmd, env if env is not None else os.environ)
+        else:  # unresolved name: let the PATH search give the OS's own error
+            os.execvpe(cmd[0], cmd, env if env is not None else os.environ)
+    except OSError as e:
+        sys.stderr.write(f"sandbox-shim confine: {cmd[0]}: {e.strerror}\n")
+        return 127 if e.errno == errno.ENOENT else 126
+    return 126  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,270 @@
+"""``WindowsJobMechanism``: the ``Mechanism`` protocol on a Windows Job Object.
+
+OCI create (``provision``) = CreateJobObjectW -> SetInformationJobObject (limits) -> CreateProcessW
+(CREATE_SUSPENDED) -> AssignProcessToJobObject -> DuplicateHandle (keep-alive): the process exists, is in
+its job, and has run no user code.  OCI start = ResumeThread.  Any failure unwinds everything made so far
+(the suspended process terminated, every handle closed) before the typed error is raised.
+
+No Python process stays resident: the job is named ``Local\\sandbox-shim-<id>`` and the sandbox's first
+process holds a query-only handle to it (``job_object.keep_alive_in``), so a later shim process reopens
+the job by name and re-identifies the pid with IsProcessInJob (a reused pid is not in our job).
+``Sandbox.private`` holds ``job_name``, ``pid``, ``tid`` and ``started`` (JSON-serialisable).
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+from ...capability import Capability
+from ...errors import CouldNotRun, UsageError
+from ...mechanism import Sandbox, Status, Usage
+from . import job_object as jo
+from .capabilities import windows_capabilities
+from .plan import JobLimits, JobPlan, check_requirements, plan_from_config
+
+SIGKILL = 9  # POSIX numbers; Python's signal module has no SIGKILL on Windows
+SIGTERM = 15
+
+
+@dataclass
+class _Handles:
+    job: int
+    process: int
+    thread: int | None
+
+
+def job_name(sandbox_id: str) -> str:
+    """The job object's name for a sandbox id (session-local namespace; backslashes replaced)."""
+    return "Local\\sandbox-shim-" + sandbox_id.replace("\\", "_")
+
+
+def extended_limits(limits: JobLimits) -> jo.JOBOBJECT_EXTENDED_LIMIT_INFORMATION:
+    """JOBOBJECT_EXTENDED_LIMIT_INFORMATION for ``limits``; KILL_ON_JOB_CLOSE and
+    DIE_ON_UNHANDLED_EXCEPTION (no error dialog holding the job open) are always set."""
+    info = jo.JOBOBJECT_EXTENDED_LIMIT_INFORMATION()
+    flags = jo.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | jo.JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION
+    if limits.job_memory_bytes is not None:
+        flags |= jo.JOB_OBJECT_LIMIT_JOB_MEMORY
+        info.JobMemoryLimit = limits.job_memory_bytes
+    if limits.active_processes is not None:
+        flags |= jo.JOB_OBJECT_LIMIT_ACTIVE_PROCESS
+        info.BasicLimitInformation.ActiveProcessLimit = limits.active_processes
+    info.BasicLimitInformation.LimitFlags = flags
+    return info
+
+
+def cpu_rate_info(limits: JobLimits) -> jo.JOBOBJECT_CPU_RATE_CONTROL_INFORMATION | None:
+    """JOBOBJECT_CPU_RATE_CONTROL_INFORMATION for ``limits`` (hard cap, else weight), or None."""
+    info = jo.JOBOBJECT_CPU_RATE_CONTROL_INFORMATION()
+    if limits.cpu_rate is not None:
+        info.ControlFlags = jo.JOB_OBJECT_CPU_RATE_CONTROL_ENABLE | jo.JOB_OBJECT_CPU_RATE_CONTROL_HARD_CAP
+        info.CpuRate = limits.cpu_rate
+    elif limits.cpu_weight is not None:
+        info.ControlFlags = (
+            jo.JOB_OBJECT_CPU_RATE_CONTROL_ENABLE | jo.JOB_OBJECT_CPU_RATE_CONTROL_WEIGHT_BASED
+        )
+        info.Weight = limits.cpu_weight
+    else:
+        return None
+    return info
+
+
+def _could_not_run(e: jo.JobObjectError, program: str) -> Exception:
+    reason = {
+        jo.ERROR_FILE_NOT_FOUND: "not_found",
+        jo.ERROR_PATH_NOT_FOUND: "not_found",
+        jo.ERROR_ACCESS_DENIED: "permission_denied",
+        jo.ERROR_BAD_EXE_FORMAT: "exec_failed",
+    }.get(e.winerror)
+    return CouldNotRun(reason, program, f"Win32 error {e.winerror}") if reason else e
+
+
+class WindowsJobMechanism:
+    """The Job Object mechanism (ARCHITECTURE.md section 6, Windows).
+
+    Args:
+        probe: returns this host's capability reports (default ``windows_capabilities``; probed once).
+    """
+
+    name = "windows-job-object"
+
+    def __init__(self, probe: Any = windows_capabilities) -> None:
+        self._probe = probe
+        self._reports: list[Capability] | None = None
+        self._open: dict[str, _Handles] = {}
+
+    def capabilities(self) -> list[Capability]:
+        """This host's reports (probed on first call, then cached for this instance)."""
+        if self._reports is None:
+            self._reports = list(self._probe())
+        return self._reports
+
+    def provision(self, sandbox: Sandbox, plan: JobPlan | dict[str, Any]) -> None:
+        """OCI create: a job with the plan's limits holding the suspended process.
+
+        Args:
+            sandbox: fills ``sandbox.private`` (``job_name``, ``pid``, ``tid``, ``started``).
+            plan: a ``JobPlan``, or an OCI config dict (passed through ``plan_from_config``).
+        Raises:
+            BundleInvalid: a config dict that cannot be planned.
+            CapabilityUnavailable: a required capability is missing (before any Win32 call).
+            CouldNotRun: CreateProcessW could not find or execute the program (cause: JobObjectError).
+            JobObjectError: any other failing call; nothing is left behind.
+        """
+        if not isinstance(plan, JobPlan):
+            plan = plan_from_config(plan)
+        check_requirements(plan, self.capabilities())
+        name = job_name(sandbox.id)
+        with ExitStack() as undo:
+            job = jo.create_job(name)
+            undo.callback(jo.close, job)
+            jo.set_information(job, jo.JobObjectExtendedLimitInformation, extended_limits(plan.limits))
+            cpu = cpu_rate_info(plan.limits)
+            if cpu is not None:
+                jo.set_information(job, jo.JobObjectCpuRateControlInformation, cpu)
+            try:
+                pi = jo.create_suspended(plan.argv, plan.cwd, plan.env)
+            except jo.JobObjectError as e:
+                mapped = _could_not_run(e, plan.argv[0])
+                if mapped is e:
+                    raise
+                raise mapped from e
+            process, thread = int(pi.hProcess), int(pi.hThread)
+            undo.callback(jo.close, thread)
+            undo.callback(jo.close, process)
+            undo.callback(jo.kernel32().TerminateProcess, process, 1)
+            jo.assign(job, process)
+            jo.keep_alive_in(job, process)
+            undo.pop_all()
+        self._open[sandbox.id] = _Handles(job, process, thread)
+        sandbox.private.update(job_name=name, pid=int(pi.dwProcessId), tid=int(pi.dwThreadId), started=False)
+
+    def _handles(self, sandbox: Sandbox) -> _Handles:
+        """The open handles, reopening them by name/pid in a new shim process.
+
+        Raises:
+            JobObjectError: the job is gone, or the pid is no longer a process of this job.
+        """
+        h = self._open.get(sandbox.id)
+        if h is not None:
+            return h
+        k = jo.kernel32()
+        job = jo.open_job(sandbox.private["job_name"])
+        with ExitStack() as undo:
+            undo.callback(jo.close, job)
+            access = jo.PROCESS_QUERY_LIMITED_INFORMATION | jo.SYNCHRONIZE | jo.PROCESS_TERMINATE
+            process = k.OpenProcess(access, False, sandbox.private["pid"])
+            if not process:
+                raise jo.fail("OpenProcess")
+            undo.callback(jo.close, process)
+            if not jo.process_in_job(process, job):
+                raise jo.JobObjectError(
+                    "IsProcessInJob", 0, "the pid was reused by a process outside the job"
+                )
+            thread = None
+            if not sandbox.private.get("started"):
+                thread = k.OpenThread(jo.THREAD_SUSPEND_RESUME, False, sandbox.private["tid"])
+                if not thread:
+                    raise jo.fail("OpenThread")
+            undo.pop_all()
+        h = _Handles(int(job), int(process), int(thread) if thread else None)
+        self._open[sandbox.id] = h
+        return h
+
+    def start(self, sandbox: Sandbox) -> None:
+        """OCI start: ResumeThread on the held primary thread.
+
+        Raises:
+            JobObjectError: ResumeThread (or reopening) failed; the job is then terminated and closed.
+        """
+        h = self._handles(sandbox)
+        if h.thread is None:
+            raise jo.JobObjectError("ResumeThread", 0, "the sandbox was already started")
+        try:
+            jo.resume(h.thread)
+        except jo.JobObjectError:
+            self.destroy(sandbox)
+            raise
+        jo.close(h.thread)
+        h.thread = None
+        sandbox.private["started"] = True
+
+    def signal(self, sandbox: Sandbox, signum: int, all_processes: bool = False) -> None:
+        """SIGKILL and SIGTERM both become TerminateJobObject(job, 128 + signum).
+
+        Job Objects have no graceful stop, so SIGTERM is as final as SIGKILL and always reaches every
+        process in the job (``all_processes`` changes nothing).
+        Raises:
+            UsageError: any other signal (no Job Object equivalent).
+            JobObjectError: TerminateJobObject failed.
+        """
+        if signum not in (SIGKILL, SIGTERM):
+            raise UsageError(
+                f"signal {signum} has no Job Object equivalent", "use SIGKILL (9) or SIGTERM (15)"
+            )
+        jo.terminate_job(self._handles(sandbox).job, 128 + signum)
+
+    def wait(self, sandbox: Sandbox, timeout_s: float | None = None) -> int | None:
+        """Wait for the first process to end: its exit code, or None on timeout (seconds; None = forever)."""
+        ms = jo.INFINITE if timeout_s is None else max(0, int(timeout_s * 1000))
+        return jo.exit_code(self._handles(sandbox).process, ms)
+
+    def status(self, sandbox: Sandbox) -> Status:
+        """created (suspended), running, or stopped (with the exit status; 128+n after a signal)."""
+        try:
+            code = jo.exit_code(self._handles(sandbox).process, 0)
+        except jo.JobObjectError:
+            code, gone = None, True
+        else:
+            gone = code is not None
+        if gone:
+            return Status(sandbox.id, "stopped", 0, sandbox.bundle, {}, exit_status=code)
+        state = "running" if sandbox.private.get("started") else "created"
+        return Status(sandbox.id, state, int(sandbox.private["pid"]), sandbox.bundle, {})
+
+    def usage(self, sandbox: Sandbox) -> Usage:
+        """Job accounting: CPU from 100-ns ticks to microseconds, I/O bytes (all I/O, not only block),
+        active processes, committed memory now and at peak (JobObjectMemoryUsageInformation, Windows 10+;
+        else the peak from the extended limit information).
+
+        Raises:
+            JobObjectError: the accounting query failed.
+        """
+        job = self._handles(sandbox).job
+        acct = jo.JOBOBJECT_BASIC_AND_IO_ACCOUNTING_INFORMATION()
+        jo.query_information(job, jo.JobObjectBasicAndIoAccountingInformation, acct)
+        memory: int | None = None
+        try:
+            mem = jo.JOBOBJECT_MEMORY_USAGE_INFORMATION()
+            jo.query_information(job, jo.JobObjectMemoryUsageInformation, mem)
+            memory, peak = int(mem.JobMemory), int(mem.PeakJobMemoryUsed)
+        except jo.JobObjectError:
+            ext = jo.JOBOBJECT_EXTENDED_LIMIT_INFORMATION()
+            jo.query_information(job, jo.JobObjectExtendedLimitInformation, ext)
+            peak = int(ext.PeakJobMemoryUsed)
+        return Usage(
+            memory_bytes=memory,
+            memory_peak_bytes=peak,
+            cpu_user_us=acct.BasicInfo.TotalUserTime // 10,
+            cpu_system_us=acct.BasicInfo.TotalKernelTime // 10,
+            pids=int(acct.BasicInfo.ActiveProcesses),
+            io_read_bytes=int(acct.IoInfo.ReadTransferCount),
+            io_write_bytes=int(acct.IoInfo.WriteTransferCount),
+        )
+
+    def destroy(self, sandbox: Sandbox) -> None:
+        """OCI delete: TerminateJobObject and close every handle.  Never raises for a job already gone."""
+        try:
+            h = self._handles(sandbox)
+        except (jo.JobObjectError, KeyError):
+            self._open.pop(sandbox.id, None)
+            return
+        try:
+            jo.terminate_job(h.job, 128 + SIGKILL)
+        except jo.JobObjectError:
+            pass  # every process already ended; closing the handles below is all that is left
+        for handle in (h.thread, h.process, h.job):
+            jo.close(handle)
+        self._open.pop(sandbox.id, None)

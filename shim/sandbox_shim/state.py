@@ -1,0 +1,246 @@
+"""The state store: one directory per sandbox id under the state root (``--root``).
+
+Layout: ``ROOT/ID/state.json`` (written atomically: temp file + rename), an exclusive ``flock`` on
+``ROOT/ID`` while a verb changes it, and ``ROOT/.cgroups/ID`` naming the cgroups made for ID, kept
+outside the state directory so ``delete --force`` can remove them even when ``ROOT/ID`` is gone.
+
+Identity is pid **and** process start time (field 22 of /proc/PID/stat, proc(5)): a pid whose start
+time differs is another process and is never signalled.
+
+Lifecycle rules live here, on the status (runtime-spec "Lifecycle"): ``can_start`` etc.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import InvalidState, SandboxExists, SandboxNotFound, UsageError
+
+DEFAULT_ROOT = "/run/sandbox-shim"
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,1023}$")
+
+ACTIVE = ("created", "running", "paused")
+
+
+def can_start(status: str) -> bool:
+    return status == "created"
+
+
+def can_kill(status: str) -> bool:
+    return status in ACTIVE
+
+
+def can_delete(status: str, force: bool) -> bool:
+    return force or status in ("stopped", "creating")
+
+
+def can_pause(status: str) -> bool:
+    return status == "running"
+
+
+def require(sandbox_id: str, status: str, verb: str) -> None:
+    """Raise ``InvalidState`` unless ``verb`` is allowed in ``status``."""
+    rules = {
+        "start": (can_start(status), "created"),
+        "kill": (can_kill(status), "created, running or paused"),
+        "delete": (can_delete(status, False), "stopped (or use --force)"),
+        "pause": (can_pause(status), "running"),
+        "resume": (status == "paused", "paused"),
+        "exec": (status == "running", "running"),
+    }
+    ok, allowed = rules[verb]
+    if not ok:
+        raise InvalidState(sandbox_id, status, verb, allowed)
+
+
+def resolve_root(root: str | None) -> str:
+    """The canonical state root.  A relative ``root`` is taken under ``DEFAULT_ROOT``, not the cwd,
+    so the same ``--root`` finds the same sandboxes from any working directory."""
+    root = root or DEFAULT_ROOT
+    if not os.path.isabs(root):
+        root = os.path.join(DEFAULT_ROOT, root)
+    return os.path.normpath(root)
+
+
+def check_id(sandbox_id: str) -> None:
+    """Ids are one path component of safe characters (runc's rule)."""
+    if not sandbox_id or not ID_RE.match(sandbox_id):
+        raise UsageError(f"invalid container id {sandbox_id!r}",
+                         "use letters, digits, and _ . + - (not starting with a symbol)")
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (proc(5) field 22), or None if gone."""
+    if pid <= 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()
+    return int(fields[19])
+
+
+def proc_state(pid: int) -> str | None:
+    """One-letter process state (R, S, Z, ...) from /proc/PID/stat, or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2:].split()[0].decode()
+
+
+def same_process(pid: int, start: int | None) -> bool:
+    """True if ``pid`` is alive (not a zombie) and started at ``start``."""
+    if not pid or start is None:
+        return False
+    return proc_start_time(pid) == start and proc_state(pid) not in (None, "Z", "X")
+
+
+@dataclass
+class Record:
+    """What is stored for a sandbox (``state.json``)."""
+
+    id: str
+    bundle: str
+    status: str = "creating"
+    pid: int = 0
+    pid_start: int | None = None
+    init_pid: int = 0
+    init_start: int | None = None
+    created: str = ""
+    annotations: dict[str, str] = field(default_factory=dict)
+    mechanism: str = "linux"
+    required: list[str] = field(default_factory=list)
+    private: dict[str, Any] = field(default_factory=dict)
+    owner_ref: str | None = None
+    context: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Record:
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+class StateStore:
+    """Sandboxes under one state root."""
+
+    def __init__(self, root: str | None = None) -> None:
+        self.root = resolve_root(root)
+
+    def dir(self, sandbox_id: str) -> str:
+        check_id(sandbox_id)
+        return os.path.join(self.root, sandbox_id)
+
+    def cgroup_index(self, sandbox_id: str) -> str:
+        return os.path.join(self.root, ".cgroups", sandbox_id)
+
+    @contextlib.contextmanager
+    def new(self, sandbox_id: str) -> Iterator[str]:
+        """Make ``ROOT/ID`` (fails if it exists) and hold its lock; yield the directory."""
+        d = self.dir(sandbox_id)
+        os.makedirs(self.root, mode=0o711, exist_ok=True)
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            raise SandboxExists(sandbox_id) from None
+        with self._flock(d):
+            yield d
+
+    @contextlib.contextmanager
+    def locked(self, sandbox_id: str) -> Iterator[Record]:
+        """Hold the id's lock and yield its record (re-read under the lock)."""
+        d = self.dir(sandbox_id)
+        try:
+            lock_cm = self._flock(d)
+            lock_cm.__enter__()
+        except FileNotFoundError:
+            raise SandboxNotFound(sandbox_id, self.root) from None
+        try:
+            yield self.read(sandbox_id)
+        finally:
+            lock_cm.__exit__(None, None, None)
+
+    @contextlib.contextmanager
+    def _flock(self, d: str) -> Iterator[None]:
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def read(self, sandbox_id: str) -> Record:
+        """The stored record.  Raises ``SandboxNotFound``."""
+        path = os.path.join(self.dir(sandbox_id), "state.json")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return Record.from_dict(json.load(fh))
+        except FileNotFoundError:
+            if os.path.isdir(self.dir(sandbox_id)):
+                return Record(id=sandbox_id, bundle="", status="creating")
+            raise SandboxNotFound(sandbox_id, self.root) from None
+        except (OSError, ValueError) as e:
+            raise SandboxNotFound(sandbox_id, self.root) from e
+
+    def write(self, rec: Record) -> None:
+        """Replace ``state.json`` atomically."""
+        write_atomic(os.path.join(self.dir(rec.id), "state.json"), json.dumps(asdict(rec)))
+
+    def remove(self, sandbox_id: str) -> None:
+        """Remove ``ROOT/ID`` entirely (idempotent)."""
+        shutil.rmtree(self.dir(sandbox_id), ignore_errors=True)
+
+    def ids(self) -> list[str]:
+        """Ids with a state directory, sorted."""
+        try:
+            return sorted(e for e in os.listdir(self.root) if not e.startswith(".") and ID_RE.match(e))
+        except FileNotFoundError:
+            return []
+
+    def write_cgroup_index(self, sandbox_id: str, info: dict[str, Any]) -> None:
+        os.makedirs(os.path.dirname(self.cgroup_index(sandbox_id)), exist_ok=True)
+        write_atomic(self.cgroup_index(sandbox_id), json.dumps(info))
+
+    def read_cgroup_index(self, sandbox_id: str) -> dict[str, Any] | None:
+        try:
+            with open(self.cgroup_index(sandbox_id), encoding="utf-8") as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            return None
+
+    def drop_cgroup_index(self, sandbox_id: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.cgroup_index(sandbox_id))
+
+
+def write_atomic(path: str, text: str, mode: int = 0o600) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same directory and ``rename(2)``.
+
+    A reader sees the old content or the new, never a mix; a longer old file is fully replaced.
+    """
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    try:
+        os.rename(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if e.errno != errno.ENOENT:
+            raise
+        raise

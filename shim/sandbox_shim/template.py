@@ -1,0 +1,65 @@
+"""The default config.json written by ``sandbox-shim spec``: safe tenant defaults.
+
+Like ``runc spec``, but tenant-shaped: every namespace but user is new (network included, so only
+loopback), no capabilities, ``noNewPrivileges``, a read-only rootfs, ``storage/`` bound read-write at
+``/storage``, memory and pids limits, and runc's masked/read-only paths.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+OCI_VERSION = "1.0.2"
+
+_DEFAULT: dict[str, Any] = {
+    "ociVersion": OCI_VERSION,
+    "process": {
+        "terminal": False,
+        "user": {"uid": 0, "gid": 0},
+        "args": ["sh", "-c", "echo hello from the sandbox; uname -n"],
+        "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=xterm", "HOME=/root"],
+        "cwd": "/",
+        "capabilities": {"bounding": [], "effective": [], "permitted": [], "inheritable": [], "ambient": []},
+        "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
+        "noNewPrivileges": True,
+    },
+    "root": {"path": "rootfs", "readonly": True},
+    "hostname": "sandbox",
+    "mounts": [
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]},
+        {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
+        {"destination": "/storage", "type": "bind", "source": "storage", "options": ["rbind", "rw"]},
+    ],
+    "linux": {
+        "namespaces": [
+            {"type": "pid"},
+            {"type": "network"},
+            {"type": "ipc"},
+            {"type": "uts"},
+            {"type": "mount"},
+            {"type": "cgroup"},
+        ],
+        "resources": {"memory": {"limit": 268435456}, "pids": {"limit": 128}},
+        "maskedPaths": [
+            "/proc/acpi",
+            "/proc/asound",
+            "/proc/kcore",
+            "/proc/keys",
+            "/proc/latency_stats",
+            "/proc/timer_list",
+            "/proc/timer_stats",
+            "/proc/sched_debug",
+            "/proc/scsi",
+            "/sys/firmware",
+        ],
+        "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
+    },
+    "annotations": {},
+}
+
+
+def default_config() -> dict[str, Any]:
+    """A fresh copy of the default tenant config.json (a dict; safe to mutate)."""
+    return copy.deepcopy(_DEFAULT)
