@@ -74,8 +74,49 @@ def shim_cmd(root: Path, *args: str) -> list[str]:
 
 
 def run_shim(root: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
-    """Run the CLI and capture its output as text."""
-    kw.setdefault("capture_output", True)
-    kw.setdefault("text", True)
+    """Run the CLI; its stdout/stderr go to files, not pipes: a sandbox made by ``create`` inherits
+    them and keeps them open, so reading a pipe to EOF would wait for the sandbox to end."""
+    import tempfile
+
     kw.setdefault("timeout", 60)
-    return subprocess.run(shim_cmd(root, *args), env=kw.pop("env", dict(os.environ)), **kw)
+    env = kw.pop("env", dict(os.environ))
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.run(shim_cmd(root, *args), env=env, stdout=out, stderr=err, **kw)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(p.args, p.returncode, out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def subreaper() -> None:
+    """Make the test process a child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER), as conmon and
+    containerd's shim are: the sandbox's monitor re-parents to us when ``create`` exits, so tests can
+    waitpid() it and read the sandbox's exit status."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def wait_pid(pid: int, timeout: float = 30.0) -> int:
+    """Reap ``pid`` (a descendant re-parented to us) and return its shell-style exit status."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        got, status = os.waitpid(pid, os.WNOHANG)
+        if got == pid:
+            code = os.waitstatus_to_exitcode(status)
+            return 128 - code if code < 0 else code
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pid {pid} did not exit within {timeout} s")
+        time.sleep(0.01)
+
+
+def cgroup_dirs(sandbox_id: str) -> list[str]:
+    """Every cgroup directory named after ``sandbox_id`` under our default parent, in any hierarchy."""
+    import glob
+
+    return glob.glob(f"/sys/fs/cgroup/*/sandbox-shim/{sandbox_id}") + glob.glob(
+        f"/sys/fs/cgroup/sandbox-shim/{sandbox_id}")

@@ -38,9 +38,13 @@ def _store(mechanism: Any) -> StateStore:
     return StateStore(getattr(mechanism, "root", None))
 
 
+_IDENTITY = ("pid", "pid_start", "init_pid", "init_start")
+
+
 def _sandbox(rec: Record, store: StateStore) -> Sandbox:
     priv = dict(rec.private)
     priv["dir"] = store.dir(rec.id)
+    priv.update({k: getattr(rec, k) for k in _IDENTITY})  # identity lives in the record, once
     return Sandbox(rec.id, rec.bundle, rec.owner_ref, rec.context, priv)
 
 
@@ -82,7 +86,7 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None) -> 
             rec.status = "created"
             rec.pid, rec.pid_start = sandbox.private["pid"], sandbox.private["pid_start"]
             rec.init_pid, rec.init_start = sandbox.private["init_pid"], sandbox.private["init_start"]
-            rec.private = {k: v for k, v in sandbox.private.items() if k != "dir"}
+            rec.private = {k: v for k, v in sandbox.private.items() if k != "dir" and k not in _IDENTITY}
             rec.private["plan"] = {"hooks": plan.hooks, "wall_clock": plan.wall_clock, "network": plan.network}
             store.write(rec)
             if pid_file:
@@ -99,6 +103,11 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None) -> 
 
 
 def _drop_cgroups(store: StateStore, sandbox_id: str) -> None:
+    """Remove what an id left outside its state dir: cgroups (index) and network links (marker)."""
+    if os.path.exists(os.path.join(store.root, ".network", sandbox_id)):
+        from .platforms.linux import network
+
+        network.teardown_orphan(store.root, sandbox_id)
     info = store.read_cgroup_index(sandbox_id)
     if info:
         from .platforms.linux.mechanism import remove_cgroups

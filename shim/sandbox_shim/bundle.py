@@ -129,8 +129,12 @@ def read_config(bundle: str) -> dict[str, Any]:
     return cfg
 
 
-def load(bundle_dir: str, cwd: str | None = None) -> Spec:
+def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
     """Load and validate the bundle at ``bundle_dir`` (relative to ``cwd``, default the process's).
+
+    With ``launch=False`` (``sandbox-shim validate``) facts about *this* host that a launch would
+    need — bind sources and namespace files existing — are warnings, so a config generated on
+    another host (podman's, with its own storage paths) still validates.
 
     Returns:
         a ``Spec`` with canonical paths, the config and the warnings.
@@ -158,13 +162,18 @@ def load(bundle_dir: str, cwd: str | None = None) -> Spec:
         settings = Settings.from_annotations(cfg.get("annotations") or {})
         problems += tenant.check_network(cfg, settings.network)
         problems += _linux_problems(cfg, bundle, settings)
+        host = _host_problems(cfg, bundle)
+        if launch:
+            problems += host
+        else:
+            warnings += host
     if problems:
         raise BundleInvalid(problems)
     return Spec(bundle, rootfs, cfg, Settings.from_annotations(cfg.get("annotations") or {}), warnings)
 
 
-def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> list[BundleProblem]:
-    """Semantic checks past the schema: mount sources, seccomp names, namespace paths, security fields."""
+def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:
+    """What a launch on this host needs: bind sources and namespace files that exist."""
     out: list[BundleProblem] = []
     for i, m in enumerate(cfg.get("mounts") or []):
         if m.get("type") == "bind" or "bind" in (m.get("options") or []) or "rbind" in (m.get("options") or []):
@@ -175,11 +184,18 @@ def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> lis
             elif not os.path.exists(canonical(src, bundle)):
                 out.append(BundleProblem(f"/mounts/{i}/source", f"bind source {canonical(src, bundle)} does not exist",
                                          "runtime-spec config.md mounts", "create it or fix the path"))
-    linux = cfg.get("linux") or {}
-    for i, ns in enumerate(linux.get("namespaces") or []):
+    for i, ns in enumerate((cfg.get("linux") or {}).get("namespaces") or []):
         if ns.get("path") and not os.path.exists(ns["path"]):
             out.append(BundleProblem(f"/linux/namespaces/{i}/path", f"namespace file {ns['path']} does not exist",
                                      "runtime-spec config-linux.md namespaces", "give the path of a live namespace"))
+    return out
+
+
+def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> list[BundleProblem]:
+    """Semantic checks past the schema: seccomp names, unsupported namespaces, security fields."""
+    out: list[BundleProblem] = []
+    linux = cfg.get("linux") or {}
+    for i, ns in enumerate(linux.get("namespaces") or []):
         if ns.get("type") == "time":
             out.append(BundleProblem(f"/linux/namespaces/{i}", "time namespaces are not supported here",
                                      "sandbox-shim: not implemented", "remove the entry"))

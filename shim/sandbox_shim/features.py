@@ -7,8 +7,10 @@ succeeded on this host (``sandbox_shim.probes``), and cgroup v1/v2 only when the
 controller succeeded through that version, because a caller that reads "network" here will rely on it.
 Everything the shim does not implement is absent, empty or false:
 
-* ``hooks``: ``HOOKS`` (none yet); ``mountOptions``: ``MOUNT_OPTIONS``; ``linux.capabilities``:
-  ``CAPABILITIES`` (none honoured yet) - module constants extended as the plan learns each one.
+* ``hooks``: ``HOOKS`` (none yet) and ``mountOptions``: ``MOUNT_OPTIONS`` (what ``plan`` acts on) -
+  module constants extended as the plan learns each one.
+* ``linux.capabilities``: the names config.schema.json accepts in ``process.capabilities`` (``plan``
+  passes the effective set to bwrap), read from the schema so the two cannot drift.
 * ``apparmor``, ``selinux``, ``cgroup.systemd``, ``cgroup.systemdUser``: false.
 * ``seccomp``: enabled when the ``seccomp`` probe succeeded; actions, operators and archs are the ones
   libseccomp (through pyseccomp) can express *and* ``platforms.linux.seccomp`` accepts: SCMP_ACT_NOTIFY is
@@ -30,10 +32,8 @@ OCI_VERSION_MIN = "1.0.0"
 OCI_VERSION_MAX = "1.1.0"
 #: hooks (config.md "POSIX-platform Hooks") the runtime runs; none are implemented yet.
 HOOKS: list[str] = []
-#: mount options (config.md "Mounts") honoured when building bwrap's mounts.
+#: mount options (config.md "Mounts") that ``plan`` acts on when building bwrap's mounts.
 MOUNT_OPTIONS: list[str] = ["bind", "rbind", "ro", "rw"]
-#: capability names (capabilities(7)) honoured in ``process.capabilities``; none yet.
-CAPABILITIES: list[str] = []
 #: seccomp flags (seccomp(2) SECCOMP_FILTER_FLAG_*) accepted in ``linux.seccomp.flags``.
 SECCOMP_FLAGS: list[str] = ["SECCOMP_FILTER_FLAG_TSYNC"]
 
@@ -127,7 +127,7 @@ def features(reports: Iterable[Capability] | None = None) -> dict[str, Any]:
         "mountOptions": list(MOUNT_OPTIONS),
         "linux": {
             "namespaces": sorted(ns for ns, probe in NAMESPACE_PROBES.items() if ok(probe)),
-            "capabilities": list(CAPABILITIES),
+            "capabilities": capability_names(),
             "cgroup": {"v1": cgroup_version == "cgroup v1", "v2": cgroup_version == "cgroup v2",
                        "systemd": False, "systemdUser": False, "rdma": False},
             "seccomp": seccomp,
@@ -137,6 +137,15 @@ def features(reports: Iterable[Capability] | None = None) -> dict[str, Any]:
         },
         "annotations": annotations,
     }
+
+
+def capability_names() -> list[str]:
+    """The capabilities(7) names config.schema.json accepts (``$defs.capability``), in schema order."""
+    import json
+    from importlib import resources
+
+    text = resources.files("sandbox_shim.schemas").joinpath("config.schema.json").read_text(encoding="utf-8")
+    return list(json.loads(text)["$defs"]["capability"]["enum"])
 
 
 def _package_version() -> str:

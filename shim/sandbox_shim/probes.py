@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import select
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -45,8 +47,8 @@ NAMESPACES: dict[str, tuple[int, str, str]] = {
     "uts": (0x04000000, "CLONE_NEWUTS", "uts"),
     "cgroup": (0x02000000, "CLONE_NEWCGROUP", "cgroup"),
 }
-_CONFIG = {"user": "USER_NS", "mount": "(always built)", "pid": "PID_NS", "network": "NET_NS",
-           "ipc": "IPC_NS", "uts": "UTS_NS", "cgroup": "CGROUPS"}
+_CONFIG = {"user": "USER_NS", "pid": "PID_NS", "network": "NET_NS", "ipc": "IPC_NS", "uts": "UTS_NS",
+           "cgroup": "CGROUPS"}  # kernel options whose absence makes unshare(2) fail with EINVAL
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2  # prctl(2)
 PR_SET_NO_NEW_PRIVS, PR_GET_NO_NEW_PRIVS = 38, 39  # prctl(2)
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1  # netdevice(7)
@@ -57,7 +59,9 @@ CHILD_TIMEOUT = 5.0  # seconds a probe child may take before it is killed and re
 
 # ---- running a trial in a forked child ---------------------------------------------------------
 
+@functools.lru_cache(maxsize=1)
 def _libc() -> ctypes.CDLL:
+    """The C library, loaded once in the parent (never dlopen in a forked child: the loader lock)."""
     return ctypes.CDLL(None, use_errno=True)
 
 
@@ -86,8 +90,17 @@ def in_child(trial: Callable[[], str]) -> tuple[bool, str]:
     ``"<ERRNAME> from <what>"`` text.  A child killed by a signal (e.g. SIGSYS from a seccomp
     filter) or running past ``CHILD_TIMEOUT`` seconds is a failure.  Never raises.
     """
-    r, w = os.pipe()
-    pid = os.fork()
+    _libc()
+    try:
+        r, w = os.pipe()
+    except OSError as e:
+        return False, f"cannot make a pipe for the probe child: {e}"
+    try:
+        pid = os.fork()
+    except OSError as e:
+        os.close(r)
+        os.close(w)
+        return False, f"cannot fork a probe child: {e}: raise the pids limit of this process's cgroup"
     if pid == 0:  # child: never return into the caller's stack
         code = 1
         try:
@@ -125,8 +138,6 @@ def in_child(trial: Callable[[], str]) -> tuple[bool, str]:
 
 
 def _signame(sig: int) -> str:
-    import signal
-
     try:
         return signal.Signals(sig).name
     except ValueError:
@@ -176,7 +187,7 @@ def _explain_unshare(kind: str, err: str, in_userns: bool) -> str:
     if err.startswith("ENOSPC"):
         limit = f"user.max_{ {'mount': 'mnt', 'network': 'net'}.get(kind, kind)}_namespaces"
         return f"{head}: the limit {limit} is 0 or reached: raise it with sysctl"
-    if err.startswith("EINVAL"):
+    if err.startswith("EINVAL") and kind in _CONFIG:
         return f"{head}: the kernel does not support it (built without CONFIG_{_CONFIG[kind]})"
     return f"{head}: {err.partition(':')[2] or err}{_seccomp_note()}"
 
@@ -201,9 +212,9 @@ def _verify_network() -> str:
     names = [n for _, n in socket.if_nameindex()]
     if names != ["lo"]:
         raise RuntimeError(f"new network namespace is not empty: {names}")
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        import fcntl
+    import fcntl  # POSIX only: imported where used so the module loads on Windows
 
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         ifreq = struct.pack("16sH22x", b"lo", 0)
         flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, ifreq)[:18])[1]
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
@@ -354,7 +365,8 @@ def probe_seccomp() -> Capability:
         return off
     ok, text = in_child(_seccomp_trial)
     if not ok:
-        why = "the kernel lacks CONFIG_SECCOMP_FILTER" if text.startswith("EINVAL") else text
+        why = f"{text}: the kernel lacks CONFIG_SECCOMP_FILTER" if text.startswith(
+            "EINVAL from prctl(PR_SET_SECCOMP") else text
         return Capability("seccomp", False, "seccomp BPF", f"{why}{_seccomp_note()}", measured)
     try:
         version = libseccomp_version()
@@ -396,9 +408,9 @@ def probe_landlock() -> Capability:
     if ok:
         return Capability("landlock", True, f"landlock ABI {text}", "", measured)
     if text.startswith("ENOSYS"):
-        text = "ENOSYS: the kernel has no Landlock (needs Linux >= 5.13 with CONFIG_SECURITY_LANDLOCK)"
-    elif text.startswith("EOPNOTSUPP"):
-        text = "EOPNOTSUPP: Landlock is built but not enabled: add landlock to the lsm= boot parameter"
+        text += ": the kernel has no Landlock (needs Linux >= 5.13 with CONFIG_SECURITY_LANDLOCK)"
+    elif text.startswith(("EOPNOTSUPP", "ENOTSUP")):
+        text += ": Landlock is built but not enabled: add landlock to the lsm= boot parameter"
     return Capability("landlock", False, "landlock", f"{text}{_seccomp_note()}", measured)
 
 

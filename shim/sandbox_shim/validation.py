@@ -73,14 +73,12 @@ def schema_problems(cfg: dict[str, Any]) -> tuple[list[BundleProblem], list[Bund
     validator = jsonschema.Draft202012Validator(schema)
     errors: list[BundleProblem] = []
     for err in sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path))):
-        if err.validator == "propertyNames":
-            # an unknown sandbox-shim.* annotation: name it (names are not secret)
-            for ctx in err.context or []:
-                bad = ctx.instance
-                errors.append(BundleProblem(_ptr([*err.absolute_path, bad]), f"unknown sandbox setting {bad!r}",
-                                            "schemas/config.schema.json annotations",
-                                            "see README 'Sandbox settings' for the known names"))
-                break
+        if "propertyNames" in err.absolute_schema_path:
+            # an unknown sandbox-shim.* annotation: name it (names are not secret, values may be)
+            bad = err.instance if isinstance(err.instance, str) else "?"
+            errors.append(BundleProblem(_ptr([*err.absolute_path, bad]), f"unknown sandbox setting {bad!r}",
+                                        "schemas/config.schema.json annotations",
+                                        "see README 'Sandbox settings' for the known names"))
             continue
         msg, hint = _describe(err)
         errors.append(BundleProblem(_ptr(err.absolute_path), msg, f"schema: {err.validator}", hint))

@@ -7,6 +7,7 @@ group in ``cli.app``.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 FAST_VERBS = frozenset({"create", "start", "state", "kill", "delete"})
@@ -30,6 +31,10 @@ def _verb(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``); exits the process."""
     args = list(sys.argv[1:] if argv is None else argv)
+    # A parent that ignores SIGCHLD or blocks signals passes that on to us and to bwrap, whose monitor
+    # would then lose the sandbox's exit status (auto-reaped children): start from the defaults.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
     if _verb(args) in FAST_VERBS and not ({"-h", "--help"} & set(args)):
         from .lifecycle import main as fast_main
 

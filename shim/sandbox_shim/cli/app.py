@@ -18,6 +18,9 @@ COMMANDS: list[str] = [
     "bundle_cmds:validate",
     "lifecycle_click:run",
     "lifecycle_click:list_cmd",
+    "confine:command",
+    "capabilities:capabilities_cmd",
+    "capabilities:features_cmd",
 ]
 
 LIFECYCLE_HELP = """

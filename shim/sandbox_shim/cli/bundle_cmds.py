@@ -42,7 +42,7 @@ def validate(g: Globals, bundle: str, fmt: str) -> None:
     from ..bundle import load
 
     try:
-        s = load(bundle)
+        s = load(bundle, launch=False)
     except BundleInvalid as e:
         if fmt == "json":
             click.echo(json.dumps({"valid": False, "errors": [p.__dict__ for p in e.problems]}, indent=2))

@@ -82,7 +82,10 @@ class LinuxMechanism:
 
             section = plan.seccomp if plan.seccomp is not None or not plan.allow_nested_userns \
                 else _tenant_section_with_userns()
-            fds["seccomp"] = _memfd("seccomp", compile_bpf(section))
+            bpf = compile_bpf(section)
+            with open(os.path.join(d, "seccomp.bpf"), "wb") as fh:  # exec'd processes load the same filter
+                fh.write(bpf)
+            fds["seccomp"] = _memfd("seccomp", bpf)
             undo.callback(os.close, fds["seccomp"])
             argv = build_args(plan, Fds(fds["block"], fds["status"], fds["seccomp"]))
             sep = argv.index("--")  # options go through --args; bwrap wants the command on its argv
@@ -95,9 +98,20 @@ class LinuxMechanism:
             cg.add(child)
             for name, soft, hard in plan.rlimits:
                 resource.prlimit(child, getattr(resource, name), (soft, hard))
+            if plan.network == "isolated":
+                # veth + address into the child's network namespace (pyroute2, imported only here)
+                from . import network
+
+                priv["network"] = network.setup(sandbox.id, child, plan, os.path.dirname(d))
+                undo.callback(network.teardown, priv["network"])
             priv.update(
                 pid=proc.pid, pid_start=proc_start_time(proc.pid),
                 init_pid=child, init_start=proc_start_time(child),
+                # what an exec'd process must share with the sandbox's own (enter.py)
+                process={"uid": plan.uid, "gid": plan.gid, "additional_gids": plan.additional_gids,
+                         "capabilities": plan.capabilities, "rlimits": plan.rlimits, "env": plan.env,
+                         "cwd": plan.cwd, "seccomp_file": os.path.join(d, "seccomp.bpf"),
+                         "userns": "user" in plan.unshare or plan.uid != 0 or plan.gid != 0},
             )
             proc.returncode = 0  # the caller (or its subreaper) waits on it, not this object
             undo.pop_all()
@@ -184,6 +198,10 @@ class LinuxMechanism:
                     os.kill(p[pid_key], _signal.SIGKILL)
         if cg is not None:
             cg.remove(p["cgroup"].get("created", []))
+        if p.get("network"):
+            from . import network
+
+            network.teardown(p["network"])
 
 
 def remove_cgroups(info: dict[str, Any]) -> None:

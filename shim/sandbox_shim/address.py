@@ -1,0 +1,43 @@
+"""``address(mechanism, sandbox_id)``: where the host reaches a sandbox's server, as ``"ip:port"``.
+
+One shape, None, for both "this mechanism has no addresses" and "this sandbox has nothing to reach":
+network mode ``none`` or ``host``, no ``sandbox-shim.port``, or a sandbox that has stopped.  Only
+mode ``isolated`` (see ``platforms/linux/network.py``) gives a sandbox an address of its own.
+
+Source: the sandbox's stored record, ``StateStore(mechanism.root).read(id).private["network"]``
+(written at create).  Nothing heavy is imported: no pyroute2, no netlink request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .state import ACTIVE, StateStore
+
+
+def address(mechanism: Any, sandbox_id: str) -> str | None:
+    """``"10.213.a.c:PORT"`` for an isolated sandbox with a port that is created or running, else None.
+
+    Args:
+        mechanism: a mechanism from ``api.default_mechanism``; one without a state ``root`` has no
+            addresses.
+        sandbox_id: the sandbox id.
+    Raises:
+        SandboxNotFound: no sandbox ``sandbox_id`` under the mechanism's state root.
+    """
+    root = getattr(mechanism, "root", None)
+    if root is None:
+        return None
+    store = StateStore(root)
+    rec = store.read(sandbox_id)
+    net = (rec.private or {}).get("network")
+    if not isinstance(net, dict) or net.get("mode") != "isolated":
+        return None
+    ip, port = net.get("address"), net.get("port")
+    if not ip or not port:
+        return None
+    from .api import observed_status
+
+    if observed_status(mechanism, rec, store) not in ACTIVE:
+        return None
+    return f"{ip}:{int(port)}"

@@ -1,0 +1,225 @@
+"""Controlling a sandbox that runs: pause, resume, update, ps, stats and the events stream.
+
+The library side of ``sandbox-shim pause|resume|update|ps|events``; the CLI (``cli/control.py``) only
+parses and renders.  Everything is read from or written to the sandbox's cgroup through the manager
+(``platforms/linux/cgroups``): ``freeze()`` for pause/resume, ``apply()`` for update, ``pids()`` for ps.
+``facts()`` reads the counters a limit leaves behind (OOM kills, failcnt, pids.max hits) — the facts
+``execute``/``run_bundle`` turn into ``LimitExceeded(kind)``; read them *before* the cgroup is removed.
+
+Sources: kernel docs admin-guide/cgroup-v1/{memory,pids,cpuacct,freezer-subsystem}.rst and
+admin-guide/cgroup-v2.rst; runc's ``events`` JSON (libcontainer/types: ``Event``, ``Stats``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import state as st
+from .api import _sandbox, _store, observed_status
+from .errors import InvalidState, LaunchFailed, ShimError, UsageError
+
+#: v1 memory.limit_in_bytes reads this (PAGE_COUNTER_MAX pages, rounded) when there is no limit
+_V1_UNLIMITED = 1 << 62
+
+
+@dataclass
+class Facts:
+    """Counters of one cgroup at one moment.  Bytes, nanoseconds, counts; None where the host has none.
+
+    Attributes:
+        memory_usage / memory_peak / memory_limit: bytes (limit None = unlimited).
+        memory_failcnt: times usage hit the limit (v1 memory.failcnt; v2 memory.events ``max``).
+        oom_kills: processes the OOM killer killed here (v1 memory.oom_control / v2 memory.events
+            ``oom_kill``).
+        pids_current / pids_limit: processes now / pids.max (None = unlimited).
+        pids_max_hits: forks refused by pids.max (pids.events ``max``).
+        cpu_total_ns / cpu_user_ns / cpu_kernel_ns: CPU time, nanoseconds.
+    """
+
+    memory_usage: int | None = None
+    memory_peak: int | None = None
+    memory_limit: int | None = None
+    memory_failcnt: int | None = None
+    oom_kills: int = 0
+    pids_current: int | None = None
+    pids_limit: int | None = None
+    pids_max_hits: int = 0
+    cpu_total_ns: int | None = None
+    cpu_user_ns: int | None = None
+    cpu_kernel_ns: int | None = None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def _int(path: str) -> int | None:
+    text = _read(path)
+    return int(text) if text and text.lstrip("-").isdigit() else None
+
+
+def _keyed(path: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in (_read(path) or "").splitlines():
+        k, _, v = line.partition(" ")
+        if v.strip().lstrip("-").isdigit():
+            out[k] = int(v)
+    return out
+
+
+def facts(cg: Any) -> Facts:
+    """Read ``Facts`` from a v1 or v2 manager's files (missing files give None / 0)."""
+    f = Facts()
+    u = cg.usage()
+    f.memory_usage, f.memory_peak, f.pids_current = u.memory_bytes, u.memory_peak_bytes, u.pids
+    if u.cpu_user_us is not None:
+        f.cpu_user_ns, f.cpu_kernel_ns = u.cpu_user_us * 1000, (u.cpu_system_us or 0) * 1000
+    if cg.version == 2:
+        d = cg.dir
+        mem_ev = _keyed(os.path.join(d, "memory.events"))
+        f.memory_failcnt = mem_ev.get("max")
+        f.oom_kills = mem_ev.get("oom_kill", 0)
+        f.memory_limit = _int(os.path.join(d, "memory.max"))
+        f.pids_limit = _int(os.path.join(d, "pids.max"))
+        f.pids_max_hits = _keyed(os.path.join(d, "pids.events")).get("max", 0)
+        usec = _keyed(os.path.join(d, "cpu.stat")).get("usage_usec")
+        f.cpu_total_ns = usec * 1000 if usec is not None else None
+        return f
+
+    def v1(ctl: str, name: str) -> str:
+        return os.path.join(cg.mounts.get(ctl, "/nonexistent"), cg.path.lstrip("/"), name)
+
+    f.memory_failcnt = _int(v1("memory", "memory.failcnt"))
+    f.oom_kills = _keyed(v1("memory", "memory.oom_control")).get("oom_kill", 0)
+    lim = _int(v1("memory", "memory.limit_in_bytes"))
+    f.memory_limit = lim if lim is not None and lim < _V1_UNLIMITED else None
+    f.pids_limit = _int(v1("pids", "pids.max"))
+    f.pids_max_hits = _keyed(v1("pids", "pids.events")).get("max", 0)
+    f.cpu_total_ns = _int(v1("cpuacct", "cpuacct.usage"))
+    return f
+
+
+def _cgroup(mechanism: Any, sb: Any) -> Any:
+    cg = mechanism.cgroup(sb)
+    if cg is None:
+        raise LaunchFailed(f"sandbox {sb.id!r} has no cgroup", "it was created without one; recreate it")
+    return cg
+
+
+def pause(mechanism: Any, sandbox_id: str) -> None:
+    """Freeze every process of a running sandbox (v1 freezer.state / v2 cgroup.freeze).
+
+    Raises:
+        SandboxNotFound; InvalidState unless running; LaunchFailed if the freezer is missing or stuck.
+    """
+    store = _store(mechanism)
+    with store.locked(sandbox_id) as rec:
+        st.require(sandbox_id, observed_status(mechanism, rec, store), "pause")
+        _cgroup(mechanism, _sandbox(rec, store)).freeze(True)
+
+
+def resume(mechanism: Any, sandbox_id: str) -> None:
+    """Thaw a paused sandbox.  Raises SandboxNotFound; InvalidState unless paused; LaunchFailed."""
+    store = _store(mechanism)
+    with store.locked(sandbox_id) as rec:
+        st.require(sandbox_id, observed_status(mechanism, rec, store), "resume")
+        _cgroup(mechanism, _sandbox(rec, store)).freeze(False)
+
+
+_UPDATABLE = {"memory": {"limit", "reservation", "swap"}, "pids": {"limit"},
+              "cpu": {"shares", "quota", "period", "cpus", "mems"}}
+
+
+def update(mechanism: Any, sandbox_id: str, resources: dict[str, Any]) -> None:
+    """Apply new limits (OCI ``linux.resources`` shape: memory, pids, cpu) to an active sandbox.
+
+    Values are bytes (memory), a count (pids), µs (cpu quota/period); lowering memory below what is in
+    use makes the kernel reclaim first, and fails with EBUSY (v1) when it cannot.
+    Raises:
+        UsageError: an unknown section or key, or a value that is not a positive integer.
+        InvalidState: the sandbox is stopped.  LaunchFailed: the kernel refused a write.
+    """
+    from .platforms.linux.cgroups import Limits
+
+    if not isinstance(resources, dict):
+        raise UsageError("resources must be a JSON object", 'e.g. {"memory": {"limit": 33554432}}')
+    for section, body in resources.items():
+        if section not in _UPDATABLE or not isinstance(body, dict):
+            raise UsageError(f"update cannot change {section!r}", "use memory, pids or cpu")
+        for key, val in body.items():
+            if key not in _UPDATABLE[section]:
+                raise UsageError(f"update cannot change {section}.{key}")
+            if key not in ("cpus", "mems") and not (isinstance(val, int) and val > 0):
+                raise UsageError(f"{section}.{key} must be a positive integer (got {val!r})",
+                                 "removing a limit (-1) is not supported by update")
+    store = _store(mechanism)
+    with store.locked(sandbox_id) as rec:
+        now = observed_status(mechanism, rec, store)
+        if now not in st.ACTIVE:
+            raise InvalidState(sandbox_id, now, "update", "created, running or paused")
+        _cgroup(mechanism, _sandbox(rec, store)).apply(Limits.from_oci(resources))
+
+
+def ps(mechanism: Any, sandbox_id: str) -> list[int]:
+    """Host pids of every process in the sandbox's cgroup (exec'd ones included), sorted."""
+    store = _store(mechanism)
+    cg = mechanism.cgroup(_sandbox(store.read(sandbox_id), store))
+    return sorted(cg.pids()) if cg is not None else []
+
+
+def stats(mechanism: Any, sandbox_id: str) -> dict[str, Any]:
+    """One runc-style stats event: ``{"type": "stats", "id", "data": {"cpu", "memory", "pids"}}``.
+
+    Units as runc's: cpu usage in nanoseconds, memory in bytes; a limit of 0 means unlimited.
+    """
+    store = _store(mechanism)
+    cg = _cgroup(mechanism, _sandbox(store.read(sandbox_id), store))
+    return _stats_event(sandbox_id, facts(cg))
+
+
+def _stats_event(sandbox_id: str, f: Facts) -> dict[str, Any]:
+    return {"type": "stats", "id": sandbox_id, "data": {
+        "cpu": {"usage": {"total": f.cpu_total_ns or 0, "user": f.cpu_user_ns or 0,
+                          "kernel": f.cpu_kernel_ns or 0}},
+        "memory": {"usage": {"usage": f.memory_usage or 0, "max": f.memory_peak or 0,
+                             "failcnt": f.memory_failcnt or 0, "limit": f.memory_limit or 0}},
+        "pids": {"current": f.pids_current or 0, "limit": f.pids_limit or 0},
+    }}
+
+
+def events(mechanism: Any, sandbox_id: str, interval: float = 5.0) -> Iterator[dict[str, Any]]:
+    """Yield a stats event every ``interval`` seconds, and ``{"type": "oom", "id"}`` when the OOM
+    killer acts, until the sandbox stops (runc ``events``).  Raises SandboxNotFound."""
+    store = _store(mechanism)
+    rec = store.read(sandbox_id)
+    sb = _sandbox(rec, store)
+    cg = _cgroup(mechanism, sb)
+    seen_ooms = facts(cg).oom_kills
+    while True:
+        try:
+            if observed_status(mechanism, store.read(sandbox_id), store) not in st.ACTIVE:
+                return
+        except ShimError:  # deleted meanwhile
+            return
+        f = facts(cg)
+        if f.oom_kills > seen_ooms:
+            seen_ooms = f.oom_kills
+            yield {"type": "oom", "id": sandbox_id}
+        yield _stats_event(sandbox_id, f)
+        deadline = time.monotonic() + interval
+        while time.monotonic() < deadline and mechanism.alive(sb):
+            time.sleep(min(0.1, interval))
+
+
+def to_json(obj: Any) -> str:
+    """One line of JSON for an event or ``Facts``."""
+    return json.dumps(asdict(obj) if isinstance(obj, Facts) else obj)

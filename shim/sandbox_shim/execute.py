@@ -1,0 +1,408 @@
+"""Run a program to its end and report one of three facts: ``Completion``, ``CouldNotRun``, ``LimitExceeded``.
+
+``execute`` runs a program inside a *running* sandbox: a helper (``platforms/linux/enter.py``) joins
+the workload's namespaces, cgroup, root, credentials, capabilities, rlimits and seccomp filter, then
+execve's.  "Never ran" comes from the kernel (the errno of the failed execve, through a CLOEXEC pipe),
+never from an exit status or stderr: a program that ran and exited 127 is a ``Completion``.
+
+``run_bundle`` runs a bundle's own process: provision → start → wait → collect → destroy, with the
+``sandbox-shim.wall-clock-seconds`` setting (or ``timeout``) enforced by the shim's own timer.
+
+Which limit stopped a program is read from the cgroup's counters (``control.facts``) taken before and
+after, and from how it ended:
+  memory     — the OOM killer acted in the cgroup (v1 memory.oom_control ``oom_kill``, v2 memory.events)
+               and the program was killed or failed;
+  cpu        — it died of SIGXCPU (RLIMIT_CPU soft limit), or of SIGKILL with CPU time ≥ the limit
+               (the hard limit, setrlimit(2));
+  pids       — it failed while pids.max refused forks (pids.events ``max`` grew);
+  wall_clock — the shim's timer expired and the shim killed it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import select
+import signal as _signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from . import api
+from . import state as st
+from .control import Facts, facts
+from .errors import CouldNotRun, InvalidState, LaunchFailed, LimitExceeded, UsageError
+from .mechanism import Completion, Sandbox, Usage
+
+HELPER = os.path.join(os.path.dirname(__file__), "platforms", "linux", "enter.py")
+_NOT_FOUND = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+_DENIED = (errno.EACCES, errno.EPERM)
+
+
+@dataclass
+class Started:
+    """A program started inside a sandbox by ``spawn``.
+
+    Attributes:
+        pid: its host pid.
+        helper: the joining helper (its parent; exits with the program's status, 128+n for a signal).
+        sandbox_id, argv: what was run.
+        started: ``time.monotonic()`` when it was released.
+    """
+
+    pid: int
+    helper: subprocess.Popen[bytes]
+    sandbox_id: str
+    argv: list[str]
+    started: float
+    _status: IO[bytes] = field(repr=False, default=None)  # type: ignore[assignment]
+
+    def signal(self, signum: int) -> None:
+        """Deliver ``signum`` to the program (the helper forwards it)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.helper.pid, signum)
+
+    def kill(self) -> None:
+        """SIGKILL the program's process group (SIGUSR1 asks the helper, its parent: no pid reuse race)."""
+        self.signal(_signal.SIGUSR1)
+
+    def result(self) -> dict[str, Any]:
+        """The helper's last report: ``{"exit": N}`` or ``{"signal": N}`` with ``rusage``; {} if none."""
+        last: dict[str, Any] = {}
+        for line in self._status:
+            with contextlib.suppress(ValueError):
+                last = json.loads(line)
+        self._status.close()
+        return last
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)  # inheritable: the helper reads it by number
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _refusal(msg: dict[str, Any], argv: list[str], cwd: str) -> Exception:
+    """The exception for a helper's ``{"error": ...}`` report."""
+    err = int(msg.get("errno") or 0)
+    text = os.strerror(err) if err else str(msg.get("detail") or "unknown error")
+    if msg.get("error") == "exec":
+        reason = ("not_found" if err in _NOT_FOUND else "permission_denied" if err in _DENIED
+                  else "exec_failed")
+        return CouldNotRun(reason, argv[0], "" if reason != "exec_failed" else text)
+    if msg.get("step") == "chdir":
+        return CouldNotRun("exec_failed", argv[0], f"cannot change to the working directory {cwd}: {text}")
+    return LaunchFailed(f"cannot enter the sandbox: {msg.get('step')}: {text}",
+                        "check that the sandbox still runs (sandbox-shim state ID)")
+
+
+def spawn(mechanism: Any, sandbox_id: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
+          cwd: str | None = None, stdin: Any = None, stdout: Any = None, stderr: Any = None,
+          detach: bool = False) -> Started:
+    """Start ``argv`` inside the running sandbox ``sandbox_id``; return once it has exec'd.
+
+    Args:
+        env: variables set over the sandbox process's environment.
+        cwd: working directory inside the sandbox (default: the sandbox process's).
+        stdin/stdout/stderr: as for ``subprocess.Popen`` (None: inherit).
+        detach: the helper exits once the program runs (the program is then nobody's child here).
+    Raises:
+        UsageError (empty argv); SandboxNotFound; InvalidState (not running); CouldNotRun (never ran:
+        ``not_found`` | ``permission_denied`` | ``exec_failed``); LaunchFailed (could not join).
+    """
+    argv = [str(a) for a in argv]
+    if not argv or not argv[0]:
+        raise UsageError("exec needs a program to run")
+    store = api._store(mechanism)
+    with store.locked(sandbox_id) as rec:
+        st.require(sandbox_id, api.observed_status(mechanism, rec, store), "exec")
+        sb = api._sandbox(rec, store)
+        proc = rec.private.get("process")
+        wpid = mechanism.workload_pid(sb)
+        if not proc or not wpid:
+            raise InvalidState(sandbox_id, "stopped" if not wpid else "unknown", "exec", "running")
+        cg = mechanism.cgroup(sb)
+        procs = [os.path.join(d, "cgroup.procs") for d in (cg.dirs() if cg else []) if os.path.isdir(d)]
+        penv = dict(proc.get("env") or {})
+        penv.update(env or {})
+        spec = {"pid": wpid, "start": st.proc_start_time(wpid), "cgroup_procs": procs,
+                "seccomp_file": proc.get("seccomp_file"), "uid": proc.get("uid", 0),
+                "gid": proc.get("gid", 0), "additional_gids": proc.get("additional_gids") or [],
+                "capabilities": proc.get("capabilities") or [],
+                "rlimits": proc.get("rlimits") or [], "env": [f"{k}={v}" for k, v in penv.items()],
+                "cwd": cwd or proc.get("cwd") or "/", "argv": argv, "detach": detach}
+        spec_fd = _memfd("exec-spec", json.dumps(spec).encode())
+        r, w = os.pipe()
+        os.set_inheritable(r, False)
+        try:
+            helper = subprocess.Popen([sys.executable, "-I", "-S", HELPER, str(spec_fd), str(w)],
+                                      pass_fds=(spec_fd, w), stdin=stdin, stdout=stdout, stderr=stderr,
+                                      env={}, close_fds=True, start_new_session=True)
+        except OSError as e:
+            os.close(r)
+            raise LaunchFailed(f"cannot start the exec helper: {e.strerror}") from e
+        finally:
+            os.close(spec_fd)
+            os.close(w)
+        status = os.fdopen(r, "rb")
+        pid = 0
+        for line in status:
+            msg = json.loads(line)
+            if "pid" in msg:
+                pid = int(msg["pid"])
+            elif msg.get("exec") == "ok":
+                return Started(pid, helper, sandbox_id, argv, time.monotonic(), status)
+            elif "error" in msg:
+                status.close()
+                helper.wait()
+                raise _refusal(msg, argv, spec["cwd"])
+        status.close()
+        rc = helper.wait()
+        raise LaunchFailed(f"the exec helper ended without starting the program (exit status {rc})")
+
+
+def _limit_kind(end: dict[str, Any], before: Facts, after: Facts, cpu_limit: int | None,
+                cpu_used_s: float, timed_out: bool) -> str | None:
+    """Which limit stopped a program, from how it ended and the cgroup counters; None if none did."""
+    if timed_out:
+        return "wall_clock"
+    sig = end.get("signal")
+    failed = sig is not None or end.get("exit", 0) != 0
+    if failed and after.oom_kills > before.oom_kills:
+        return "memory"
+    if sig == _signal.SIGXCPU or (sig == _signal.SIGKILL and cpu_limit and cpu_used_s >= cpu_limit):
+        return "cpu"
+    if failed and after.pids_max_hits > before.pids_max_hits:
+        return "pids"
+    return None
+
+
+def _detail(kind: str, after: Facts, cpu_limit: int | None, cpu_used_s: float, wall: float | None) -> str:
+    if kind == "memory":
+        return f"OOM kills {after.oom_kills}, peak {after.memory_peak} bytes of limit {after.memory_limit}"
+    if kind == "cpu":
+        return f"{cpu_used_s:.2f} s of CPU, limit {cpu_limit} s"
+    if kind == "pids":
+        return f"forks refused {after.pids_max_hits} times, limit {after.pids_limit}"
+    return f"ran past {wall} s"
+
+
+def _cpu_limit(rlimits: Sequence[Sequence[Any]]) -> int | None:
+    return next((int(r[1]) for r in rlimits if r[0] == "RLIMIT_CPU"), None)
+
+
+def execute(mechanism: Any, sandbox_id: str, command: tuple[str, Sequence[str]], timeout: float | None = None,
+            env: dict[str, str] | None = None, cwd: str | None = None, input: bytes | None = None,
+            capture: bool = True, on_start: Callable[[Started], None] | None = None) -> Completion:
+    """Run ``command`` = (program, args) inside the running sandbox; wait; capture stdout/stderr.
+
+    Args:
+        timeout: wall-clock seconds before the program is killed (None: no limit).
+        env / cwd: as for ``spawn``; input: bytes for its stdin (default: /dev/null).
+        capture: False to let the program use this process's stdin/stdout/stderr (the CLI).
+        on_start: called with the ``Started`` handle once it runs (e.g. to forward signals).
+    Returns:
+        ``Completion`` (any exit status).  ``usage`` is the program's getrusage(2): CPU µs and
+        ``ru_maxrss`` in bytes — which includes the helper's pre-exec image (~9 MiB), so it is a
+        ceiling for small programs; the sandbox's own peak is ``api.usage``.
+    Raises:
+        CouldNotRun, LimitExceeded(``wall_clock`` | ``memory`` | ``cpu`` | ``pids``, completion=partial),
+        UsageError, SandboxNotFound, InvalidState, LaunchFailed.
+    """
+    cmd, args = command
+    store = api._store(mechanism)
+    rec = store.read(sandbox_id)
+    cg = mechanism.cgroup(api._sandbox(rec, store))
+    before = facts(cg) if cg else Facts()
+    pipe = subprocess.PIPE if capture else None
+    s = spawn(mechanism, sandbox_id, [cmd, *args], env=env, cwd=cwd,
+              stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL if capture else None,
+              stdout=pipe, stderr=pipe)
+    if on_start is not None:
+        on_start(s)
+    timed_out = False
+    try:
+        out, err = s.helper.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        s.kill()
+        try:
+            out, err = s.helper.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # something in the sandbox still holds the pipes
+            s.helper.kill()
+            out, err = s.helper.communicate()
+    duration = time.monotonic() - s.started
+    end = s.result()
+    ru = end.get("rusage") or {}
+    usage = Usage(memory_peak_bytes=ru.get("maxrss_bytes"), cpu_user_us=ru.get("utime_us"),
+                  cpu_system_us=ru.get("stime_us"))
+    done = Completion(end.get("exit"), end.get("signal"), out or b"", err or b"", duration, usage)
+    if not end:
+        done.signal = _signal.SIGKILL
+    after = facts(cg) if cg else Facts()
+    cpu_limit = _cpu_limit((rec.private.get("process") or {}).get("rlimits") or [])
+    cpu_used = ((ru.get("utime_us") or 0) + (ru.get("stime_us") or 0)) / 1e6
+    kind = _limit_kind(end or {"signal": _signal.SIGKILL}, before, after, cpu_limit, cpu_used, timed_out)
+    if kind:
+        raise LimitExceeded(kind, _detail(kind, after, cpu_limit, cpu_used, timeout), done)
+    return done
+
+
+# -- a bundle's own process ---------------------------------------------------------------------------
+
+_stdio_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _stdio(out_fd: int, err_fd: int) -> Iterator[None]:
+    """Point this process's fds 0/1/2 at /dev/null, ``out_fd``, ``err_fd`` while bwrap is spawned.
+
+    The mechanism gives bwrap the caller's stdio; this is how a library caller captures a bundle's
+    output without a terminal.  Serialised by a lock; other threads' writes to fd 1/2 in the window
+    would land in the capture.
+    """
+    with _stdio_lock:
+        for f in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                f.flush()
+        saved = [os.dup(i) for i in (0, 1, 2)]
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            for i, fd in enumerate((null, out_fd, err_fd)):
+                os.dup2(fd, i)
+            yield
+        finally:
+            for i, fd in enumerate(saved):
+                os.dup2(fd, i)
+                os.close(fd)
+            os.close(null)
+
+
+def _wait_exit(mechanism: Any, sb: Sandbox, pid: int, deadline: float | None) -> int | None:
+    """Wait for bwrap's monitor ``pid`` until ``deadline`` (monotonic): its exit status, None on timeout."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        pidfd = -1
+    try:
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if pidfd >= 0:
+                ready, _, _ = select.select([pidfd], [], [], left)
+                if not ready:
+                    return None
+            with contextlib.suppress(ChildProcessError):
+                got, raw = os.waitpid(pid, 0)
+                if got == pid:
+                    code = os.waitstatus_to_exitcode(raw)
+                    return 128 - code if code < 0 else code
+            code2 = mechanism.exit_status(sb)
+            if code2 is not None or not mechanism.alive(sb):
+                return code2 if code2 is not None else 255
+            if pidfd < 0:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+                time.sleep(0.02)
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+
+
+def preflight(bundle: str) -> None:
+    """Refuse a bundle whose program cannot be executed, before anything is made.
+
+    Resolves ``process.args[0]`` in the rootfs (PATH from the planned environment, symlinks kept inside
+    the root by ``paths.resolve_in_root``) and checks it is a regular file with an execute bit, as
+    execve(2) requires even of root.  A candidate under a mount is not judged (the mount hides it).
+    Raises:
+        CouldNotRun(``not_found`` | ``permission_denied``); BundleInvalid.
+    """
+    import stat
+
+    from .bundle import load
+    from .paths import resolve_in_root
+    from .plan import make_plan
+
+    plan = make_plan(load(bundle), "preflight")
+    if not plan.args:
+        return
+    prog = plan.args[0]
+    dirs = [""] if "/" in prog else (plan.env.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":")
+    mounted = [m.destination.rstrip("/") + "/" for m in plan.mounts]
+    denied = False
+    for d in dirs:
+        cand = os.path.normpath(os.path.join("/", plan.cwd, d, prog))
+        if any(cand.startswith(m) or cand + "/" == m for m in mounted):
+            return
+        try:
+            info = os.stat(resolve_in_root(plan.rootfs, cand))
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_mode & 0o111:
+            return
+        denied = True
+    raise CouldNotRun("permission_denied" if denied else "not_found", prog)
+
+
+def run_bundle(mechanism: Any, sandbox_id: str, bundle: str | os.PathLike[str],
+               timeout: float | None = None) -> Completion:
+    """Run a bundle's own process to its end and remove everything: provision, start, wait, collect, destroy.
+
+    Args:
+        timeout: wall-clock seconds; the bundle's ``sandbox-shim.wall-clock-seconds`` applies too (the
+            smaller wins).  Counted from start.
+    Returns:
+        ``Completion``: exit status (bwrap reports a signal as 128+n, read back as ``signal``), stdout and
+        stderr, duration, and the cgroup's usage (peak memory, CPU) read before the cgroup is removed.
+    Raises:
+        LimitExceeded(kind, completion=...); CouldNotRun (``preflight``); BundleInvalid,
+        CapabilityUnavailable, SandboxExists, LaunchFailed (as ``api.provision``).
+    """
+    preflight(os.fspath(bundle))
+    sb = Sandbox(sandbox_id, os.fspath(bundle))
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        with _stdio(out.fileno(), err.fileno()):
+            api.provision(mechanism, sb)
+        try:
+            rec = api._store(mechanism).read(sandbox_id)
+            sb = api._sandbox(rec, api._store(mechanism))
+            cg = mechanism.cgroup(sb)
+            wall = (rec.private.get("plan") or {}).get("wall_clock")
+            limit = min((t for t in (timeout, wall) if t), default=None)
+            before = facts(cg) if cg else Facts()
+            api.start(mechanism, sandbox_id)
+            t0 = time.monotonic()
+            code = _wait_exit(mechanism, sb, rec.pid, None if limit is None else t0 + limit)
+            timed_out = code is None
+            if timed_out:
+                api.stop(mechanism, sandbox_id, grace=0)
+                code = _wait_exit(mechanism, sb, rec.pid, time.monotonic() + 10)
+            duration = time.monotonic() - t0
+            after = facts(cg) if cg else Facts()
+        finally:
+            api.destroy(mechanism, sandbox_id, force=True)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    code = 255 if code is None else code
+    sig = code - 128 if 128 < code < 128 + _signal.NSIG else None
+    usage = Usage(memory_bytes=after.memory_usage, memory_peak_bytes=after.memory_peak,
+                  cpu_user_us=None if after.cpu_user_ns is None else after.cpu_user_ns // 1000,
+                  cpu_system_us=None if after.cpu_kernel_ns is None else after.cpu_kernel_ns // 1000,
+                  pids=after.pids_current)
+    done = Completion(None if sig else code, sig, stdout, stderr, duration, usage)
+    cpu_limit = _cpu_limit(rec.private.get("process", {}).get("rlimits") or [])
+    cpu_used = ((after.cpu_total_ns or 0) - (before.cpu_total_ns or 0)) / 1e9
+    end = {"signal": sig} if sig else {"exit": code}
+    kind = _limit_kind(end, before, after, cpu_limit, cpu_used, timed_out)
+    if kind:
+        raise LimitExceeded(kind, _detail(kind, after, cpu_limit, cpu_used, limit), done)
+    return done

@@ -1,0 +1,327 @@
+"""Enter a running sandbox and execve a program there (the helper behind ``exec``).
+
+Run as a standalone script, ``python -I -S enter.py SPEC_FD STATUS_FD`` (no package imports: after
+``setns(CLONE_NEWNS)`` the host's files, Python's own included, are out of reach, so everything is
+imported first).  ``SPEC_FD`` holds one JSON object (``Spec`` below); ``STATUS_FD`` receives one JSON
+object per line (``Status`` below).  The library side is ``sandbox_shim.execute``.
+
+Steps, in this order (each cites its man page):
+  helper H (host pid namespace, host cgroup):
+    1. open /proc/PID/ns/* of the sandbox's workload, /proc/PID/root and every cgroup.procs file,
+       then re-check the workload's identity (pid + start time, proc(5) field 22);
+    2. setns(2) into each namespace that differs from ours: user first, then mnt, pid, net, ipc,
+       uts, cgroup;
+    3. fork(2): only the child C is in the sandbox's pid namespace (setns(2): CLONE_NEWPID affects
+       children); H writes C's host pid into each cgroup.procs (cgroups(7)) and only then lets C go;
+  child C:
+    4. setsid(2); fchdir(/proc/PID/root) + chroot(2) ".", as nsenter(1) does;
+    5. setrlimit(2) for each of the sandbox's rlimits;
+    6. PR_SET_KEEPCAPS, drop the bounding set to ``capabilities`` (PR_CAPBSET_DROP), setgroups(2),
+       setresgid(2), setresuid(2), capset(2), raise the ambient set (prctl(2), capabilities(7));
+    7. chdir(2) to the cwd (as the new user); PR_SET_NO_NEW_PRIVS;
+    8. PR_SET_SECCOMP with SECCOMP_MODE_FILTER and the sandbox's compiled BPF (seccomp(2)) — last;
+    9. execve(2), walking PATH like execvp(3): EACCES seen on any candidate wins over ENOENT.
+  C's errno from a failed step goes to H through a CLOEXEC pipe: a successful execve closes it with
+  nothing written, so "never ran" is told from "ran and exited 127" by the kernel, not by guessing.
+
+Spec (JSON): ``pid``/``start`` (workload pid, its start time in clock ticks), ``cgroup_procs`` (host
+paths), ``seccomp_file`` (path or null), ``uid``, ``gid``, ``additional_gids``, ``capabilities``
+(names, e.g. ``CAP_NET_BIND_SERVICE``), ``rlimits`` ([name, soft, hard]), ``env`` (["K=V"]),
+``cwd``, ``argv``, ``detach`` (bool: report and exit once the program runs, without waiting).
+
+Status lines (JSON): ``{"pid": N}`` (C's host pid), then ``{"exec": "ok"}`` or
+``{"error": "exec"|"setup", "step": S, "errno": E, "detail": D}``, then (without ``detach``)
+``{"exit": N}`` or ``{"signal": N}`` with ``"rusage": {"utime_us", "stime_us", "maxrss_bytes"}``.
+H forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR2 to C and turns SIGUSR1 into SIGKILL of C's group.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import resource
+import signal
+import sys
+
+#: namespace file under /proc/PID/ns -> CLONE_NEW* flag (setns(2)); user first, then the rest
+NAMESPACES = (("user", 0x10000000), ("mnt", 0x00020000), ("pid", 0x20000000), ("net", 0x40000000),
+              ("ipc", 0x08000000), ("uts", 0x04000000), ("cgroup", 0x02000000))
+
+#: capability names in kernel number order (include/uapi/linux/capability.h)
+CAP_NAMES = (
+    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+    "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW",
+    "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT",
+    "SYS_ADMIN", "SYS_BOOT", "SYS_NICE", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD",
+    "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG",
+    "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
+)
+
+PR_SET_KEEPCAPS = 8
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_RAISE = 2
+CAPABILITY_VERSION_3 = 0x20080522
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class StepFailed(Exception):
+    """A setup step failed: ``step`` names it, ``err`` is the errno."""
+
+    def __init__(self, step: str, err: int, detail: str = "") -> None:
+        super().__init__(step)
+        self.step, self.err, self.detail = step, err, detail
+
+
+def _check(step: str, rc: int) -> None:
+    if rc != 0:
+        raise StepFailed(step, ctypes.get_errno())
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def cap_number(name: str) -> int:
+    """``CAP_NET_RAW`` or ``NET_RAW`` -> 13.  Raises ``StepFailed`` (EINVAL) for an unknown name."""
+    short = name.upper().removeprefix("CAP_")
+    if short not in CAP_NAMES:
+        raise StepFailed("capabilities", errno.EINVAL, f"unknown capability {name}")
+    return CAP_NAMES.index(short)
+
+
+def same_ns(pid: int, name: str) -> bool:
+    """True if ``pid`` and this process share namespace ``name`` (same device and inode)."""
+    a, b = os.stat(f"/proc/{pid}/ns/{name}"), os.stat(f"/proc/self/ns/{name}")
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (start time, clock ticks since boot), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    return int(data[data.rfind(b")") + 2:].split()[19])
+
+
+def set_credentials(spec: dict, last_cap: int) -> None:
+    """Step 6: groups, gid, uid and exactly ``spec['capabilities']`` in every set (bounding too)."""
+    keep = {cap_number(c) for c in spec.get("capabilities") or []}
+    _check("prctl(PR_SET_KEEPCAPS)", _libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0))
+    for cap in range(last_cap + 1):
+        if cap not in keep and _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            e = ctypes.get_errno()
+            if e != errno.EINVAL:  # EINVAL: the kernel does not know this capability
+                raise StepFailed("prctl(PR_CAPBSET_DROP)", e)
+    gids = [int(g) for g in spec.get("additional_gids") or []]
+    try:
+        os.setgroups(gids)
+    except OSError as e:
+        # In a user namespace whose setgroups is "deny" only an empty list could be wanted.
+        if gids or e.errno != errno.EPERM:
+            raise StepFailed("setgroups", e.errno or errno.EPERM) from e
+    try:
+        os.setresgid(spec["gid"], spec["gid"], spec["gid"])
+        os.setresuid(spec["uid"], spec["uid"], spec["uid"])
+    except OSError as e:
+        raise StepFailed("setresuid/setresgid", e.errno or errno.EPERM) from e
+    mask = [0, 0]
+    for cap in keep:
+        mask[cap // 32] |= 1 << (cap % 32)
+    hdr = _CapHeader(CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)(*[_CapData(m, m, m) for m in mask])
+    _check("capset", _libc.capset(ctypes.byref(hdr), data))
+    for cap in sorted(keep):
+        _check("prctl(PR_CAP_AMBIENT_RAISE)", _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0))
+    _check("prctl(PR_SET_KEEPCAPS)", _libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0))
+
+
+def load_seccomp(bpf: bytes) -> None:
+    """Step 8: install ``bpf`` (struct sock_filter[], 8 bytes each) with PR_SET_SECCOMP."""
+    if len(bpf) % 8:
+        raise StepFailed("seccomp", errno.EINVAL, "filter length is not a multiple of 8")
+    buf = ctypes.create_string_buffer(bpf, len(bpf))
+    prog = _SockFprog(len(bpf) // 8, ctypes.addressof(buf))
+    rc = _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0)
+    _check("prctl(PR_SET_SECCOMP)", rc)
+
+
+def exec_program(argv: list[str], env: dict[str, str]) -> None:
+    """Step 9: execve ``argv[0]`` (a PATH search when it has no slash).  Returns only by raising."""
+    prog = argv[0]
+    if "/" in prog:
+        candidates = [prog]
+    else:
+        path = env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+        candidates = [os.path.join(d or ".", prog) for d in path.split(":")]
+    seen = errno.ENOENT
+    for c in candidates:
+        try:
+            os.execve(c, argv, env)
+        except OSError as e:
+            err = e.errno or errno.ENOENT
+            if "/" in prog or err not in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+                raise StepFailed("execve", err, c) from e
+            if err == errno.EACCES:
+                seen = errno.EACCES
+    raise StepFailed("execve", seen, prog)
+
+
+def child(spec: dict, root_fd: int, go_r: int, err_w: int, bpf: bytes | None, last_cap: int) -> None:
+    """Steps 4-9 in C.  Never returns: execve, or report to ``err_w`` and _exit(127)."""
+    try:
+        if os.read(go_r, 1) != b"1":
+            os._exit(127)  # H could not place us in the cgroup: never run outside it
+        os.close(go_r)
+        os.setsid()
+        os.fchdir(root_fd)
+        os.chroot(".")
+        os.close(root_fd)
+        for name, soft, hard in spec.get("rlimits") or []:
+            try:
+                resource.setrlimit(getattr(resource, name), (soft, hard))
+            except (OSError, ValueError, AttributeError) as e:
+                raise StepFailed(f"setrlimit({name})", getattr(e, "errno", None) or errno.EINVAL) from e
+        set_credentials(spec, last_cap)
+        try:
+            os.chdir(spec.get("cwd") or "/")
+        except OSError as e:
+            raise StepFailed("chdir", e.errno or errno.ENOENT, spec.get("cwd") or "/") from e
+        _check("prctl(PR_SET_NO_NEW_PRIVS)", _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+        env = dict(e.split("=", 1) for e in spec.get("env") or [] if "=" in e)
+        if bpf is not None:
+            load_seccomp(bpf)
+        exec_program(list(spec["argv"]), env)
+    except StepFailed as e:
+        stage = "exec" if e.step == "execve" else "setup"
+        msg = {"error": stage, "step": e.step, "errno": e.err, "detail": e.detail}
+    except OSError as e:
+        msg = {"error": "setup", "step": "enter", "errno": e.errno or 0, "detail": str(e)}
+    except BaseException as e:  # noqa: BLE001 - anything else must still be reported, never run on
+        msg = {"error": "setup", "step": "enter", "errno": 0, "detail": repr(e)}
+    try:
+        os.write(err_w, json.dumps(msg).encode())
+    finally:
+        os._exit(127)
+
+
+def main(spec_fd: int, status_fd: int) -> int:
+    """Steps 1-3 in H, then report and (without ``detach``) wait for C.  Returns H's exit status."""
+
+    def report(obj: dict) -> None:
+        os.write(status_fd, (json.dumps(obj) + "\n").encode())
+
+    os.set_inheritable(status_fd, False)  # never into C or the program
+    with os.fdopen(spec_fd, "rb") as fh:
+        spec = json.loads(fh.read())
+    pid = int(spec["pid"])
+    try:
+        ns_fds = [(flag, os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC))
+                  for name, flag in NAMESPACES if os.path.exists(f"/proc/{pid}/ns/{name}")
+                  and not same_ns(pid, name)]
+        root_fd = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        procs = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in spec.get("cgroup_procs") or []]
+        bpf = None
+        if spec.get("seccomp_file"):
+            with open(spec["seccomp_file"], "rb") as fh:
+                bpf = fh.read()
+        with open("/proc/sys/kernel/cap_last_cap") as fh:
+            last_cap = int(fh.read())
+        if start_time(pid) != spec.get("start"):
+            raise StepFailed("identity", errno.ESRCH, "the sandbox's process is gone")
+        for flag, fd in ns_fds:
+            _check("setns", _libc.setns(fd, flag))
+            os.close(fd)
+    except StepFailed as e:
+        report({"error": "setup", "step": e.step, "errno": e.err, "detail": e.detail})
+        return 125
+    except OSError as e:
+        report({"error": "setup", "step": "open", "errno": e.errno or 0, "detail": str(e)})
+        return 125
+
+    go_r, go_w = os.pipe2(os.O_CLOEXEC)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2, signal.SIGUSR1)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)  # C must not die of a signal meant for H
+    c = os.fork()
+    if c == 0:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s in forwarded:
+            signal.signal(s, signal.SIG_DFL)
+        os.close(go_w)
+        os.close(err_r)
+        child(spec, root_fd, go_r, err_w, bpf, last_cap)
+    os.close(go_r)
+    os.close(err_w)
+    os.close(root_fd)
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            if signum == signal.SIGUSR1:
+                try:
+                    os.killpg(c, signal.SIGKILL)
+                except ProcessLookupError:  # C has not called setsid yet
+                    os.kill(c, signal.SIGKILL)
+            else:
+                os.kill(c, signum)
+        except ProcessLookupError:
+            pass
+
+    for s in forwarded:
+        signal.signal(s, forward)
+    signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    try:
+        for fd in procs:
+            os.write(fd, str(c).encode())  # cgroups(7): move C before it can run user code
+            os.close(fd)
+    except OSError as e:
+        os.close(go_w)  # C reads EOF and exits without running anything
+        report({"error": "setup", "step": "cgroup", "errno": e.errno or 0, "detail": str(e)})
+        os.waitpid(c, 0)
+        return 125
+    report({"pid": c})
+    os.write(go_w, b"1")
+    os.close(go_w)
+    chunks = []
+    while True:
+        b = os.read(err_r, 4096)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(err_r)
+    if chunks:
+        report(json.loads(b"".join(chunks)))
+        os.waitpid(c, 0)
+        return 127
+    report({"exec": "ok"})
+    if spec.get("detach"):
+        return 0
+    _, status, ru = os.wait4(c, 0)
+    usage = {"utime_us": int(ru.ru_utime * 1e6), "stime_us": int(ru.ru_stime * 1e6),
+             "maxrss_bytes": ru.ru_maxrss * 1024}
+    if os.WIFSIGNALED(status):
+        report({"signal": os.WTERMSIG(status), "rusage": usage})
+        return 128 + os.WTERMSIG(status)
+    report({"exit": os.WEXITSTATUS(status), "rusage": usage})
+    return os.WEXITSTATUS(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))

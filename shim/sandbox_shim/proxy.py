@@ -1,0 +1,195 @@
+"""Forwarding to a sandbox's address (``address.address``): one HTTP request, or a TCP port.
+
+``forward`` sends one HTTP/1.1 request (http.client, stdlib) to the sandbox and returns the whole
+response.  ``serve`` listens on a host loopback port and copies bytes both ways between each
+accepted connection and the sandbox's address, one thread pair per connection, until shut down.
+
+Errors (all ``ShimError``):
+    NoAddress: the sandbox has nothing to reach (mode none/host, no port, stopped).
+    ConnectionRefused: nothing listens at the address (RST, or the host has no route to it).
+    ProxyTimeout: connecting or reading took longer than ``timeout`` seconds.
+    ProxyError: any other failure talking to the sandbox (the base class of the three above).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import socket
+import socketserver
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ShimError
+
+#: headers that describe one hop (RFC 9110 section 7.6.1), never forwarded
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+                        "trailer", "transfer-encoding", "upgrade", "proxy-connection"})
+DEFAULT_TIMEOUT = 10.0  # seconds
+
+
+class ProxyError(ShimError):
+    """Talking to the sandbox's address failed."""
+
+    exit_status = 12
+    kind = "proxy_error"
+
+
+class NoAddress(ProxyError):
+    """The sandbox has no address to forward to."""
+
+    kind = "no_address"
+
+    def __init__(self, sandbox_id: str) -> None:
+        super().__init__(f"sandbox {sandbox_id} has no address to forward to",
+                         'create it with annotations sandbox-shim.network="isolated" and sandbox-shim.port')
+
+
+class ConnectionRefused(ProxyError):
+    """Nothing accepted the connection at the sandbox's address."""
+
+    kind = "connection_refused"
+
+
+class ProxyTimeout(ProxyError):
+    """The sandbox did not connect or answer in time."""
+
+    kind = "proxy_timeout"
+
+
+@dataclass
+class Response:
+    """An HTTP response from the sandbox.
+
+    Attributes:
+        status: the status code (e.g. 200).
+        reason: the reason phrase.
+        headers: (name, value) pairs as received, hop-by-hop headers removed.
+        body: the whole body, bytes.
+    """
+
+    status: int
+    reason: str = ""
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+
+
+def target(mechanism: Any, sandbox_id: str) -> tuple[str, int]:
+    """``(ip, port)`` of the sandbox.  Raises ``NoAddress``, ``SandboxNotFound``."""
+    from .address import address
+
+    addr = address(mechanism, sandbox_id)
+    if not addr:
+        raise NoAddress(sandbox_id)
+    host, _, port = addr.rpartition(":")
+    return host, int(port)
+
+
+def _translate(err: BaseException, where: str) -> ProxyError:
+    if isinstance(err, (socket.timeout, TimeoutError)):
+        return ProxyTimeout(f"{where}: timed out", "is the server inside the sandbox slow or stopped?")
+    refused = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
+    if isinstance(err, ConnectionRefusedError) or (isinstance(err, OSError) and err.errno in refused):
+        return ConnectionRefused(f"{where}: connection refused ({err})",
+                                 "is the sandbox started and its server listening on sandbox-shim.port?")
+    return ProxyError(f"{where}: {err}")
+
+
+def forward(mechanism: Any, sandbox_id: str, method: str, path: str,
+            headers: dict[str, str] | list[tuple[str, str]] | None = None, body: bytes = b"",
+            timeout: float = DEFAULT_TIMEOUT) -> Response:
+    """Send one HTTP request to the sandbox and return its response.
+
+    Args:
+        method: e.g. ``GET``.  path: the request target, e.g. ``/index.html?x=1``.
+        headers: request headers; hop-by-hop ones are dropped; ``Host`` defaults to the address.
+        body: the request body (``Content-Length`` is set from it when non-empty).
+        timeout: seconds for the connect and for each read.
+    Raises:
+        NoAddress, ConnectionRefused, ProxyTimeout, ProxyError, SandboxNotFound.
+    """
+    import http.client
+
+    host, port = target(mechanism, sandbox_id)
+    pairs = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
+    send = {k: v for k, v in pairs if k.lower() not in HOP_BY_HOP and k.lower() != "content-length"}
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    where = f"{method} http://{host}:{port}{path}"
+    try:
+        conn.request(method, path, body=body or None, headers=send)
+        resp = conn.getresponse()
+        data = resp.read()
+        got = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP_BY_HOP]
+        return Response(resp.status, resp.reason, got, data)
+    except (OSError, http.client.HTTPException) as e:
+        raise _translate(e, where) from e
+    finally:
+        conn.close()
+
+
+# -- TCP forwarding ---------------------------------------------------------------------------------
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    """Copy ``src`` → ``dst`` until EOF or an error, then half-close ``dst``."""
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+
+class Forwarder(socketserver.ThreadingTCPServer):
+    """A TCP listener forwarding every connection to ``upstream`` (the sandbox's ``(ip, port)``).
+
+    Attributes:
+        upstream: where connections go.
+        connect_timeout: seconds allowed to connect upstream; a connection that fails is closed.
+    """
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, listen: tuple[str, int], upstream: tuple[str, int],
+                 connect_timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.upstream = upstream
+        self.connect_timeout = connect_timeout
+        super().__init__(listen, _Handler)
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        """The ``(host, port)`` actually bound (port 0 asks the kernel for one)."""
+        host, port = self.server_address[:2]
+        return str(host), int(port)
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    server: Forwarder
+
+    def handle(self) -> None:
+        client: socket.socket = self.request
+        try:
+            up = socket.create_connection(self.server.upstream, timeout=self.server.connect_timeout)
+        except OSError:
+            return
+        up.settimeout(None)
+        with up:
+            back = threading.Thread(target=_pump, args=(up, client), daemon=True)
+            back.start()
+            _pump(client, up)
+            back.join()
+
+
+def serve(mechanism: Any, sandbox_id: str, listen: tuple[str, int] = ("127.0.0.1", 0),
+          connect_timeout: float = DEFAULT_TIMEOUT) -> Forwarder:
+    """A ``Forwarder`` bound to ``listen`` for the sandbox's address (call ``serve_forever`` on it).
+
+    Raises:
+        NoAddress, SandboxNotFound; OSError when ``listen`` cannot be bound.
+    """
+    return Forwarder(listen, target(mechanism, sandbox_id), connect_timeout)
