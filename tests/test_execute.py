@@ -33,7 +33,8 @@ ALLOC_64M = ["awk", 'BEGIN{s="x"; while (length(s) < 64*1024*1024) s = s s; prin
 #: the CLI with this change's commands registered (app.COMMANDS may not list them yet)
 CLI = ("import sys; from sandbox_shim.cli import app, control as c; "
        "[app.cli.add_command(x) for x in (c.exec_cmd, c.ps_cmd, c.pause_cmd, c.resume_cmd, c.update_cmd, "
-       "c.events_cmd) if x.name not in app.cli.commands]; app.cli.main(args=sys.argv[1:], prog_name='sandbox-shim')")
+       "c.events_cmd) if x.name not in app.cli.commands]; "
+       "app.cli.main(args=sys.argv[1:], prog_name='sandbox-shim')")
 
 
 def cli(root: Path, *args: str, **kw: Any) -> Any:
@@ -97,7 +98,8 @@ def test_exec_sees_the_sandbox_root_not_the_host(running: Running, tmp_path: Pat
     host_only.write_text("host")
     # control: the host sees its file and not the sandbox's marker at /
     assert host_only.exists() and not Path("/" + running.marker).exists()
-    done = execute(running.mech, running.id, ("sh", ["-c", f"cat /{running.marker}; test -e {host_only}; echo $?"]))
+    probe = f"cat /{running.marker}; test -e {host_only}; echo $?"
+    done = execute(running.mech, running.id, ("sh", ["-c", probe]))
     assert done.exit_status == 0 and done.stdout.decode().split() == ["inside", "1"]
     r = cli(running.mech.root, "exec", running.id, "cat", f"/{running.marker}")
     assert r.returncode == 0 and r.stdout == "inside\n"
@@ -107,10 +109,11 @@ def test_exec_runs_confined(running: Running) -> None:
     done = execute(running.mech, running.id, ("cat", ["/proc/self/status"]))
     status = dict(line.split(":", 1) for line in done.stdout.decode().splitlines() if ":" in line)
     assert status["Seccomp"].strip() == "2"
-    assert int(status["CapEff"], 16) == 0 and int(status["CapBnd"], 16) == 0 and int(status["CapPrm"], 16) == 0
+    assert [int(status[k], 16) for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb")] == [0, 0, 0, 0]
     assert status["NoNewPrivs"].strip() == "1"
     # in the sandbox's pid namespace: pid 1 is the sandbox's init, the host's is invisible
-    done = execute(running.mech, running.id, ("sh", ["-c", "tr '\\0' ' ' < /proc/1/cmdline; echo; ls /proc | wc -l"]))
+    probe = "tr '\\0' ' ' < /proc/1/cmdline; echo; ls /proc | wc -l"
+    done = execute(running.mech, running.id, ("sh", ["-c", probe]))
     first, count = done.stdout.decode().splitlines()
     assert "bwrap" in first and int(count) < 60
     # control: the same file read by the host shows no filter
@@ -175,7 +178,8 @@ def test_exec_env_cwd_and_process_file(running: Running, tmp_path: Path) -> None
     proc.write_text('{"args": ["sh", "-c", "echo $A; pwd"], "env": ["A=b"], "cwd": "/etc"}')
     r = cli(running.mech.root, "exec", "--process", str(proc), running.id)
     assert r.returncode == 0 and r.stdout == "b\n/etc\n"
-    r = cli(running.mech.root, "exec", "-e", "X=1", "--cwd", "/bin", running.id, "--", "sh", "-c", "echo $X; pwd")
+    r = cli(running.mech.root, "exec", "-e", "X=1", "--cwd", "/bin", running.id, "--", "sh", "-c",
+            "echo $X; pwd")
     assert r.stdout == "1\n/bin\n"
     r = cli(running.mech.root, "exec", "-t", running.id, "sh")
     assert r.returncode == 2 and "not supported" in r.stderr

@@ -222,10 +222,26 @@ def usage(mechanism: Any, sandbox_id: str) -> Usage:
 
 
 def list_running(mechanism: Any) -> list[Status]:
-    """Every sandbox under the state root with its observed status."""
+    """Every sandbox under the state root with its observed status, plus sandboxes the store has lost
+    but the kernel still shows (``source="observed"``, see ``reconcile``), sorted by id."""
+    from .reconcile import lost_sandboxes
+
     store = _store(mechanism)
     out = []
     for sid in store.ids():
         with contextlib.suppress(ShimError):
             out.append(_status(mechanism, store.read(sid), store))
-    return out
+    out += lost_sandboxes(store, {s.id for s in out})
+    return sorted(out, key=lambda s: s.id)
+
+
+# Telemetry: every call above emits start/stop/exception events (telemetry.py).
+def _instrument() -> None:
+    from . import telemetry
+
+    g = globals()
+    for name in ("provision", "start", "stop", "destroy", "signal", "status", "usage", "list_running"):
+        g[name] = telemetry.instrument(name)(g[name])
+
+
+_instrument()

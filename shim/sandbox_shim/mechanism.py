@@ -98,6 +98,8 @@ class Status:
     oci_version: str = "1.0.2"
     exit_status: int | None = None
     created: str | None = None
+    source: str = "state"  # "state": from the state store; "observed": found in the kernel only (reconcile)
+    pids: list[int] = field(default_factory=list)
 
     def to_oci(self) -> dict[str, Any]:
         """The OCI state JSON (``ociVersion, id, status, pid, bundle, annotations``)."""

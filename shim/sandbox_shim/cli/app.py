@@ -21,6 +21,7 @@ COMMANDS: list[str] = [
     "confine:command",
     "capabilities:capabilities_cmd",
     "capabilities:features_cmd",
+    "proxy:command",
 ]
 
 LIFECYCLE_HELP = """

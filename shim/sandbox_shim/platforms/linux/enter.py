@@ -13,7 +13,7 @@ Steps, in this order (each cites its man page):
        uts, cgroup;
     3. fork(2): only the child C is in the sandbox's pid namespace (setns(2): CLONE_NEWPID affects
        children); H writes C's host pid into each cgroup.procs (cgroups(7)) and only then lets C go;
-  child C:
+  child C (with ``detach``: C forks again and the grandchild goes on, see ``child``):
     4. setsid(2); fchdir(/proc/PID/root) + chroot(2) ".", as nsenter(1) does;
     5. setrlimit(2) for each of the sandbox's rlimits;
     6. PR_SET_KEEPCAPS, drop the bounding set to ``capabilities`` (PR_CAPBSET_DROP), setgroups(2),
@@ -184,12 +184,26 @@ def exec_program(argv: list[str], env: dict[str, str]) -> None:
     raise StepFailed("execve", seen, prog)
 
 
-def child(spec: dict, root_fd: int, go_r: int, err_w: int, bpf: bytes | None, last_cap: int) -> None:
-    """Steps 4-9 in C.  Never returns: execve, or report to ``err_w`` and _exit(127)."""
+def child(spec: dict, root_fd: int, proc_fd: int, go_r: int, err_w: int, bpf: bytes | None,
+          last_cap: int) -> None:
+    """Steps 4-9 in C.  Never returns: execve, or report to ``err_w`` and _exit(127).
+
+    With ``detach`` C forks once more and exits: the program is then an orphan of the sandbox's pid
+    namespace, reparented to (and reaped by) the sandbox's own init, not the host's.  It learns its
+    host pid from the host's /proc (``proc_fd``, opened before setns: "self" resolves in that
+    procfs's pid namespace) and reports it as ``{"pid": N}``.
+    """
     try:
         if os.read(go_r, 1) != b"1":
             os._exit(127)  # H could not place us in the cgroup: never run outside it
         os.close(go_r)
+        if spec.get("detach"):
+            if os.fork() != 0:
+                os._exit(0)
+            with os.fdopen(os.open("self/stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd), "rb") as fh:
+                host_pid = int(fh.read().split()[0])
+            os.write(err_w, (json.dumps({"pid": host_pid}) + "\n").encode())
+        os.close(proc_fd)
         os.setsid()
         os.fchdir(root_fd)
         os.chroot(".")
@@ -217,7 +231,7 @@ def child(spec: dict, root_fd: int, go_r: int, err_w: int, bpf: bytes | None, la
     except BaseException as e:  # noqa: BLE001 - anything else must still be reported, never run on
         msg = {"error": "setup", "step": "enter", "errno": 0, "detail": repr(e)}
     try:
-        os.write(err_w, json.dumps(msg).encode())
+        os.write(err_w, (json.dumps(msg) + "\n").encode())
     finally:
         os._exit(127)
 
@@ -237,6 +251,7 @@ def main(spec_fd: int, status_fd: int) -> int:
                   for name, flag in NAMESPACES if os.path.exists(f"/proc/{pid}/ns/{name}")
                   and not same_ns(pid, name)]
         root_fd = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         procs = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in spec.get("cgroup_procs") or []]
         bpf = None
         if spec.get("seccomp_file"):
@@ -267,10 +282,11 @@ def main(spec_fd: int, status_fd: int) -> int:
             signal.signal(s, signal.SIG_DFL)
         os.close(go_w)
         os.close(err_r)
-        child(spec, root_fd, go_r, err_w, bpf, last_cap)
+        child(spec, root_fd, proc_fd, go_r, err_w, bpf, last_cap)
     os.close(go_r)
     os.close(err_w)
     os.close(root_fd)
+    os.close(proc_fd)
 
     def forward(signum: int, _frame: object) -> None:
         try:
@@ -296,7 +312,9 @@ def main(spec_fd: int, status_fd: int) -> int:
         report({"error": "setup", "step": "cgroup", "errno": e.errno or 0, "detail": str(e)})
         os.waitpid(c, 0)
         return 125
-    report({"pid": c})
+    detach = bool(spec.get("detach"))
+    if not detach:
+        report({"pid": c})
     os.write(go_w, b"1")
     os.close(go_w)
     chunks = []
@@ -306,12 +324,20 @@ def main(spec_fd: int, status_fd: int) -> int:
             break
         chunks.append(b)
     os.close(err_r)
-    if chunks:
-        report(json.loads(b"".join(chunks)))
-        os.waitpid(c, 0)
-        return 127
+    msgs = [json.loads(line) for line in b"".join(chunks).splitlines() if line.strip()]
+    if detach:
+        os.waitpid(c, 0)  # the intermediate child; the program itself is the sandbox init's now
+        for m in msgs:
+            if "pid" in m:
+                report(m)
+    for m in msgs:
+        if "error" in m:
+            report(m)
+            if not detach:
+                os.waitpid(c, 0)
+            return 127
     report({"exec": "ok"})
-    if spec.get("detach"):
+    if detach:
         return 0
     _, status, ru = os.wait4(c, 0)
     usage = {"utime_us": int(ru.ru_utime * 1e6), "stime_us": int(ru.ru_stime * 1e6),

@@ -1,0 +1,79 @@
+"""Lifecycle events: each library call emits ``start``, then ``stop`` or ``exception``.
+
+Event names are tuples ``("sandbox_shim", CALL, PHASE)`` with CALL one of ``CALLS`` and PHASE one of
+``start | stop | exception``.  Handlers receive ``(event, measurements, metadata)``:
+
+* measurements: ``system_time`` (ns since the epoch, on start), ``duration`` (ns, on stop/exception).
+* metadata: ``sandbox_id``, ``mechanism``, and on stop ``outcome`` ("ok"), on exception ``kind`` (the
+  error's kind, e.g. ``capability_unavailable``) and ``reason`` (its one-line message).
+
+Handlers run synchronously in the calling thread; one that raises is detached (it must not break a
+lifecycle call).  The CLI attaches a handler that writes these events to ``--log`` as JSON records
+when ``--log-format json`` is given.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+CALLS = ("provision", "start", "stop", "destroy", "signal", "status", "usage", "execute", "list_running")
+PHASES = ("start", "stop", "exception")
+
+Event = tuple[str, str, str]
+Handler = Callable[[Event, dict[str, int], dict[str, Any]], None]
+
+_handlers: dict[str, Handler] = {}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def attach(handler_id: str, handler: Handler) -> None:
+    """Register ``handler`` under ``handler_id`` (replacing one with the same id)."""
+    _handlers[handler_id] = handler
+
+
+def detach(handler_id: str) -> None:
+    """Remove the handler registered under ``handler_id`` (no error if absent)."""
+    _handlers.pop(handler_id, None)
+
+
+def emit(event: Event, measurements: dict[str, int], metadata: dict[str, Any]) -> None:
+    """Deliver one event to every handler."""
+    for hid, handler in list(_handlers.items()):
+        try:
+            handler(event, measurements, metadata)
+        except Exception:  # noqa: BLE001 - a faulty handler is detached, the call goes on
+            _handlers.pop(hid, None)
+
+
+def instrument(call: str) -> Callable[[F], F]:
+    """Decorator for a library function ``f(mechanism, sandbox_or_id, ...)`` emitting its events."""
+
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not _handlers:
+                return fn(*args, **kwargs)
+            mech = args[0] if args else kwargs.get("mechanism")
+            target = args[1] if len(args) > 1 else kwargs.get("sandbox", kwargs.get("sandbox_id"))
+            meta: dict[str, Any] = {
+                "sandbox_id": getattr(target, "id", target),
+                "mechanism": getattr(mech, "name", None),
+            }
+            t0 = time.monotonic_ns()
+            emit(("sandbox_shim", call, "start"), {"system_time": time.time_ns()}, meta)
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as e:
+                emit(("sandbox_shim", call, "exception"), {"duration": time.monotonic_ns() - t0},
+                     {**meta, "kind": getattr(e, "kind", type(e).__name__), "reason": str(e)})
+                raise
+            emit(("sandbox_shim", call, "stop"), {"duration": time.monotonic_ns() - t0}, {**meta, "outcome": "ok"})
+            return result
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco
