@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from sandbox_shim.template import default_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,7 +41,7 @@ BundleFactory = Callable[..., Path]
 
 @pytest.fixture
 def make_bundle(tmp_path: Path, rootfs_template: Path) -> BundleFactory:
-    """Return ``make(config=None, name="b", args=None) -> bundle dir`` with rootfs/, storage/ and config.json."""
+    """``make(config=None, name="b", args=None) -> bundle dir`` holding rootfs/, storage/, config.json."""
 
     def make(config: dict[str, Any] | None = None, name: str = "b", args: list[str] | None = None) -> Path:
         bundle = tmp_path / "bundles" / name
@@ -84,8 +83,9 @@ def run_shim(root: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess[s
         p = subprocess.run(shim_cmd(root, *args), env=env, stdout=out, stderr=err, **kw)
         out.seek(0)
         err.seek(0)
-        return subprocess.CompletedProcess(p.args, p.returncode, out.read().decode(errors="replace"),
-                                           err.read().decode(errors="replace"))
+        return subprocess.CompletedProcess(
+            p.args, p.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -119,4 +119,5 @@ def cgroup_dirs(sandbox_id: str) -> list[str]:
     import glob
 
     return glob.glob(f"/sys/fs/cgroup/*/sandbox-shim/{sandbox_id}") + glob.glob(
-        f"/sys/fs/cgroup/sandbox-shim/{sandbox_id}")
+        f"/sys/fs/cgroup/sandbox-shim/{sandbox_id}"
+    )

@@ -1,4 +1,4 @@
-"""The OCI lifecycle through the CLI on real bwrap and real cgroups: transitions, rules, nothing left behind."""
+"""The OCI lifecycle through the CLI on real bwrap and cgroups: transitions, rules, nothing left."""
 
 from __future__ import annotations
 
@@ -39,8 +39,12 @@ def test_full_lifecycle_and_nothing_left(make_bundle, state_root: Path, tmp_path
     b = make_bundle(args=["sh", "-c", "echo out-marker; echo err-marker >&2; exit 0"])
     out, err = tmp_path / "out", tmp_path / "err"
     with open(out, "w") as o, open(err, "w") as e:
-        r = subprocess.run(shim_cmd(state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"),
-                                    "c1"), stdout=o, stderr=e, timeout=30)
+        r = subprocess.run(
+            shim_cmd(state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"), "c1"),
+            stdout=o,
+            stderr=e,
+            timeout=30,
+        )
     assert r.returncode == 0, err.read_text()
     pid_text = (tmp_path / "pid").read_text()
     assert pid_text.isdigit()
@@ -62,12 +66,17 @@ def test_full_lifecycle_and_nothing_left(make_bundle, state_root: Path, tmp_path
     assert run_shim(state_root, "state", "c1").returncode == 6
 
 
-@pytest.mark.parametrize(("script", "status"), [
-    ("exit 23", 23),
-    ("kill -TERM $$", 128 + 15),
-    ("true", 0),
-])
-def test_exit_status_is_the_workloads(make_bundle, state_root: Path, tmp_path: Path, script: str, status: int) -> None:
+@pytest.mark.parametrize(
+    ("script", "status"),
+    [
+        ("exit 23", 23),
+        ("kill -TERM $$", 128 + 15),
+        ("true", 0),
+    ],
+)
+def test_exit_status_is_the_workloads(
+    make_bundle, state_root: Path, tmp_path: Path, script: str, status: int
+) -> None:
     b = make_bundle(args=["sh", "-c", script])
     assert create(state_root, b, "e", "--pid-file", str(tmp_path / "pid")).returncode == 0
     pid = int((tmp_path / "pid").read_text())
@@ -104,8 +113,11 @@ def test_background_child_does_not_survive_delete(make_bundle, state_root: Path,
 
 def test_large_stderr_does_not_hang(make_bundle, state_root: Path, tmp_path: Path) -> None:
     b = make_bundle(args=["sh", "-c", "head -c 1048576 /dev/zero | tr '\\0' x >&2; echo done"])
-    proc = subprocess.Popen(shim_cmd(state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"),
-                                     "big"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        shim_cmd(state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"), "big"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.wait(timeout=30) == 0  # create returns although the sandbox holds the pipes
     assert run_shim(state_root, "start", "big").returncode == 0
     out, err = proc.communicate(timeout=30)
@@ -118,15 +130,20 @@ def test_parent_ignoring_sigchld_and_blocking_signals(make_bundle, state_root: P
     wrapper = (
         "import os, signal, sys\n"
         "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
-        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1})\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK,\n"
+        "    {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1})\n"
         "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n"
     )
 
     def hostile(*args: str) -> subprocess.CompletedProcess[bytes]:
         out = tmp_path / "hostile.out"
         with open(out, "wb") as o:
-            p = subprocess.run([sys.executable, "-c", wrapper, *shim_cmd(state_root, *args)[1:]],
-                               stdout=o, stderr=subprocess.DEVNULL, timeout=60)
+            p = subprocess.run(
+                [sys.executable, "-c", wrapper, *shim_cmd(state_root, *args)[1:]],
+                stdout=o,
+                stderr=subprocess.DEVNULL,
+                timeout=60,
+            )
         return subprocess.CompletedProcess(p.args, p.returncode, out.read_bytes())
 
     assert hostile("create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"), "h").returncode == 0
@@ -183,14 +200,26 @@ def test_relative_root_is_found_from_any_cwd(make_bundle, tmp_path: Path) -> Non
     a_dir.mkdir()
     b_dir.mkdir()
     try:
-        r = subprocess.run([sys.executable, "-m", "sandbox_shim", "--root", rel, "create", "--bundle", str(b), "r"],
-                           cwd=a_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+        r = subprocess.run(
+            [sys.executable, "-m", "sandbox_shim", "--root", rel, "create", "--bundle", str(b), "r"],
+            cwd=a_dir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+        )
         assert r.returncode == 0
-        r = subprocess.run([sys.executable, "-m", "sandbox_shim", "--root", rel, "state", "r"],
-                           cwd=b_dir, capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            [sys.executable, "-m", "sandbox_shim", "--root", rel, "state", "r"],
+            cwd=b_dir,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert r.returncode == 0 and json.loads(r.stdout)["status"] == "created"
     finally:
-        subprocess.run([sys.executable, "-m", "sandbox_shim", "--root", rel, "delete", "--force", "r"], cwd=b_dir)
+        subprocess.run(
+            [sys.executable, "-m", "sandbox_shim", "--root", rel, "delete", "--force", "r"], cwd=b_dir
+        )
         subprocess.run(["rm", "-rf", f"/run/sandbox-shim/{rel}"])
 
 
@@ -231,7 +260,9 @@ def test_signal_spellings(make_bundle, state_root: Path, tmp_path: Path, sig: st
     assert run_shim(state_root, "kill", "k", "NOTASIGNAL").returncode in (2, 8)
 
 
-def test_delete_force_cleans_cgroup_when_state_dir_is_gone(make_bundle, state_root: Path, tmp_path: Path) -> None:
+def test_delete_force_cleans_cgroup_when_state_dir_is_gone(
+    make_bundle, state_root: Path, tmp_path: Path
+) -> None:
     b = make_bundle(args=["sleep", "1000"])
     assert create(state_root, b, "g", "--pid-file", str(tmp_path / "pid")).returncode == 0
     assert run_shim(state_root, "start", "g").returncode == 0
@@ -256,7 +287,9 @@ def test_state_with_empty_env_and_closed_stderr(make_bundle, state_root: Path) -
     rfd, wfd = os.pipe()
     os.close(rfd)  # writing to stderr now raises SIGPIPE/EPIPE: state must not write there
     try:
-        r = subprocess.run(shim_cmd(state_root, "state", "z"), env={}, stdout=subprocess.PIPE, stderr=wfd, timeout=30)
+        r = subprocess.run(
+            shim_cmd(state_root, "state", "z"), env={}, stdout=subprocess.PIPE, stderr=wfd, timeout=30
+        )
     finally:
         os.close(wfd)
     assert r.returncode == 0
@@ -284,8 +317,11 @@ def test_bad_input_leaves_nothing_behind(make_bundle, state_root: Path, bad: str
     assert not (state_root / ".cgroups" / "bad").exists()
     # we are a subreaper: a process left behind by the failed create would now be our child.  Zombies
     # are excluded: bwrap's pid 1 of the capability probe re-parents to us when it exits last.
-    left = [p for p in set(children_of(os.getpid())) - kids_before
-            if Path(f"/proc/{p}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"]
+    left = [
+        p
+        for p in set(children_of(os.getpid())) - kids_before
+        if Path(f"/proc/{p}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
+    ]
     assert left == []
 
 

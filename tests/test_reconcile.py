@@ -6,7 +6,6 @@ import shutil
 from pathlib import Path
 
 from conftest import cgroup_dirs, run_shim
-
 from sandbox_shim import api
 from sandbox_shim.reconcile import observe
 from sandbox_shim.state import proc_start_time

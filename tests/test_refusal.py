@@ -29,8 +29,12 @@ os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
 def run_confined(root: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     out, err = tmp_path / "out", tmp_path / "err"
     with open(out, "w") as o, open(err, "w") as e:
-        p = subprocess.run([sys.executable, "-c", DENY_NAMESPACES, *shim_cmd(root, *args)[1:]],
-                           stdout=o, stderr=e, timeout=60)
+        p = subprocess.run(
+            [sys.executable, "-c", DENY_NAMESPACES, *shim_cmd(root, *args)[1:]],
+            stdout=o,
+            stderr=e,
+            timeout=60,
+        )
     return subprocess.CompletedProcess(p.args, p.returncode, out.read_text(), err.read_text())
 
 
@@ -62,8 +66,9 @@ def test_start_checks_again(make_bundle, state_root: Path, tmp_path: Path) -> No
     assert cgroup_dirs("r2") == []
 
 
-def test_memory_limit_refused_when_memory_cgroup_is_not_writable(make_bundle, state_root: Path,
-                                                                  tmp_path: Path) -> None:
+def test_memory_limit_refused_when_memory_cgroup_is_not_writable(
+    make_bundle, state_root: Path, tmp_path: Path
+) -> None:
     from sandbox_shim.platforms.linux.cgroups import detect
 
     layout = detect()
@@ -77,14 +82,22 @@ def test_memory_limit_refused_when_memory_cgroup_is_not_writable(make_bundle, st
     script = f"mount -o remount,bind,ro {mount} && exec {inner}"
     out = tmp_path / "o"
     with open(out, "w") as o:
-        p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                           stdout=o, stderr=subprocess.STDOUT, timeout=60)
+        p = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+            stdout=o,
+            stderr=subprocess.STDOUT,
+            timeout=60,
+        )
     text = out.read_text()
     assert p.returncode == 4, text
     assert "cgroup.memory" in text
     assert not (state_root / "r3").exists() and cgroup_dirs("r3") == []
     # control: the same command in the same kind of private mount namespace, hierarchy left writable
     with open(out, "w") as o:
-        p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", f"exec {inner}"],
-                           stdout=o, stderr=subprocess.STDOUT, timeout=60)
+        p = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", f"exec {inner}"],
+            stdout=o,
+            stderr=subprocess.STDOUT,
+            timeout=60,
+        )
     assert p.returncode == 0, out.read_text()

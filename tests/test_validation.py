@@ -1,4 +1,4 @@
-"""Bundle validation: real configs accepted, every bad input named by JSON pointer, env values never echoed."""
+"""Bundle validation: real configs accepted, bad input named by JSON pointer, env values never echoed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from conftest import SHARED, base_config, run_shim
-
 from sandbox_shim.bundle import load
 from sandbox_shim.errors import BundleInvalid
 
@@ -69,7 +68,12 @@ def test_schema_errors_name_each_pointer_and_fix(make_bundle, tmp_path: Path) ->
     with pytest.raises(BundleInvalid) as ei:
         load(str(b))
     pointers = {p.pointer for p in ei.value.problems}
-    assert {"/process/cwd", "/process/capabilities/effective/0", "/linux/resources/pids/limit", ""} <= pointers
+    assert {
+        "/process/cwd",
+        "/process/capabilities/effective/0",
+        "/linux/resources/pids/limit",
+        "",
+    } <= pointers
     assert all(p.hint for p in ei.value.problems)
     r = run_shim(tmp_path, "validate", "--bundle", str(b), "--format", "json")
     assert r.returncode == 3

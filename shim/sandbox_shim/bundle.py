@@ -106,26 +106,63 @@ def read_config(bundle: str) -> dict[str, Any]:
         BundleInvalid: missing bundle or file, unreadable, invalid JSON (with line and column), not an object.
     """
     if not os.path.isdir(bundle):
-        raise BundleInvalid([BundleProblem("", f"bundle directory {bundle} does not exist", "runtime-spec bundle.md",
-                                           "pass an existing directory with --bundle")])
+        raise BundleInvalid(
+            [
+                BundleProblem(
+                    "",
+                    f"bundle directory {bundle} does not exist",
+                    "runtime-spec bundle.md",
+                    "pass an existing directory with --bundle",
+                )
+            ]
+        )
     path = os.path.join(bundle, "config.json")
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except FileNotFoundError:
-        raise BundleInvalid([BundleProblem("", f"{path} does not exist", "runtime-spec bundle.md",
-                                           "write one with `sandbox-shim spec --bundle DIR`")]) from None
+        raise BundleInvalid(
+            [
+                BundleProblem(
+                    "",
+                    f"{path} does not exist",
+                    "runtime-spec bundle.md",
+                    "write one with `sandbox-shim spec --bundle DIR`",
+                )
+            ]
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
-        raise BundleInvalid([BundleProblem("", f"cannot read {path}: {e}", "runtime-spec bundle.md",
-                                           "make it a readable UTF-8 file")]) from e
+        raise BundleInvalid(
+            [
+                BundleProblem(
+                    "", f"cannot read {path}: {e}", "runtime-spec bundle.md", "make it a readable UTF-8 file"
+                )
+            ]
+        ) from e
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
-        raise BundleInvalid([BundleProblem("", f"config.json is not valid JSON at line {e.lineno} column {e.colno}: "
-                                           f"{e.msg}", "RFC 8259", "fix the JSON syntax there")]) from e
+        raise BundleInvalid(
+            [
+                BundleProblem(
+                    "",
+                    f"config.json is not valid JSON at line {e.lineno} column {e.colno}: {e.msg}",
+                    "RFC 8259",
+                    "fix the JSON syntax there",
+                )
+            ]
+        ) from e
     if not isinstance(cfg, dict):
-        raise BundleInvalid([BundleProblem("", "config.json must hold a JSON object", "runtime-spec config.md",
-                                           "wrap the settings in { }")])
+        raise BundleInvalid(
+            [
+                BundleProblem(
+                    "",
+                    "config.json must hold a JSON object",
+                    "runtime-spec config.md",
+                    "wrap the settings in { }",
+                )
+            ]
+        )
     return cfg
 
 
@@ -146,8 +183,9 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
     from .validation import schema_problems
 
     problems, warnings = schema_problems(cfg)
-    env_errors, env_warnings = tenant.check_env((cfg.get("process") or {}).get("env")
-                                                if isinstance(cfg.get("process"), dict) else None)
+    env_errors, env_warnings = tenant.check_env(
+        (cfg.get("process") or {}).get("env") if isinstance(cfg.get("process"), dict) else None
+    )
     problems += env_errors
     warnings += env_warnings
     rootfs = ""
@@ -155,9 +193,14 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
     if isinstance(root, dict) and isinstance(root.get("path"), str) and root["path"]:
         rootfs = canonical(root["path"], bundle)
         if not os.path.isdir(rootfs):
-            problems.append(BundleProblem("/root/path", f"root filesystem {rootfs} does not exist",
-                                          "runtime-spec config.md root.path",
-                                          "create it (e.g. scripts/make-rootfs BUNDLE/rootfs) or fix root.path"))
+            problems.append(
+                BundleProblem(
+                    "/root/path",
+                    f"root filesystem {rootfs} does not exist",
+                    "runtime-spec config.md root.path",
+                    "create it (e.g. scripts/make-rootfs BUNDLE/rootfs) or fix root.path",
+                )
+            )
     if not problems:
         settings = Settings.from_annotations(cfg.get("annotations") or {})
         problems += tenant.check_network(cfg, settings.network)
@@ -176,18 +219,40 @@ def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:
     """What a launch on this host needs: bind sources and namespace files that exist."""
     out: list[BundleProblem] = []
     for i, m in enumerate(cfg.get("mounts") or []):
-        if m.get("type") == "bind" or "bind" in (m.get("options") or []) or "rbind" in (m.get("options") or []):
+        if (
+            m.get("type") == "bind"
+            or "bind" in (m.get("options") or [])
+            or "rbind" in (m.get("options") or [])
+        ):
             src = m.get("source")
             if not src:
-                out.append(BundleProblem(f"/mounts/{i}/source", "a bind mount needs a source", "runtime-spec config.md mounts",
-                                         "set source to a host path (relative paths resolve against the bundle)"))
+                out.append(
+                    BundleProblem(
+                        f"/mounts/{i}/source",
+                        "a bind mount needs a source",
+                        "runtime-spec config.md mounts",
+                        "set source to a host path (relative paths resolve against the bundle)",
+                    )
+                )
             elif not os.path.exists(canonical(src, bundle)):
-                out.append(BundleProblem(f"/mounts/{i}/source", f"bind source {canonical(src, bundle)} does not exist",
-                                         "runtime-spec config.md mounts", "create it or fix the path"))
+                out.append(
+                    BundleProblem(
+                        f"/mounts/{i}/source",
+                        f"bind source {canonical(src, bundle)} does not exist",
+                        "runtime-spec config.md mounts",
+                        "create it or fix the path",
+                    )
+                )
     for i, ns in enumerate((cfg.get("linux") or {}).get("namespaces") or []):
         if ns.get("path") and not os.path.exists(ns["path"]):
-            out.append(BundleProblem(f"/linux/namespaces/{i}/path", f"namespace file {ns['path']} does not exist",
-                                     "runtime-spec config-linux.md namespaces", "give the path of a live namespace"))
+            out.append(
+                BundleProblem(
+                    f"/linux/namespaces/{i}/path",
+                    f"namespace file {ns['path']} does not exist",
+                    "runtime-spec config-linux.md namespaces",
+                    "give the path of a live namespace",
+                )
+            )
     return out
 
 
@@ -197,13 +262,25 @@ def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> lis
     linux = cfg.get("linux") or {}
     for i, ns in enumerate(linux.get("namespaces") or []):
         if ns.get("type") == "time":
-            out.append(BundleProblem(f"/linux/namespaces/{i}", "time namespaces are not supported here",
-                                     "sandbox-shim: not implemented", "remove the entry"))
+            out.append(
+                BundleProblem(
+                    f"/linux/namespaces/{i}",
+                    "time namespaces are not supported here",
+                    "sandbox-shim: not implemented",
+                    "remove the entry",
+                )
+            )
     proc = cfg.get("process") or {}
     for field_name in ("apparmorProfile", "selinuxLabel"):
         if proc.get(field_name):
-            out.append(BundleProblem(f"/process/{field_name}", f"{field_name} is set but this runtime cannot enforce it",
-                                     "a security field that cannot be enforced is refused", "remove the field"))
+            out.append(
+                BundleProblem(
+                    f"/process/{field_name}",
+                    f"{field_name} is set but this runtime cannot enforce it",
+                    "a security field that cannot be enforced is refused",
+                    "remove the field",
+                )
+            )
     if linux.get("seccomp") is not None:
         try:
             from .platforms.linux import seccomp

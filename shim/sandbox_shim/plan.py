@@ -132,7 +132,9 @@ def make_plan(spec: Spec, sandbox_id: str) -> Plan:
             warnings.append(warn)
 
     caps = proc.get("capabilities") or {}
-    effective = sorted(set(caps.get("effective") or []) & set(caps.get("bounding") or caps.get("effective") or []))
+    effective = sorted(
+        set(caps.get("effective") or []) & set(caps.get("bounding") or caps.get("effective") or [])
+    )
 
     rlimits = [(r["type"], int(r["soft"]), int(r["hard"])) for r in proc.get("rlimits") or []]
     if spec.settings.cpu_time:

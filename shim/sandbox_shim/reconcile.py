@@ -33,8 +33,17 @@ def lost_sandboxes(store: StateStore, known: set[str]) -> list[Status]:
         if not any(os.path.isdir(d) for d in cg.dirs()):
             continue
         pids = [p for p in cg.pids() if proc_start_time(p) is not None]
-        out.append(Status(id=sid, status="running" if pids else "stopped", pid=pids[0] if pids else 0,
-                          bundle="", annotations={}, source="observed", pids=pids))
+        out.append(
+            Status(
+                id=sid,
+                status="running" if pids else "stopped",
+                pid=pids[0] if pids else 0,
+                bundle="",
+                annotations={},
+                source="observed",
+                pids=pids,
+            )
+        )
     return out
 
 

@@ -74,8 +74,10 @@ def resolve_root(root: str | None) -> str:
 def check_id(sandbox_id: str) -> None:
     """Ids are one path component of safe characters (runc's rule)."""
     if not sandbox_id or not ID_RE.match(sandbox_id):
-        raise UsageError(f"invalid container id {sandbox_id!r}",
-                         "use letters, digits, and _ . + - (not starting with a symbol)")
+        raise UsageError(
+            f"invalid container id {sandbox_id!r}",
+            "use letters, digits, and _ . + - (not starting with a symbol)",
+        )
 
 
 def proc_start_time(pid: int) -> int | None:
@@ -87,7 +89,7 @@ def proc_start_time(pid: int) -> int | None:
             data = fh.read()
     except OSError:
         return None
-    fields = data[data.rfind(b")") + 2:].split()
+    fields = data[data.rfind(b")") + 2 :].split()
     return int(fields[19])
 
 
@@ -98,7 +100,7 @@ def proc_state(pid: int) -> str | None:
             data = fh.read()
     except OSError:
         return None
-    return data[data.rfind(b")") + 2:].split()[0].decode()
+    return data[data.rfind(b")") + 2 :].split()[0].decode()
 
 
 def same_process(pid: int, start: int | None) -> bool:

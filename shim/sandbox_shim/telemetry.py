@@ -68,10 +68,17 @@ def instrument(call: str) -> Callable[[F], F]:
             try:
                 result = fn(*args, **kwargs)
             except Exception as e:
-                emit(("sandbox_shim", call, "exception"), {"duration": time.monotonic_ns() - t0},
-                     {**meta, "kind": getattr(e, "kind", type(e).__name__), "reason": str(e)})
+                emit(
+                    ("sandbox_shim", call, "exception"),
+                    {"duration": time.monotonic_ns() - t0},
+                    {**meta, "kind": getattr(e, "kind", type(e).__name__), "reason": str(e)},
+                )
                 raise
-            emit(("sandbox_shim", call, "stop"), {"duration": time.monotonic_ns() - t0}, {**meta, "outcome": "ok"})
+            emit(
+                ("sandbox_shim", call, "stop"),
+                {"duration": time.monotonic_ns() - t0},
+                {**meta, "outcome": "ok"},
+            )
             return result
 
         return wrapper  # type: ignore[return-value]

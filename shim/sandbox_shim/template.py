@@ -18,7 +18,11 @@ _DEFAULT: dict[str, Any] = {
         "terminal": False,
         "user": {"uid": 0, "gid": 0},
         "args": ["sh", "-c", "echo hello from the sandbox; uname -n"],
-        "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=xterm", "HOME=/root"],
+        "env": [
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "TERM=xterm",
+            "HOME=/root",
+        ],
         "cwd": "/",
         "capabilities": {"bounding": [], "effective": [], "permitted": [], "inheritable": [], "ambient": []},
         "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
@@ -29,7 +33,12 @@ _DEFAULT: dict[str, Any] = {
     "mounts": [
         {"destination": "/proc", "type": "proc", "source": "proc"},
         {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]},
-        {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
+        {
+            "destination": "/tmp",
+            "type": "tmpfs",
+            "source": "tmpfs",
+            "options": ["nosuid", "nodev", "mode=1777"],
+        },
         {"destination": "/storage", "type": "bind", "source": "storage", "options": ["rbind", "rw"]},
     ],
     "linux": {

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import copy
 import json
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
 from .errors import BundleProblem
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_schema(name: str = "config.schema.json") -> dict[str, Any]:
     """A schema shipped in the package (``sandbox_shim/schemas/NAME``)."""
     return json.loads(resources.files("sandbox_shim.schemas").joinpath(name).read_text(encoding="utf-8"))
@@ -76,9 +76,14 @@ def schema_problems(cfg: dict[str, Any]) -> tuple[list[BundleProblem], list[Bund
         if "propertyNames" in err.absolute_schema_path:
             # an unknown sandbox-shim.* annotation: name it (names are not secret, values may be)
             bad = err.instance if isinstance(err.instance, str) else "?"
-            errors.append(BundleProblem(_ptr([*err.absolute_path, bad]), f"unknown sandbox setting {bad!r}",
-                                        "schemas/config.schema.json annotations",
-                                        "see README 'Sandbox settings' for the known names"))
+            errors.append(
+                BundleProblem(
+                    _ptr([*err.absolute_path, bad]),
+                    f"unknown sandbox setting {bad!r}",
+                    "schemas/config.schema.json annotations",
+                    "see README 'Sandbox settings' for the known names",
+                )
+            )
             continue
         msg, hint = _describe(err)
         errors.append(BundleProblem(_ptr(err.absolute_path), msg, f"schema: {err.validator}", hint))
@@ -89,8 +94,14 @@ def schema_problems(cfg: dict[str, Any]) -> tuple[list[BundleProblem], list[Bund
             if err.validator == "additionalProperties":
                 known = set((err.schema.get("properties") or {}).keys())
                 for key in sorted(set(err.instance) - known):
-                    warnings.append(BundleProblem(_ptr([*err.absolute_path, key]), "unknown key, ignored",
-                                                  "schemas/config.schema.json", "remove it if it is a typo"))
+                    warnings.append(
+                        BundleProblem(
+                            _ptr([*err.absolute_path, key]),
+                            "unknown key, ignored",
+                            "schemas/config.schema.json",
+                            "remove it if it is a typo",
+                        )
+                    )
     return errors, warnings
 
 

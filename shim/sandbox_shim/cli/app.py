@@ -39,8 +39,9 @@ Lifecycle verbs (runc grammar, parsed without click for speed):
 @click.option("--systemd-cgroup", is_flag=True, hidden=True, help="Accepted for runc compatibility.")
 @click.version_option(package_name="sandbox-shim", prog_name="sandbox-shim")
 @click.pass_context
-def cli(ctx: click.Context, root: str, log_file: str | None, log_format: str, debug: bool,
-        systemd_cgroup: bool) -> None:
+def cli(
+    ctx: click.Context, root: str, log_file: str | None, log_format: str, debug: bool, systemd_cgroup: bool
+) -> None:
     """sandbox-shim: run OCI bundles as sandboxes with the host's own isolation."""
     ctx.obj = Globals(root=root, log=log_file, log_format=log_format, debug=debug)
 

@@ -13,7 +13,9 @@ from .output import Globals, fail
 
 
 @click.command("spec")
-@click.option("-b", "--bundle", default=".", show_default=True, help="Bundle directory to write config.json into.")
+@click.option(
+    "-b", "--bundle", default=".", show_default=True, help="Bundle directory to write config.json into."
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing config.json.")
 @click.pass_obj
 def spec(g: Globals, bundle: str, force: bool) -> None:
@@ -38,7 +40,7 @@ def spec(g: Globals, bundle: str, force: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_obj
 def validate(g: Globals, bundle: str, fmt: str) -> None:
-    """Check config.json against the schema and the tenant policy; print every problem with its JSON pointer."""
+    """Check config.json against the schema and the tenant policy; print each problem and its pointer."""
     from ..bundle import load
 
     try:

@@ -60,7 +60,9 @@ def run(g: Globals, bundle: str, detach: bool, pid_file: str | None, keep: bool,
 
 
 @click.command("list")
-@click.option("-f", "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "-f", "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
 @click.option("-q", "--quiet", is_flag=True, help="Ids only.")
 @click.pass_obj
 def list_cmd(g: Globals, fmt: str, quiet: bool) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 
 def read_status_file(path: str) -> list[dict[str, Any]]:
-    """The JSON objects bwrap wrote to ``--json-status-fd`` (``child-pid`` first, ``exit-code`` at the end)."""
+    """The JSON objects bwrap wrote to ``--json-status-fd`` (``child-pid`` first, ``exit-code`` last)."""
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()

@@ -60,8 +60,9 @@ class V1Manager(CgroupManager):
                 created.append(d)
         except FileExistsError as e:
             self.remove(created)
-            raise LaunchFailed(f"cgroup {e.filename} already exists",
-                               "another container uses this cgroupsPath; pick another") from e
+            raise LaunchFailed(
+                f"cgroup {e.filename} already exists", "another container uses this cgroupsPath; pick another"
+            ) from e
         except OSError as e:
             self.remove(created)
             raise LaunchFailed(f"cannot create cgroup {e.filename}: {e.strerror}") from e
@@ -86,12 +87,16 @@ class V1Manager(CgroupManager):
         if limits.memory_swap:
             memsw = os.path.join(self._dir("memory"), "memory.memsw.limit_in_bytes")
             if not os.path.exists(memsw):
-                raise LaunchFailed("this host's memory cgroup has no swap accounting (memsw)",
-                                   "remove linux.resources.memory.swap or boot with swapaccount=1")
+                raise LaunchFailed(
+                    "this host's memory cgroup has no swap accounting (memsw)",
+                    "remove linux.resources.memory.swap or boot with swapaccount=1",
+                )
             write(memsw, str(limits.memory_swap))
         if limits.memory_reservation:
-            write(os.path.join(self._dir("memory"), "memory.soft_limit_in_bytes"),
-                  str(limits.memory_reservation))
+            write(
+                os.path.join(self._dir("memory"), "memory.soft_limit_in_bytes"),
+                str(limits.memory_reservation),
+            )
         if limits.pids_limit:
             write(os.path.join(self._dir("pids"), "pids.max"), str(limits.pids_limit))
         if limits.cpu_shares:
@@ -103,8 +108,14 @@ class V1Manager(CgroupManager):
         if limits.cpu_cpus or limits.cpu_mems:
             d = self._dir("cpuset")
             parent = os.path.dirname(d)
-            write(os.path.join(d, "cpuset.cpus"), limits.cpu_cpus or read(os.path.join(parent, "cpuset.cpus")) or "")
-            write(os.path.join(d, "cpuset.mems"), limits.cpu_mems or read(os.path.join(parent, "cpuset.mems")) or "")
+            write(
+                os.path.join(d, "cpuset.cpus"),
+                limits.cpu_cpus or read(os.path.join(parent, "cpuset.cpus")) or "",
+            )
+            write(
+                os.path.join(d, "cpuset.mems"),
+                limits.cpu_mems or read(os.path.join(parent, "cpuset.mems")) or "",
+            )
 
     def add(self, pid: int) -> None:
         for d in self.dirs():
