@@ -56,6 +56,7 @@ def require(sandbox_id: str, status: str, verb: str) -> None:
         "pause": (can_pause(status), "running"),
         "resume": (status == "paused", "paused"),
         "exec": (status == "running", "running"),
+        "update": (status in ACTIVE, "created, running or paused"),
     }
     ok, allowed = rules[verb]
     if not ok:

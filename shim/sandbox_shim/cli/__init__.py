@@ -35,10 +35,13 @@ def main(argv: list[str] | None = None) -> None:
     # would then lose the sandbox's exit status (auto-reaped children): start from the defaults.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    if _verb(args) in FAST_VERBS and not ({"-h", "--help"} & set(args)):
-        from .lifecycle import main as fast_main
+    if _verb(args) in FAST_VERBS:
+        from . import lifecycle
 
-        sys.exit(fast_main(args))
+        if {"-h", "--help"} & set(args):
+            sys.stdout.write((lifecycle.__doc__ or "").strip() + "\n")
+            sys.exit(0)
+        sys.exit(lifecycle.main(args))
     from .app import cli
 
     cli.main(args=args, prog_name="sandbox-shim")

@@ -22,9 +22,15 @@ COMMANDS: list[str] = [
     "capabilities:capabilities_cmd",
     "capabilities:features_cmd",
     "proxy:command",
+    "control:exec_cmd",
+    "control:ps_cmd",
+    "control:pause_cmd",
+    "control:resume_cmd",
+    "control:update_cmd",
+    "control:events_cmd",
 ]
 
-LIFECYCLE_HELP = """
+LIFECYCLE_HELP = """\b
 Lifecycle verbs (runc grammar, parsed without click for speed):
   create [-b|--bundle DIR] [--pid-file F] [--console-socket S] ID
   start ID | state ID | kill [--all] ID [SIGNAL] | delete [-f|--force] ID

@@ -156,7 +156,20 @@ class LinuxMechanism:
         return bool(cg and hasattr(cg, "is_frozen") and cg.is_frozen())
 
     def status(self, sandbox: Sandbox) -> Status:
-        raise NotImplementedError  # the api composes status from the record (see api.status)
+        """The OCI status as the kernel shows it: stopped (monitor gone or exit recorded), created (the
+        start FIFO still exists), paused (frozen cgroup) or running.  ``annotations`` are left empty:
+        they belong to the config, which the api's record holds."""
+        if not self.alive(sandbox):
+            now = "stopped"
+        elif os.path.exists(sandbox.private.get("fifo", "")):
+            now = "created"
+        elif self.paused(sandbox):
+            now = "paused"
+        else:
+            now = "running"
+        return Status(id=sandbox.id, status=now, pid=sandbox.private.get("pid", 0) if now != "stopped" else 0,
+                      bundle=sandbox.bundle, annotations={},
+                      exit_status=self.exit_status(sandbox) if now == "stopped" else None)
 
     def workload_pid(self, sandbox: Sandbox) -> int:
         """The sandbox's first user process: bwrap's child, or inside a pid namespace its child."""

@@ -1,0 +1,316 @@
+"""OCI config dict -> ``DarwinPlan``: how a bundle runs under ``sandbox-exec`` (no mount namespaces).
+
+macOS has no mount, pid, ipc, uts or cgroup namespaces, so a bundle is *interpreted*, not mounted:
+
+* ``root.path`` (relative to the bundle) is realpath'd; the rootfs is **readable** (never writable,
+  whatever ``root.readonly`` says) and is where ``args[0]`` and ``cwd`` are looked up.  The workload
+  sees the host's file namespace, cut down by the SBPL profile; its binaries must be macOS ones.
+* **Sandbox paths -> host paths**: a path under the storage mount's destination maps into the storage
+  directory; any other path maps into the rootfs.  Both are resolved with ``paths.resolve_in_root``
+  (symlinks followed as if the directory were ``/``), so a mapped path never leaves its directory.
+* ``process.args[0]``: a path is mapped (a relative one against ``cwd``); a bare name is searched in
+  the ``PATH`` of ``process.env`` (each entry mapped).  It must be an executable regular file there,
+  else ``CouldNotRun`` (``not_found`` / ``permission_denied``): nothing on the host is run instead.
+  The workload's ``argv[0]`` is then that host path.  ``args[1:]`` pass **unchanged**: a path in them
+  is a host path (relative paths, taken against ``cwd``, are the portable form).  A ``#!`` interpreter
+  is resolved by the kernel on the host (``/bin/sh`` is the host's, readable in the runtime set).
+* ``process.cwd`` is mapped like any path and must be an existing directory (``BundleInvalid``).
+* ``mounts``: the bind of the bundle's ``storage/`` is the one mount honoured (read-write, or read
+  only with ``ro``).  Any other bind is **refused** (it would make host data visible, and there is no
+  destination to bind it at); ``proc``, ``tmpfs``, ``sysfs``, ``mqueue``, ``cgroup``, ``devpts`` are
+  **ignored with a warning** (the host's ``/dev`` subset in the profile serves; ``/tmp`` is denied).
+* ``linux``: ``namespaces`` become requirements: ``network`` -> ``network.deny``, ``mount`` ->
+  ``filesystem.confinement``, every other type -> ``namespace.<type>``, which macOS does not have,
+  so such a bundle is refused (``CapabilityUnavailable``).  Security fields that cannot be enforced
+  are refused the same way: ``linux.seccomp`` -> ``seccomp``, ``process.noNewPrivileges`` ->
+  ``no_new_privs``, ``linux.resources.cpu`` quota -> ``cpu.rate``.  ``resources.memory.limit`` and
+  ``resources.pids.limit`` become rlimits (below).  ``maskedPaths``, ``readonlyPaths``, ``sysctl``,
+  ``devices``, ``cpu.shares`` and the rest of ``linux`` are ignored with a warning.
+* ``process.user``: the workload runs as the caller.  uid 0 asked by a non-root caller is a warning
+  (the user-namespace "root" of Linux); any other uid different from the caller's is refused.
+* Network (annotation ``sandbox-shim.network``): ``none`` (default) denies every socket, loopback
+  included (macOS loopback is the host's, not the sandbox's); ``host`` allows the network;
+  ``isolated`` requires ``network.isolated``, which macOS lacks.
+
+Limits are POSIX rlimits set on the held process before user code (setrlimit(2), per *process*, and
+inherited by children): ``resources.memory.limit`` -> RLIMIT_AS and RLIMIT_DATA (bytes), annotation
+``sandbox-shim.cpu-time-seconds`` -> RLIMIT_CPU (soft n, hard n+1), ``resources.pids.limit`` ->
+RLIMIT_NPROC (counted per *real uid* over the whole host, not per sandbox), ``process.rlimits`` as
+given (the smaller value wins on overlap; Linux-only kinds are refused).  Each limit adds a
+requirement (``rlimit.memory``, ``rlimit.cpu``, ``rlimit.nproc``) probed on the host.  The wall
+clock (``sandbox-shim.wall-clock-seconds``) is enforced by the shim while it waits.
+Sources: OCI runtime-spec config.md (root, process, mounts, POSIX rlimits), config-linux.md;
+macOS setrlimit(2), sandbox-exec(1).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...capability import Capability
+from ...errors import BundleInvalid, BundleProblem, CapabilityUnavailable, CouldNotRun
+from ...hardening import tenant
+from ...paths import canonical, resolve_in_root
+
+PREFIX = "sandbox-shim."
+_SPEC = "OCI runtime-spec config.md"
+_LINUX = "OCI runtime-spec config-linux.md"
+_POLICY = "a security field that cannot be enforced is refused"
+
+#: rlimits macOS has (<sys/resource.h>); other OCI kinds are Linux-only.
+DARWIN_RLIMITS = ("RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_CPU", "RLIMIT_DATA", "RLIMIT_FSIZE",
+                  "RLIMIT_MEMLOCK", "RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_RSS", "RLIMIT_STACK")
+#: OCI namespace type -> the requirement it becomes on macOS.
+NAMESPACE_REQUIREMENTS = {"network": "network.deny", "mount": "filesystem.confinement"}
+_IGNORED_MOUNTS = ("proc", "tmpfs", "sysfs", "mqueue", "cgroup", "cgroup2", "devpts")
+
+
+@dataclass(frozen=True)
+class DarwinPlan:
+    """A launch description for one sandbox-exec sandbox (host paths are realpath'd).
+
+    Attributes:
+        bundle, rootfs: the bundle directory and its root filesystem.
+        storage: host directory of the storage bind, or None; ``storage_readonly`` for ``ro``.
+        program: host path of ``args[0]`` (inside ``rootfs`` or ``storage``).
+        args: argv of the workload; ``args[0] == program``.
+        cwd: host directory to start in.
+        env: environment (tenant rules: ``hardening.tenant.build_env``).
+        network: ``none`` | ``host``.
+        rlimits: ``(RLIMIT_NAME, soft, hard)`` sorted by name; values in the rlimit's unit.
+        wall_clock: seconds, or None.
+        requires: capability names this bundle requires, sorted.
+        warnings: settings ignored on macOS, one line each (never env values).
+    """
+
+    bundle: str
+    rootfs: str
+    storage: str | None
+    storage_readonly: bool
+    program: str
+    args: tuple[str, ...]
+    cwd: str
+    env: dict[str, str]
+    network: str
+    rlimits: tuple[tuple[str, int, int], ...]
+    wall_clock: float | None
+    requires: tuple[str, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+
+class _Mapper:
+    """Sandbox path -> host path: under ``dest`` into ``storage``, anything else into ``rootfs``."""
+
+    def __init__(self, rootfs: str, storage: str | None, dest: str | None) -> None:
+        self.rootfs, self.storage, self.dest = rootfs, storage, (dest or "").rstrip("/") or None
+
+    def host(self, path: str) -> str:
+        norm = os.path.normpath("/" + path)
+        if self.storage and self.dest and (norm == self.dest or norm.startswith(self.dest + "/")):
+            return resolve_in_root(self.storage, norm[len(self.dest):] or "/")
+        return resolve_in_root(self.rootfs, norm)
+
+
+def _program(arg0: str, cwd: str, env: dict[str, str], mapper: _Mapper) -> str:
+    if "/" in arg0:
+        cands = [mapper.host(arg0 if arg0.startswith("/") else os.path.join(cwd, arg0))]
+    else:
+        cands = [mapper.host(os.path.join(d or ".", arg0) if d.startswith("/") else os.path.join(cwd, d, arg0))
+                 for d in env.get("PATH", "").split(":")]
+    denied = None
+    for c in cands:
+        try:
+            st = os.stat(c)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and os.access(c, os.X_OK):
+            return c
+        denied = denied or c
+    if denied:
+        raise CouldNotRun("permission_denied", arg0, "not an executable regular file in the rootfs")
+    raise CouldNotRun("not_found", arg0, "looked up inside root.path only (macOS has no mount namespace)")
+
+
+def _storage(cfg: dict[str, Any], bundle: str, problems: list[BundleProblem],
+             warnings: list[str]) -> tuple[str | None, str | None, bool]:
+    storage_dir = canonical("storage", bundle)
+    found: tuple[str | None, str | None, bool] = (None, None, False)
+    for i, m in enumerate(cfg.get("mounts") or []):
+        opts = list(m.get("options") or [])
+        kind = m.get("type") or ("bind" if {"bind", "rbind"} & set(opts) else "")
+        if kind == "bind" or {"bind", "rbind"} & set(opts):
+            src = canonical(m.get("source") or "", bundle)
+            if src == storage_dir and found[0] is None and os.path.isdir(src):
+                found = (src, str(m.get("destination") or ""), "ro" in opts)
+                continue
+            problems.append(BundleProblem(
+                f"/mounts/{i}", "only the bundle's storage/ may be bound on macOS (no mount namespace)",
+                "sandbox-shim darwin: bind mounts", "remove the mount, or bind the bundle's storage/ dir"))
+        elif kind in _IGNORED_MOUNTS:
+            warnings.append(f"/mounts/{i}: {kind} mount ignored on macOS (the host's own is used or denied)")
+        else:
+            problems.append(BundleProblem(f"/mounts/{i}/type", f"mount type {kind!r} is not supported on macOS",
+                                          "sandbox-shim darwin: mounts", "remove the mount"))
+    return found
+
+
+def _limit(problems: list[BundleProblem], value: Any, ptr: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        problems.append(BundleProblem(ptr, "must be a positive integer", _LINUX))
+        return None
+    return value
+
+
+def _rlimits(cfg: dict[str, Any], problems: list[BundleProblem], requires: set[str],
+             warnings: list[str]) -> tuple[tuple[str, int, int], ...]:
+    proc = cfg.get("process") or {}
+    res = (cfg.get("linux") or {}).get("resources") or {}
+    out: dict[str, tuple[int, int]] = {}
+
+    def put(name: str, soft: int, hard: int) -> None:
+        old = out.get(name)
+        out[name] = (min(soft, old[0]), min(hard, old[1])) if old else (soft, hard)
+
+    for i, r in enumerate(proc.get("rlimits") or []):
+        name = r.get("type") if isinstance(r, dict) else None
+        if name not in DARWIN_RLIMITS:
+            problems.append(BundleProblem(f"/process/rlimits/{i}/type", f"{name!r} does not exist on macOS",
+                                          "macOS setrlimit(2)", "remove it from process.rlimits"))
+            continue
+        put(name, int(r.get("soft", 0)), int(r.get("hard", 0)))
+    mem = _limit(problems, (res.get("memory") or {}).get("limit"), "/linux/resources/memory/limit")
+    if mem is not None:
+        put("RLIMIT_AS", mem, mem)
+        put("RLIMIT_DATA", mem, mem)
+    pids = _limit(problems, (res.get("pids") or {}).get("limit"), "/linux/resources/pids/limit")
+    if pids is not None:
+        put("RLIMIT_NPROC", pids, pids)
+    cpu_s = (cfg.get("annotations") or {}).get(PREFIX + "cpu-time-seconds")
+    if cpu_s:
+        if str(cpu_s).isdigit() and int(cpu_s) > 0:
+            put("RLIMIT_CPU", int(cpu_s), int(cpu_s) + 1)
+        else:
+            problems.append(BundleProblem(f"/annotations/{PREFIX}cpu-time-seconds", "must be a positive integer",
+                                          "sandbox-shim annotations"))
+    cpu = res.get("cpu") or {}
+    if cpu.get("quota") or cpu.get("cpus") or cpu.get("realtimeRuntime"):
+        requires.add("cpu.rate")
+    elif cpu.get("shares"):
+        warnings.append("/linux/resources/cpu/shares ignored on macOS (a preference, not a limit)")
+    for key in sorted(set(res) - {"memory", "pids", "cpu"}):
+        warnings.append(f"/linux/resources/{key} ignored on macOS")
+    names = set(out)
+    if names & {"RLIMIT_AS", "RLIMIT_DATA"}:
+        requires.add("rlimit.memory")
+    if "RLIMIT_CPU" in names:
+        requires.add("rlimit.cpu")
+    if "RLIMIT_NPROC" in names:
+        requires.add("rlimit.nproc")
+    return tuple((n, *out[n]) for n in sorted(out))
+
+
+def _linux_section(cfg: dict[str, Any], requires: set[str], warnings: list[str]) -> None:
+    linux = cfg.get("linux") or {}
+    for ns in linux.get("namespaces") or []:
+        t = ns.get("type") if isinstance(ns, dict) else None
+        if t:
+            requires.add(NAMESPACE_REQUIREMENTS.get(t, f"namespace.{t}"))
+    if linux.get("seccomp") is not None:
+        requires.add("seccomp")
+    if (cfg.get("process") or {}).get("noNewPrivileges"):
+        requires.add("no_new_privs")
+    for key in sorted(set(linux) - {"namespaces", "seccomp", "resources"}):
+        warnings.append(f"/linux/{key} ignored on macOS")
+    if cfg.get("hostname"):
+        warnings.append("/hostname ignored on macOS (no uts namespace)")
+
+
+def plan_from_config(config: dict[str, Any], bundle: str, *, caller_uid: int | None = None) -> DarwinPlan:
+    """Interpret an OCI config for ``sandbox-exec`` (rules in the module docstring).
+
+    Args:
+        config: the parsed config.json.
+        bundle: the bundle directory (``root.path`` and mount sources resolve against it).
+        caller_uid: the uid the workload will run as (default ``os.getuid()``).
+    Returns:
+        The plan.  It reads the bundle's rootfs (lstat/stat) to resolve ``args[0]`` and ``cwd``.
+    Raises:
+        BundleInvalid: every problem, each with its JSON pointer (no ``process.env`` value quoted).
+        CouldNotRun: ``args[0]`` is not an executable file inside the rootfs or storage.
+    """
+    problems: list[BundleProblem] = []
+    warnings: list[str] = []
+    requires: set[str] = {"seatbelt", "filesystem.confinement"}
+    bundle = canonical(bundle)
+    proc = config.get("process") or {}
+    args = proc.get("args")
+    if not isinstance(args, list) or not args or not all(isinstance(a, str) and a for a in args[:1]):
+        problems.append(BundleProblem("/process/args", "must be a non-empty list of strings", _SPEC))
+    env_errors, _ = tenant.check_env(proc.get("env"))
+    problems += env_errors
+    root = (config.get("root") or {}).get("path")
+    rootfs = canonical(root, bundle) if isinstance(root, str) and root else ""
+    if not rootfs or not os.path.isdir(rootfs):
+        problems.append(BundleProblem("/root/path", "root filesystem does not exist", _SPEC + " root.path"))
+    ann = config.get("annotations") or {}
+    network = ann.get(PREFIX + "network") or "none"
+    problems += tenant.check_network(config, network)
+    if network == "isolated":
+        requires.add("network.isolated")
+    elif network != "host":
+        network = "none"
+    storage, dest, storage_ro = _storage(config, bundle, problems, warnings)
+    rlimits = _rlimits(config, problems, requires, warnings)
+    _linux_section(config, requires, warnings)
+    if network == "host":
+        requires.discard("network.deny")
+    else:
+        requires.add("network.deny")
+    user = proc.get("user") or {}
+    uid = int(user.get("uid", 0))
+    me = os.getuid() if caller_uid is None else caller_uid
+    if uid != me:
+        if uid == 0 and me != 0:
+            warnings.append(f"/process/user/uid 0 runs as the caller (uid {me}) on macOS")
+        else:
+            problems.append(BundleProblem("/process/user/uid", f"uid {uid} differs from the caller's ({me})",
+                                          _POLICY, "run the shim as that user, or set uid 0"))
+    if (proc.get("capabilities") or {}).get("effective"):
+        warnings.append("/process/capabilities ignored on macOS (no Linux capabilities; none are granted)")
+    wall = ann.get(PREFIX + "wall-clock-seconds")
+    wall_clock = float(wall) if wall and float(wall) > 0 else None
+    raw_req = ann.get(PREFIX + "requires")
+    if raw_req:
+        requires |= {n.strip() for n in str(raw_req).split(",") if n.strip()}
+    if problems:
+        raise BundleInvalid(problems)
+    env = tenant.build_env(proc.get("env"))
+    mapper = _Mapper(rootfs, storage, dest)
+    cwd_in = proc.get("cwd") or "/"
+    cwd = mapper.host(cwd_in)
+    if not os.path.isdir(cwd):
+        raise BundleInvalid([BundleProblem("/process/cwd", f"{cwd_in} is not a directory in the rootfs/storage",
+                                           _SPEC + " process.cwd", "create it in the rootfs")])
+    program = _program(args[0], cwd_in, env, mapper)
+    return DarwinPlan(bundle, rootfs, storage, storage_ro, program, (program, *args[1:]), cwd, env, network,
+                      rlimits, wall_clock, tuple(sorted(requires)), tuple(warnings))
+
+
+def check_requirements(plan: DarwinPlan, reports: Iterable[Capability]) -> None:
+    """Refuse a plan whose required capabilities this host lacks.
+
+    Raises:
+        CapabilityUnavailable: each required capability unavailable or not reported.
+    """
+    by_name = {r.name: r for r in reports}
+    missing = [by_name.get(n) or Capability(n, False, "sandbox-exec", "not provided on macOS", "not reported")
+               for n in plan.requires]
+    missing = [r for r in missing if not r.available]
+    if missing:
+        raise CapabilityUnavailable(missing)
