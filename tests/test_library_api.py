@@ -6,9 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import base_config, cgroup_dirs, wait_pid
-
 import sandbox_shim
+from conftest import base_config, cgroup_dirs, wait_pid
 from sandbox_shim import telemetry
 from sandbox_shim.errors import CapabilityUnavailable, InvalidState, SandboxNotFound
 from sandbox_shim.mechanism import Mechanism

@@ -56,7 +56,7 @@ def sh(rootfs: Path, script: str, bpf: bytes | None) -> subprocess.CompletedProc
 
 
 def py(code: str, bpf: bytes | None, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_sandbox(None, [sys.executable, "-c", code, *args], bpf)
+    return run_sandbox(None, [os.path.realpath(sys.executable), "-I", "-c", code, *args], bpf)
 
 
 def control_then_breach(run: Any, bpf: bytes, control_bpf: bytes | None, error: str) -> str:

@@ -6,6 +6,10 @@
   if the root were ``/`` (an absolute link restarts at the root, ``..`` stops at it), so the result
   never names a host file outside the root.  This is what runc's securejoin does.
 * ``ensure_in_root``: the same, creating missing directories (or an empty file) inside the root.
+* ``View``: the sandbox's whole tree (rootfs + mounts in order): a mount destination, masked or
+  read-only path or cwd is resolved in the mount that covers it, created only in the rootfs or a
+  read-write bind, and never through a symlink of a kernel file system (``/proc/self/root``,
+  ``/dev/fd``) — bwrap is then given symlink-free paths.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from dataclasses import dataclass
 
 MAX_SYMLINKS = 40  # as the kernel's path walk (path_resolution(7))
 
@@ -101,3 +106,141 @@ def ensure_in_root(root: str, path: str, is_dir: bool = True) -> str:
     if is_dir and not os.path.isdir(target):
         raise OSError(errno.ENOTDIR, "exists and is not a directory", path)
     return target
+
+
+# -- the sandbox's view: the rootfs plus the mounts made on it, in order --------------------------
+
+#: symbolic links bwrap's ``--dev`` makes (bwrap.c setup_newroot): a path through one is refused
+DEV_SYMLINKS = frozenset({"fd", "stdin", "stdout", "stderr", "core", "ptmx"})
+#: file systems whose content is on the host (the rootfs, a bind source)
+HOST_BACKED = frozenset({"rootfs", "bind"})
+#: file systems that are new and empty when mounted (nothing in them to follow)
+EMPTY = frozenset({"tmpfs", "mqueue", "cgroup"})
+#: kernel file systems: the host's own mount shows their shape (same kernel)
+KERNEL = {"proc": "/proc", "sysfs": "/sys"}
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One mount of the sandbox's tree, as far as path resolution needs it.
+
+    Attributes:
+        dest: where it is mounted, as a normalised symlink-free sandbox path.
+        fs: ``rootfs`` | ``bind`` | ``tmpfs`` | ``mqueue`` | ``cgroup`` | ``proc`` | ``sysfs`` | ``dev``.
+        host: host path backing it (the rootfs, a bind source); "" for the others.
+        writable: missing mount points may be created in it (the rootfs, a read-write bind).
+    """
+
+    dest: str
+    fs: str
+    host: str = ""
+    writable: bool = False
+
+
+def _under(path: str, top: str) -> bool:
+    return top == "/" or path == top or path.startswith(top + "/")
+
+
+class View:
+    """The file tree bwrap builds: the rootfs at ``/``, then each mount in the order it is made.
+
+    ``resolve`` walks a sandbox path one component at a time, looking each one up in the mount that
+    covers it (the last one made on a prefix), following symlinks as the kernel would *inside the
+    sandbox* (an absolute link restarts at the sandbox's ``/``, ``..`` stops there) and refusing
+    symlinks in kernel file systems (``/proc/self/root``, ``/dev/fd``: they lead to the host while
+    bwrap sets up).  The result is symlink-free, so bwrap, given it, follows no link at all
+    (runc's securejoin; CVE-2019-19921, CVE-2021-30465 are the races this closes for a static tree).
+    """
+
+    def __init__(self, rootfs: str) -> None:
+        self.layers = [Layer("/", "rootfs", rootfs, True)]
+
+    def add(self, layer: Layer) -> None:
+        """Record a mount made at ``layer.dest`` (already resolved by ``resolve``/``ensure``)."""
+        self.layers.append(layer)
+
+    def layer_for(self, path: str) -> Layer:
+        """The mount that shows ``path`` (a normalised sandbox path): the last made on a prefix."""
+        return next(la for la in reversed(self.layers) if _under(path, la.dest))
+
+    def host_of(self, path: str) -> str | None:
+        """Host path showing what is at sandbox ``path`` now, or None (an empty fs, bwrap's /dev)."""
+        la = self.layer_for(path)
+        rel = "" if la.dest == "/" and path == "/" else path[len(la.dest.rstrip("/")):]
+        if la.fs in HOST_BACKED:
+            return la.host + rel if rel else la.host
+        if la.fs in KERNEL:
+            return KERNEL[la.fs] + rel
+        return None
+
+    def resolve(self, path: str) -> tuple[str, Layer]:
+        """Resolve sandbox ``path`` inside the sandbox's tree.
+
+        Returns:
+            (the symlink-free sandbox path, the mount it lies in); trailing components may not exist.
+        Raises:
+            OSError(ELOOP): too many links, or a symlink in a kernel file system (message names it).
+        """
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        resolved: list[str] = []
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                if resolved:
+                    resolved.pop()
+                continue
+            cand = "/" + "/".join([*resolved, part])
+            la = self.layer_for(cand)
+            if la.fs == "dev" and cand != la.dest:
+                first = cand[len(la.dest.rstrip("/")) + 1:].split("/")[0]
+                if first in DEV_SYMLINKS:
+                    raise OSError(errno.ELOOP, f"{la.dest.rstrip('/')}/{first} is a symbolic link bwrap "
+                                  "makes (it leads out of the sandbox while mounts are set up)", path)
+            host = self.host_of(cand)
+            if host is None:
+                resolved.append(part)
+                continue
+            try:
+                st = os.lstat(host)
+            except OSError:  # missing (ENOENT) or under a file (ENOTDIR): nothing to follow
+                resolved.append(part)
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                if la.fs in KERNEL:
+                    raise OSError(errno.ELOOP, f"{cand} is a symbolic link in a kernel file system "
+                                  f"({la.fs}); it would be followed outside the sandbox", path)
+                hops += 1
+                if hops > MAX_SYMLINKS:
+                    raise OSError(errno.ELOOP, "too many symbolic links", path)
+                target = os.readlink(host)
+                if target.startswith("/"):
+                    resolved = []
+                parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+                continue
+            resolved.append(part)
+        out = "/" + "/".join(resolved)
+        return out, self.layer_for(out)
+
+    def ensure(self, path: str, is_dir: bool = True) -> tuple[str, Layer]:
+        """Resolve ``path`` and create it where missing — only in the rootfs or a read-write bind.
+
+        Returns:
+            (symlink-free sandbox path, its mount).  In an empty or kernel fs nothing is created
+            here (bwrap makes the mount point inside that fs, or fails).
+        Raises:
+            OSError: ELOOP (see ``resolve``); EROFS: missing in a read-only bind (it would be made on
+            the host); ENOTDIR/EEXIST: exists with the wrong type; EXDEV: changed while being made.
+        """
+        dest, la = self.resolve(path)
+        host = self.host_of(dest)
+        if la.fs not in HOST_BACKED or host is None:
+            return dest, la
+        if not os.path.lexists(host):
+            if not la.writable:
+                raise OSError(errno.EROFS, f"{dest} does not exist and {la.dest} is a read-only bind of "
+                              f"{la.host}: it would be created on the host", path)
+            ensure_in_root(la.host, os.path.relpath(host, la.host), is_dir)
+        elif is_dir and not os.path.isdir(host):
+            raise OSError(errno.ENOTDIR, f"{dest} exists and is not a directory", path)
+        return dest, la

@@ -251,6 +251,7 @@ class ApiTarget(ConformanceTarget):
         self.template = os.path.join(self.workdir, "rootfs-template")
         self._mech: Any = None
         self._out: dict[str, str] = {}
+        self._pids: set[int] = set()
 
     def make_mechanism(self, root: str) -> Any:
         """The mechanism under test, keeping state under ``root``."""
@@ -361,6 +362,7 @@ class ApiTarget(ConformanceTarget):
             with captured_stdio(fd, fd):
                 api.provision(self.mechanism, Sandbox(sandbox_id, bundle.path))
             self._out[sandbox_id] = out
+            self._pids.add(api.status(self.mechanism, sandbox_id).pid)
         finally:
             os.close(fd)
 
@@ -408,7 +410,7 @@ class ApiTarget(ConformanceTarget):
     def reopen(self) -> ApiTarget:
         other = type(self).__new__(type(self))
         other.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("_mech", "_out")})
-        other._mech, other._out = None, {}
+        other._mech, other._out, other._pids = None, {}, self._pids
         return other
 
     def host_pid(self, sandbox_id: str) -> int:
@@ -428,12 +430,14 @@ class ApiTarget(ConformanceTarget):
         self._reap()
         super().close()
 
-    @staticmethod
-    def _reap() -> None:
-        """Collect exited monitors (bwrap's outer processes are our children)."""
-        with contextlib.suppress(ChildProcessError):
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                pass
+    def _reap(self) -> None:
+        """Collect exited monitors of sandboxes made here (bwrap's outer processes are our children)."""
+        for pid in list(self._pids):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    self._pids.discard(pid)
+            except ChildProcessError:
+                self._pids.discard(pid)
 
 
 def _text(data: bytes) -> str:

@@ -8,6 +8,9 @@ Rules (README "Security"):
   There is no option that weakens this list: credentials reach a tenant as mounted files.
 * Network: a ``network`` namespace is required; omitting it (OCI: "share the host's") is refused
   unless the annotation ``sandbox-shim.network`` is ``host``.  A namespace given by ``path`` is joined.
+* Processes: a ``proc`` mount needs a new (or joined) ``pid`` namespace: a proc of the host's pid
+  namespace lists every host process, and ``/proc/PID/root`` of a neighbour sandbox (same uid, no
+  capabilities either) opens that sandbox's files — its storage included.
 """
 
 from __future__ import annotations
@@ -21,10 +24,9 @@ FORBIDDEN_ENV_FRAGMENTS: tuple[str, ...] = (
     "KEY",  # API_KEY, AWS_ACCESS_KEY_ID, SSH_KEY...
     "TOKEN",
     "SECRET",
-    "PASSWORD",
-    "PASSWD",
-    "PASSPHRASE",
-    "CREDENTIAL",
+    "PASS",  # PASSWORD, PASSWD, PASSPHRASE, DB_PASS, PGPASSFILE
+    "_PWD",  # MYSQL_PWD (the shell's own PWD / OLDPWD do not match)
+    "CRED",  # CREDENTIALS, AWS_CREDS
     "AUTH",  # AUTHORIZATION, OAUTH_..., KUBE_AUTH
     "COOKIE",
     "SESSION",
@@ -76,8 +78,9 @@ def check_env(env: list[Any] | None) -> tuple[list[BundleProblem], list[BundlePr
                 "pass credentials to a tenant as a mounted file, never in the environment"))
             continue
         if name in seen:
-            warnings.append(BundleProblem(ptr, f"variable {name!r} repeats /process/env/{seen[name]}; the last wins",
-                                          "runtime-spec process.env", "keep one entry per name"))
+            warnings.append(BundleProblem(
+                ptr, f"variable {name!r} repeats /process/env/{seen[name]}; the last wins",
+                "runtime-spec process.env", "keep one entry per name"))
         seen[name] = i
     return errors, warnings
 
@@ -106,3 +109,31 @@ def check_network(config: dict[str, Any], network_setting: str) -> list[BundlePr
         "/linux/namespaces", "no network namespace: in OCI terms this shares the host's network",
         "tenant profile: network denied by default",
         'add {"type": "network"} to linux.namespaces, or set annotation sandbox-shim.network to "host"')]
+
+
+def pid_problem(unshare: list[str], join: dict[str, str], mount_kinds: list[str]) -> BundleProblem | None:
+    """The refusal for a ``proc`` mount without its own pid namespace, or None.
+
+    Args:
+        unshare: namespace types made new; join: type → path of namespaces joined;
+        mount_kinds: kinds of the plan's mounts (``proc`` is the one that matters).
+    Rule: proc(5) shows the pid namespace of the process that mounted it; ``/proc/PID/root`` is
+    opened under ptrace access rules (ptrace(2) "Ptrace access mode checking"), which a sibling
+    sandbox with the same uid and no capabilities passes.
+    """
+    if "proc" not in mount_kinds or "pid" in unshare or "pid" in join:
+        return None
+    return BundleProblem("/linux/namespaces",
+                         "a proc mount without a pid namespace shows the host's processes, and through "
+                         "/proc/PID/root their files (a neighbour sandbox's storage included)",
+                         "tenant profile: processes isolated",
+                         'add {"type": "pid"} to linux.namespaces, or remove the proc mount')
+
+
+def check_pid(config: dict[str, Any]) -> list[BundleProblem]:
+    """``pid_problem`` for a whole config.json (for ``bundle.load``): [] or [the problem]."""
+    nss = [ns for ns in (config.get("linux") or {}).get("namespaces") or [] if isinstance(ns, dict)]
+    kinds = [m.get("type") or "" for m in config.get("mounts") or [] if isinstance(m, dict)]
+    problem = pid_problem([ns.get("type", "") for ns in nss if not ns.get("path")],
+                          {ns.get("type", ""): ns["path"] for ns in nss if ns.get("path")}, kinds)
+    return [problem] if problem else []

@@ -119,8 +119,8 @@ def _program(arg0: str, cwd: str, env: dict[str, str], mapper: _Mapper) -> str:
     if "/" in arg0:
         cands = [mapper.host(arg0 if arg0.startswith("/") else os.path.join(cwd, arg0))]
     else:
-        cands = [mapper.host(os.path.join(d or ".", arg0) if d.startswith("/") else os.path.join(cwd, d, arg0))
-                 for d in env.get("PATH", "").split(":")]
+        dirs = env.get("PATH", "").split(":")
+        cands = [mapper.host(os.path.join(d if d.startswith("/") else os.path.join(cwd, d), arg0)) for d in dirs]
     denied = None
     for c in cands:
         try:
@@ -250,7 +250,7 @@ def plan_from_config(config: dict[str, Any], bundle: str, *, caller_uid: int | N
     bundle = canonical(bundle)
     proc = config.get("process") or {}
     args = proc.get("args")
-    if not isinstance(args, list) or not args or not all(isinstance(a, str) and a for a in args[:1]):
+    if not isinstance(args, list) or not args or not all(isinstance(a, str) for a in args) or not args[0]:
         problems.append(BundleProblem("/process/args", "must be a non-empty list of strings", _SPEC))
     env_errors, _ = tenant.check_env(proc.get("env"))
     problems += env_errors
@@ -283,8 +283,14 @@ def plan_from_config(config: dict[str, Any], bundle: str, *, caller_uid: int | N
                                           _POLICY, "run the shim as that user, or set uid 0"))
     if (proc.get("capabilities") or {}).get("effective"):
         warnings.append("/process/capabilities ignored on macOS (no Linux capabilities; none are granted)")
-    wall = ann.get(PREFIX + "wall-clock-seconds")
-    wall_clock = float(wall) if wall and float(wall) > 0 else None
+    wall_clock = None
+    try:
+        wall_clock = float(ann.get(PREFIX + "wall-clock-seconds") or 0) or None
+    except ValueError:
+        problems.append(BundleProblem(f"/annotations/{PREFIX}wall-clock-seconds", "must be a number of seconds",
+                                      "sandbox-shim annotations"))
+    if wall_clock is not None and wall_clock <= 0:
+        wall_clock = None
     raw_req = ann.get(PREFIX + "requires")
     if raw_req:
         requires |= {n.strip() for n in str(raw_req).split(",") if n.strip()}

@@ -1,8 +1,11 @@
-"""Plan → bwrap arguments (bwrap(1)), with every destination resolved inside the rootfs first.
+"""Plan → bwrap arguments (bwrap(1)), with every path resolved inside the sandbox first.
 
 Typed mount operations render to argv here and only here; the argv reaches bwrap through
-``--args FD`` (NUL-separated), never a shell.  Destinations are pre-resolved with ``paths`` so
-bwrap never follows a symlink planted in the rootfs: what bwrap receives is symlink-free.
+``--args FD`` (NUL-separated), never a shell.  Mount destinations, masked and read-only paths and
+the cwd are resolved with ``paths.View`` — in the rootfs or the mount that covers them (a bind
+source such as ``storage/``), never through a symlink of /proc or /dev — so what bwrap receives is
+symlink-free: bwrap resolves its destinations while the host's root is still reachable at
+``/oldroot``, so a link it followed could make directories or files on the host.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ import shutil
 from dataclasses import dataclass
 
 from ...errors import BundleInvalid, BundleProblem
-from ...paths import ensure_in_root, inside
+from ...hardening.tenant import pid_problem
+from ...paths import Layer, View
 from ...plan import Plan
 
 #: kernel filesystems mounted by bwrap itself; paths under them are never created in the rootfs
@@ -43,11 +47,6 @@ class Fds:
     seccomp: int | None = None
 
 
-def _norm(path: str) -> str:
-    """Absolute, normalised sandbox path (``os.path.normpath`` keeps a leading ``//``; this does not)."""
-    return "/" + os.path.normpath("/" + path).lstrip("/")
-
-
 def _opt(options: list[str], key: str) -> str | None:
     for o in options:
         if o.startswith(key + "="):
@@ -63,26 +62,18 @@ def _size_bytes(text: str) -> str:
     return str(int(t))
 
 
-class _Mounts:
-    """Tracks which destinations lie under a kernel/tmpfs mount (not in the rootfs)."""
+def _refuse(pointer: str, what: str, e: OSError, fix: str) -> BundleInvalid:
+    rule = "path safety: every path resolves inside the sandbox (runtime-spec mounts; runc securejoin)"
+    return BundleInvalid([BundleProblem(pointer, f"{what}: {e.strerror}", rule, fix)])
 
-    def __init__(self, rootfs: str) -> None:
-        self.rootfs = rootfs
-        self.virtual: list[str] = []
 
-    def under_virtual(self, dest: str) -> bool:
-        return any(dest == v or dest.startswith(v.rstrip("/") + "/") for v in self.virtual)
-
-    def dest(self, dest: str, is_dir: bool = True) -> str:
-        """Destination as given to bwrap: resolved in the rootfs (created if missing) unless virtual."""
-        norm = _norm(dest)
-        if self.under_virtual(norm):
-            return norm
-        try:
-            return inside(self.rootfs, ensure_in_root(self.rootfs, norm, is_dir))
-        except OSError as e:
-            raise BundleInvalid([BundleProblem("/mounts", f"mount point {dest} cannot be made inside the rootfs: "
-                                               f"{e.strerror}", "path safety", "fix the path or the rootfs")]) from e
+def _dest(view: View, dest: str, is_dir: bool = True) -> str:
+    """A mount destination resolved in the sandbox's tree, made if missing (rootfs / rw bind only)."""
+    try:
+        return view.ensure(dest, is_dir)[0]
+    except OSError as e:
+        raise _refuse("/mounts", f"mount point {dest} cannot be made inside the sandbox", e,
+                      "fix the destination, or the symlink in the rootfs or storage it goes through") from e
 
 
 def build_args(plan: Plan, fds: Fds) -> list[str]:
@@ -103,15 +94,19 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
     if not plan.terminal:
         a.append("--new-session")  # no TIOCSTI into the caller's terminal (bwrap(1) --new-session)
 
-    m = _Mounts(plan.rootfs)
+    problem = pid_problem(plan.unshare, plan.join, [mt.kind for mt in plan.mounts])
+    if problem:
+        raise BundleInvalid([problem])
+    view = View(plan.rootfs)
     a += ["--bind", plan.rootfs, "/"]
     for mt in plan.mounts:
         if mt.kind == "bind":
             is_dir = os.path.isdir(mt.source)
-            dest = m.dest(mt.destination, is_dir)
+            dest = _dest(view, mt.destination, is_dir)
             a += ["--ro-bind" if mt.readonly else "--bind", mt.source, dest]
+            view.add(Layer(dest, "bind", mt.source, writable=not mt.readonly and is_dir))
             continue
-        dest = m.dest(mt.destination)
+        dest = _dest(view, mt.destination)
         if mt.kind == "proc":
             a += ["--proc", dest]
         elif mt.kind == "dev":
@@ -132,24 +127,25 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
             a += ["--ro-bind", "/sys", dest]
         elif mt.kind == "cgroup":
             a += ["--tmpfs", dest, "--remount-ro", dest]
-        m.virtual.append(_norm(mt.destination))
+        view.add(Layer(dest, mt.kind))
 
     for p in plan.masked_paths:
-        host = _sandbox_path_on_host(plan, m, p)
-        if host is None:
+        found = _existing(view, p, "/linux/maskedPaths")
+        if found is None:
             continue
+        dest, host = found
         if os.path.isdir(host):
-            a += ["--tmpfs", p, "--remount-ro", p]
+            a += ["--tmpfs", dest, "--remount-ro", dest]
         else:
-            a += ["--ro-bind", "/dev/null", p]
+            a += ["--ro-bind", "/dev/null", dest]
     for p in plan.readonly_paths:
-        host = _sandbox_path_on_host(plan, m, p)
-        if host is not None:
-            a += ["--ro-bind", host, p if m.under_virtual(p) else inside(plan.rootfs, host)]
+        found = _existing(view, p, "/linux/readonlyPaths")
+        if found is not None:
+            a += ["--ro-bind", found[1], found[0]]
     if plan.root_readonly:
         a += ["--remount-ro", "/"]
 
-    a += ["--chdir", _cwd(plan, m)]
+    a += ["--chdir", _cwd(plan, view)]
     a += ["--cap-drop", "ALL"]
     for cap in plan.capabilities:
         a += ["--cap-add", cap]
@@ -164,35 +160,41 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
     return a
 
 
-def _sandbox_path_on_host(plan: Plan, m: _Mounts, path: str) -> str | None:
-    """Where a masked/read-only path's content lives on the host, or None if it does not exist.
+def _existing(view: View, path: str, pointer: str) -> tuple[str, str] | None:
+    """A masked / read-only path as (symlink-free sandbox path, host path showing it), or None if
+    nothing is there to mask (absent, or in an empty fs or bwrap's /dev).
 
-    Paths under /proc and /sys are the kernel's (same kernel, so the host path shows the type);
-    others resolve inside the rootfs.
+    Paths in /proc and /sys are looked up in the host's own mounts (same kernel, same shape);
+    others in the rootfs or the bind that covers them.  Nothing is created.
     """
-    norm = _norm(path)
-    if norm.startswith(("/proc/", "/sys/")):
-        return norm if os.path.lexists(norm) else None
-    if m.under_virtual(norm):
-        return None
-    from ...paths import resolve_in_root
-
-    host = resolve_in_root(plan.rootfs, norm)
-    return host if os.path.lexists(host) else None
-
-
-def _cwd(plan: Plan, m: _Mounts) -> str:
-    cwd = _norm(plan.cwd)
-    for kfs in m.virtual:
-        kinds = {mt.kind for mt in plan.mounts if _norm(mt.destination) == kfs}
-        if kinds & set(_KERNEL_FS) and (cwd == kfs or cwd.startswith(kfs.rstrip("/") + "/")):
-            raise BundleInvalid([BundleProblem("/process/cwd", f"cwd {plan.cwd} lies in a kernel filesystem ({kfs})",
-                                               "path safety: the cwd must be inside the sandbox's files",
-                                               "use a directory of the rootfs or of a bind/tmpfs mount")])
-    if m.under_virtual(cwd):
-        return cwd
     try:
-        return inside(plan.rootfs, ensure_in_root(plan.rootfs, cwd, True))
+        dest, _layer = view.resolve(path)
     except OSError as e:
-        raise BundleInvalid([BundleProblem("/process/cwd", f"cwd {plan.cwd} cannot be made inside the rootfs: "
-                                           f"{e.strerror}", "path safety", "use an existing directory")]) from e
+        raise _refuse(pointer, f"{path} cannot be resolved inside the sandbox", e,
+                      "list the path itself, not a path through a symbolic link") from e
+    host = view.host_of(dest)
+    if host is None or not os.path.lexists(host):
+        return None
+    return dest, host
+
+
+def _cwd(plan: Plan, view: View) -> str:
+    """``process.cwd`` resolved inside the sandbox (made in the rootfs / a rw bind when missing).
+
+    A cwd in a kernel file system (``/proc/self/fd/N``: CVE-2024-21626) is refused.
+    """
+    try:
+        cwd, layer = view.resolve(plan.cwd)
+    except OSError as e:
+        raise _refuse("/process/cwd", f"cwd {plan.cwd} cannot be resolved inside the sandbox", e,
+                      "use a directory of the rootfs or of a bind/tmpfs mount") from e
+    if layer.fs in _KERNEL_FS:
+        raise BundleInvalid([BundleProblem("/process/cwd", f"cwd {plan.cwd} lies in a kernel filesystem "
+                                           f"({layer.fs} at {layer.dest})",
+                                           "path safety: the cwd must be inside the sandbox's files",
+                                           "use a directory of the rootfs or of a bind/tmpfs mount")])
+    try:
+        return view.ensure(cwd, True)[0]
+    except OSError as e:
+        raise _refuse("/process/cwd", f"cwd {plan.cwd} cannot be made inside the sandbox", e,
+                      "use an existing directory") from e

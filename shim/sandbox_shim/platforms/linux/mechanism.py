@@ -18,14 +18,16 @@ import contextlib
 import os
 import resource
 import signal as _signal
+import stat
 import subprocess
 import time
 from typing import Any
 
 from ...capability import Capability
-from ...errors import LaunchFailed
+from ...errors import CouldNotRun, LaunchFailed
 from ...mechanism import Sandbox, Status, Usage
 from ...plan import Plan
+from ...paths import resolve_in_root
 from ...state import proc_start_time, same_process
 from . import process as procs
 from .bwrap import Fds, build_args, bwrap_path
@@ -57,6 +59,15 @@ class LinuxMechanism:
         bwrap = bwrap_path()
         if not bwrap:
             raise LaunchFailed("bwrap not found", "install bubblewrap (apt-get install bubblewrap)")
+        _check_sysctl(plan)
+        console_socket = priv.pop("console_socket", None)
+        preserved = _preserved_fds(int(priv.pop("preserve_fds", 0) or 0))
+        if plan.terminal and not console_socket:
+            raise LaunchFailed("process.terminal is true but no --console-socket was given",
+                               "pass --console-socket, or set process.terminal to false")
+        if console_socket and not plan.terminal:
+            raise LaunchFailed("--console-socket was given but process.terminal is false",
+                               "set process.terminal to true, or drop --console-socket")
         with contextlib.ExitStack() as undo:
             limits = Limits.from_oci(plan.resources)
             cg = manager(plan.cgroups_path)
@@ -89,10 +100,28 @@ class LinuxMechanism:
             undo.callback(os.close, fds["seccomp"])
             argv = build_args(plan, Fds(fds["block"], fds["status"], fds["seccomp"]))
             sep = argv.index("--")  # options go through --args; bwrap wants the command on its argv
+            pty: tuple[int, int] | None = None
+            if plan.terminal:
+                from . import console
+
+                # the helper lands in bwrap's /dev; the workload runs through it (console.py)
+                argv = [*argv[:sep], *console.helper_bind_args(), "--", *console.wrap_argv(argv[sep + 1:])]
+                sep = argv.index("--")
+                pty = console.open_pty()
+                undo.callback(os.close, pty[0])
+                undo.callback(os.close, pty[1])
             fds["args"] = _memfd("bwrap-args", b"".join(x.encode() + b"\0" for x in argv[:sep]))
             undo.callback(os.close, fds["args"])
 
-            proc = _spawn([bwrap, "--args", str(fds["args"]), *argv[sep:]], list(fds.values()))
+            from . import namespaces
+
+            joins = namespaces.open_joins(plan.join)  # setns(2) in the child, just before bwrap runs
+            try:
+                proc = _spawn([bwrap, "--args", str(fds["args"]), *argv[sep:]], [*fds.values(), *preserved],
+                              pty[1] if pty else None, joins)
+            finally:
+                for _, jfd in joins:
+                    os.close(jfd)
             undo.callback(_kill_quietly, proc)
             child = _wait_ready(proc, status_file, fds["block"])
             cg.add(child)
@@ -104,6 +133,12 @@ class LinuxMechanism:
 
                 priv["network"] = network.setup(sandbox.id, child, plan, os.path.dirname(d))
                 undo.callback(network.teardown, priv["network"])
+            namespaces.apply_sysctl(child, plan.sysctl)
+            check_program(child, plan)
+            if pty:
+                from .console import send_master
+
+                send_master(console_socket, pty[0], os.ttyname(pty[1]))
             priv.update(
                 pid=proc.pid, pid_start=proc_start_time(proc.pid),
                 init_pid=child, init_start=proc_start_time(child),
@@ -223,6 +258,62 @@ def remove_cgroups(info: dict[str, Any]) -> None:
     cg.remove([d for d in info.get("created", []) if os.path.isdir(d)])
 
 
+def check_program(child: int, plan: Plan) -> None:
+    """Refuse a workload whose ``process.args[0]`` cannot be executed, before it is released.
+
+    The name is looked up as execvp(3) will do it inside the sandbox: a name with a ``/`` is taken
+    against ``process.cwd``, any other is searched in the sandbox's ``PATH`` (from ``process.env``);
+    each candidate is resolved in the sandbox's own mount namespace (``/proc/CHILD/root``, so binds
+    and tmpfs mounts count) with ``paths.resolve_in_root``.  A candidate that exists but is a
+    directory, lacks the execute bit for the sandbox's user, or sits on a ``noexec`` mount is
+    "permission denied" (EACCES, execve(2)); none at all is "executable file not found".
+
+    Raises:
+        CouldNotRun: ``not_found`` (clients map it to 127) or ``permission_denied`` (126).
+    """
+    name = plan.args[0] if plan.args else ""
+    root = f"/proc/{child}/root"
+    if "/" in name:
+        candidates = [name if name.startswith("/") else os.path.join(plan.cwd, name)]
+    else:
+        dirs = plan.env.get("PATH", "").split(":")
+        candidates = [os.path.join(dd if dd.startswith("/") else os.path.join(plan.cwd, dd), name) for dd in dirs]
+    denied = False
+    userns = "user" in plan.unshare or plan.uid != 0 or plan.gid != 0
+    uid, gids = (0, {0}) if userns else (plan.uid, {plan.gid, *plan.additional_gids})
+    for cand in candidates if name else []:
+        try:
+            host = resolve_in_root(root, cand)
+            st = os.stat(host)
+        except PermissionError:
+            denied = True
+            continue
+        except OSError:
+            continue
+        if not _executable(st, uid, gids, "CAP_DAC_OVERRIDE" in plan.capabilities) or \
+                os.statvfs(host).f_flag & os.ST_NOEXEC:
+            denied = True
+            continue
+        return
+    if denied:
+        raise CouldNotRun("permission_denied", f'exec: "{name}"')
+    raise CouldNotRun("not_found", f'exec: "{name}"', "no such file or directory in $PATH" if "/" not in name
+                      else "no such file or directory")
+
+
+def _executable(st: os.stat_result, uid: int, gids: set[int], dac_override: bool) -> bool:
+    """execve(2)'s permission rule: a regular file with x for the caller's class (any x with CAP_DAC_OVERRIDE)."""
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    if dac_override:
+        return bool(st.st_mode & 0o111)
+    if st.st_uid == uid:
+        return bool(st.st_mode & 0o100)
+    if st.st_gid in gids:
+        return bool(st.st_mode & 0o010)
+    return bool(st.st_mode & 0o001)
+
+
 def _tenant_section_with_userns() -> dict[str, Any]:
     """The default tenant filter without its namespace-creation rules (``sandbox-shim.allow-nested-userns``)."""
     from .seccomp import default_tenant_section
@@ -244,13 +335,46 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
-def _spawn(argv: list[str], fds: list[int]) -> subprocess.Popen[bytes]:
-    """Start bwrap with ``fds`` (kept at their numbers) and our stdio, in a minimal environment."""
+def _spawn(argv: list[str], fds: list[int], tty: int | None = None,
+           joins: list[tuple[str, int]] | None = None) -> subprocess.Popen[bytes]:
+    """Start bwrap with ``fds`` (kept at their numbers) in a minimal environment.
+
+    Args:
+        tty: a pty slave to use as stdin/stdout/stderr (terminal sandboxes), else our stdio.
+        joins: ``(type, fd)`` namespaces to setns(2) into in the child before exec (namespaces.enter).
+    Raises:
+        LaunchFailed: bwrap could not be started, or a namespace could not be joined.
+    """
+    from . import namespaces
+
+    stdio = {"stdin": tty, "stdout": tty, "stderr": tty} if tty is not None else {}
+    preexec = (lambda: namespaces.enter(joins)) if joins else None
     try:
         return subprocess.Popen(argv, pass_fds=tuple(fds), env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-                                close_fds=True)
+                                close_fds=True, preexec_fn=preexec, **stdio)  # type: ignore[call-overload]
+    except subprocess.SubprocessError as e:  # raised for an exception in preexec_fn (setns)
+        raise LaunchFailed(f"cannot join the namespaces listed with a path: {e}",
+                           "runtime-spec config-linux.md namespaces: the path must be a live namespace") from e
     except OSError as e:
         raise LaunchFailed(f"cannot run {argv[0]}: {e.strerror}", "install bubblewrap") from e
+
+
+def _preserved_fds(count: int) -> list[int]:
+    """fds 3 .. 3+count-1 (``--preserve-fds``), checked open; they reach the workload at those numbers."""
+    out = list(range(3, 3 + count))
+    for fd in out:
+        try:
+            os.fstat(fd)
+        except OSError as e:
+            raise LaunchFailed(f"--preserve-fds {count}: fd {fd} is not open", "pass fewer fds") from e
+    return out
+
+
+def _check_sysctl(plan: Plan) -> None:
+    from .namespaces import check_sysctl
+
+    ns = [{"type": t} for t in [*plan.unshare, *plan.join]]
+    check_sysctl({"linux": {"sysctl": plan.sysctl, "namespaces": ns}})
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], status_file: str, block_fd: int) -> int:

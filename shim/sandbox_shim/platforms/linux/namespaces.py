@@ -1,0 +1,203 @@
+"""Joining existing namespaces (setns(2)) and writing namespaced sysctls (runtime-spec config-linux.md).
+
+bwrap creates namespaces but cannot join one given by path (only ``--userns``/``--pidns`` FDs).  A
+namespace listed with a ``path`` is therefore joined by the spawning step itself: the files are opened
+in the runtime (``open_joins``), checked to be namespaces of the listed type (ioctl ``NS_GET_NSTYPE``,
+ioctl_ns(2)), and entered with setns(2) in the forked child just before it execs bwrap (``enter``).
+bwrap then inherits them: a joined pid namespace becomes the namespace its child is created in
+(setns(2): "the caller's children will be created in the new namespace").
+
+``linux.sysctl``: only sysctls that belong to a namespace the sandbox does not share with the host are
+allowed (runtime-spec config-linux.md "Sysctl": "the runtime MUST ... apply the sysctls within the
+container's namespaces"): ``net.*`` (network), ``kernel.msg*``/``kernel.sem``/``kernel.shm*``,
+``fs.mqueue.*`` (ipc), ``kernel.hostname``/``kernel.domainname`` (uts).  They are written in a forked
+process that has entered the sandbox's namespaces, before any user code runs (``apply_sysctl``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+from typing import Any
+
+from ...errors import BundleInvalid, BundleProblem, LaunchFailed
+
+#: OCI namespace type → (CLONE_NEW* flag, name under /proc/PID/ns)
+NAMESPACES: dict[str, tuple[int, str]] = {
+    "user": (0x10000000, "user"),
+    "ipc": (0x08000000, "ipc"),
+    "uts": (0x04000000, "uts"),
+    "network": (0x40000000, "net"),
+    "pid": (0x20000000, "pid"),
+    "cgroup": (0x02000000, "cgroup"),
+    "mount": (0x00020000, "mnt"),
+}
+#: user first (the others may be owned by it), mount last (it changes how paths resolve)
+JOIN_ORDER = ("user", "ipc", "uts", "network", "pid", "cgroup", "mount")
+NS_GET_NSTYPE = 0xB703  # ioctl_ns(2), Linux 4.11
+
+_IPC_SYSCTLS = frozenset({"kernel.msgmax", "kernel.msgmnb", "kernel.msgmni", "kernel.sem", "kernel.shmall",
+                          "kernel.shmmax", "kernel.shmmni", "kernel.shm_rmid_forced"})
+_UTS_SYSCTLS = frozenset({"kernel.hostname", "kernel.domainname"})
+
+
+def _libc() -> Any:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+    libc.setns.restype = ctypes.c_int
+    return libc
+
+
+def open_joins(join: dict[str, str]) -> list[tuple[str, int]]:
+    """Open the namespace files of ``join`` (``{type: path}``) in join order.
+
+    Returns:
+        ``[(type, fd)]``; the fds are close-on-exec and the caller closes them.
+    Raises:
+        LaunchFailed: a path cannot be opened or is not a namespace of the listed type
+        (the pointer is ``/linux/namespaces``).
+    """
+    out: list[tuple[str, int]] = []
+    try:
+        for t in JOIN_ORDER:
+            if t not in join:
+                continue
+            path = join[t]
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as e:
+                raise LaunchFailed(f"/linux/namespaces: cannot open the {t} namespace {path}: {e.strerror}",
+                                   "give the path of a live namespace (e.g. /proc/PID/ns/net)") from e
+            out.append((t, fd))
+            try:
+                kind = fcntl.ioctl(fd, NS_GET_NSTYPE)
+            except OSError as e:
+                raise LaunchFailed(f"/linux/namespaces: {path} is not a namespace file: {e.strerror}",
+                                   "runtime-spec config-linux.md: path must name a namespace file") from e
+            if kind != NAMESPACES[t][0]:
+                raise LaunchFailed(f"/linux/namespaces: {path} is not a {t} namespace",
+                                   "runtime-spec config-linux.md: the namespace at path must be of the listed type")
+    except BaseException:
+        for _, fd in out:
+            os.close(fd)
+        raise
+    return out
+
+
+def enter(fds: list[tuple[str, int]]) -> None:
+    """setns(2) into each ``(type, fd)``, in the order given.  Meant for a freshly forked child.
+
+    Raises:
+        OSError: setns failed (errno kept: EPERM, EINVAL...).
+    """
+    libc = _libc()
+    for t, fd in fds:
+        if libc.setns(fd, NAMESPACES[t][0]) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({t}): {os.strerror(err)}")
+
+
+def sysctl_namespace(key: str) -> str | None:
+    """The namespace type a sysctl ``key`` belongs to, or None if it is not namespaced."""
+    k = key.replace("/", ".")
+    if k.startswith("net."):
+        return "network"
+    if k in _IPC_SYSCTLS or k.startswith("fs.mqueue."):
+        return "ipc"
+    if k in _UTS_SYSCTLS:
+        return "uts"
+    return None
+
+
+def sysctl_problems(config: dict[str, Any]) -> list[BundleProblem]:
+    """Check ``linux.sysctl``: each key namespaced, its namespace not the host's, no path tricks.
+
+    Rule: runtime-spec config-linux.md "Sysctl" (applied within the container's namespaces); a sysctl
+    of a namespace shared with the host would change the host, so it is refused.
+    """
+    linux = config.get("linux") or {}
+    sysctl = linux.get("sysctl") or {}
+    listed = {ns.get("type") for ns in linux.get("namespaces") or [] if isinstance(ns, dict)}
+    out: list[BundleProblem] = []
+    for key, value in sysctl.items():
+        ptr = "/linux/sysctl/" + key.replace("~", "~0").replace("/", "~1")
+        parts = key.replace("/", ".").split(".")
+        if not key or any(p in ("", "..") for p in parts):
+            out.append(BundleProblem(ptr, f"sysctl name {key!r} is malformed", "sysctl.d(5) names",
+                                     "use a dotted name such as net.ipv4.ip_forward"))
+            continue
+        ns = sysctl_namespace(key)
+        if ns is None:
+            out.append(BundleProblem(ptr, f"sysctl {key} is not namespaced: writing it would change the host",
+                                     "runtime-spec config-linux.md Sysctl; tenant profile",
+                                     "only net.*, kernel.msg*/sem/shm*, fs.mqueue.*, kernel.hostname/domainname"))
+        elif ns not in listed:
+            out.append(BundleProblem(ptr, f"sysctl {key} needs its own {ns} namespace, but the sandbox shares "
+                                     "the host's", "runtime-spec config-linux.md Sysctl",
+                                     f'add {{"type": "{ns}"}} to linux.namespaces or remove the sysctl'))
+        if not isinstance(value, str):
+            out.append(BundleProblem(ptr, "sysctl values are strings", "runtime-spec config-linux.md Sysctl"))
+    return out
+
+
+def check_sysctl(config: dict[str, Any]) -> None:
+    """Raise ``BundleInvalid`` with every problem of ``sysctl_problems``; nothing if there is none."""
+    problems = sysctl_problems(config)
+    if problems:
+        raise BundleInvalid(problems)
+
+
+def apply_sysctl(pid: int, sysctl: dict[str, str]) -> None:
+    """Write ``sysctl`` under /proc/sys from inside the namespaces of process ``pid``.
+
+    A forked child setns(2)es into ``pid``'s network, ipc and uts namespaces (those that differ from
+    ours) and writes each file; /proc/sys/net, kernel.shm* etc. show the opener's namespaces.
+
+    Raises:
+        LaunchFailed: a namespace could not be entered or a value was refused by the kernel.
+    """
+    if not sysctl:
+        return
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked child
+        os.close(r)
+        code = 0
+        try:
+            fds = []
+            for t in ("user", "ipc", "uts", "network"):
+                name = NAMESPACES[t][1]
+                if os.stat(f"/proc/{pid}/ns/{name}").st_ino != os.stat(f"/proc/self/ns/{name}").st_ino:
+                    fds.append((t, os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)))
+            enter(fds)
+            for key, value in sysctl.items():
+                path = "/proc/sys/" + (key if "/" in key else key.replace(".", "/"))
+                with open(path, "w") as fh:
+                    fh.write(value)
+        except OSError as e:
+            os.write(w, f"{getattr(e, 'filename', '') or ''}: {e.strerror or e}".encode())
+            code = 1
+        except BaseException as e:
+            os.write(w, str(e).encode())
+            code = 1
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        msg = fh.read().decode(errors="replace")
+    _, status = os.waitpid(child, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise LaunchFailed(f"/linux/sysctl: cannot apply inside the sandbox: {msg.strip(': ')}",
+                           "check the names and values (sysctl(8)); the kernel refused it")
+
+
+def same_namespace(pid: int, ns_type: str) -> bool:
+    """True if process ``pid`` is in our namespace of ``ns_type`` (inode of /proc/PID/ns/X)."""
+    name = NAMESPACES[ns_type][1]
+    try:
+        return os.stat(f"/proc/{pid}/ns/{name}").st_ino == os.stat(f"/proc/self/ns/{name}").st_ino
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            return True
+        raise
