@@ -27,7 +27,11 @@ def default_mechanism(root: str | None = None) -> Any:
     if sys.platform.startswith("linux"):
         from .platforms.linux.mechanism import LinuxMechanism
 
-        mech = LinuxMechanism()
+        mech: Any = LinuxMechanism()
+    elif sys.platform == "darwin":
+        from .platforms.darwin.mechanism import DarwinSeatbeltMechanism
+
+        mech = DarwinSeatbeltMechanism()
     else:
         raise LaunchFailed(f"no mechanism for platform {sys.platform} in this build")
     mech.root = st.resolve_root(root)  # type: ignore[attr-defined]
@@ -52,52 +56,67 @@ def rfc3339(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1e9):09d}Z"
 
 
-def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None) -> Status:
+def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
+              console_socket: str | None = None, preserve_fds: int = 0) -> Status:
     """OCI create: validate, plan, check capabilities, make resources, hold the process before user code.
+
+    Then the prestart, createRuntime and createContainer hooks run (``hooks``); a failing one
+    destroys everything made and runs the poststop hooks (runtime-spec runtime.md "Lifecycle").
 
     Args:
         sandbox: ``id`` and ``bundle`` (a path; relative to the cwd) are read; ``private`` is filled.
         pid_file: where to write the pid (digits only, atomically), or None.
+        console_socket: unix socket path to send the pty master to (``process.terminal``), or None.
+        preserve_fds: how many fds from 3 up the workload inherits (runc ``--preserve-fds``).
     Returns:
         the ``created`` status.
     Raises:
-        BundleInvalid, CapabilityUnavailable, SandboxExists, LaunchFailed.
+        BundleInvalid, CapabilityUnavailable, SandboxExists, LaunchFailed (``HookFailed``), CouldNotRun.
     """
-    from . import capability
+    from . import hooks
     from .bundle import load
-    from .plan import make_plan
 
     st.check_id(sandbox.id)
     spec = load(sandbox.bundle)
-    plan = make_plan(spec, sandbox.id)
-    capability.require(plan.required)
+    plan = mechanism.make_plan(spec, sandbox.id)  # the platform's plan; refusal happens in there
+    required = list(getattr(plan, "required", None) or getattr(plan, "requires", None) or [])
+    plan_hooks = getattr(plan, "hooks", None) or {}
     store = _store(mechanism)
     with store.new(sandbox.id) as d:
         rec = Record(id=sandbox.id, bundle=spec.bundle, created=rfc3339(time.time()),
-                     annotations=spec.annotations, mechanism=mechanism.name, required=plan.required,
+                     annotations=spec.annotations, mechanism=mechanism.name, required=required,
                      owner_ref=sandbox.owner_ref, context=sandbox.context)
         sandbox.bundle = spec.bundle
         sandbox.private["dir"] = d
         sandbox.private["on_cgroup"] = lambda info: store.write_cgroup_index(sandbox.id, info)
+        sandbox.private.update(console_socket=console_socket, preserve_fds=preserve_fds)
         try:
             store.write(rec)
             mechanism.provision(sandbox, plan)
             sandbox.private.pop("on_cgroup", None)
+            init = sandbox.private["init_pid"]
+            doc = hooks.state_doc(sandbox.id, "creating", init, spec.bundle, spec.annotations)
+            for phase in ("prestart", "createRuntime", "createContainer"):
+                hooks.run(plan_hooks, phase, doc, init, spec.bundle)
             rec.status = "created"
             rec.pid, rec.pid_start = sandbox.private["pid"], sandbox.private["pid_start"]
             rec.init_pid, rec.init_start = sandbox.private["init_pid"], sandbox.private["init_start"]
             rec.private = {k: v for k, v in sandbox.private.items() if k != "dir" and k not in _IDENTITY}
-            rec.private["plan"] = {"hooks": plan.hooks, "wall_clock": plan.wall_clock, "network": plan.network}
+            rec.private["plan"] = {"hooks": plan_hooks, "wall_clock": getattr(plan, "wall_clock", None),
+                                   "network": getattr(plan, "network", None)}
             store.write(rec)
             if pid_file:
                 st.write_atomic(os.path.abspath(pid_file), str(rec.pid), 0o644)
-        except BaseException:
+        except BaseException as e:
             sandbox.private.pop("on_cgroup", None)
             with contextlib.suppress(Exception):
                 if sandbox.private.get("pid"):
                     mechanism.destroy(sandbox)
             _drop_cgroups(store, sandbox.id)
             store.remove(sandbox.id)
+            if isinstance(e, hooks.HookFailed):
+                hooks.run(plan_hooks, "poststop", hooks.state_doc(sandbox.id, "stopped", 0, spec.bundle,
+                                                                  spec.annotations), cwd=spec.bundle)
             raise
     return _status(mechanism, rec, store)
 
@@ -146,16 +165,30 @@ def start(mechanism: Any, sandbox_id: str) -> Status:
     Raises:
         SandboxNotFound, InvalidState (not ``created``), CapabilityUnavailable, LaunchFailed.
     """
-    from . import capability
+    from . import hooks
 
     store = _store(mechanism)
     with store.locked(sandbox_id) as rec:
         now = observed_status(mechanism, rec, store)
         st.require(sandbox_id, now, "start")
-        capability.require(rec.required)
-        mechanism.start(_sandbox(rec, store))
+        mechanism.require(rec.required)
+        hk = (rec.private.get("plan") or {}).get("hooks")
+        sb = _sandbox(rec, store)
+        try:
+            hooks.run(hk, "startContainer", hooks.state_doc(rec.id, "created", rec.init_pid, rec.bundle,
+                                                            rec.annotations), rec.init_pid, rec.bundle)
+        except hooks.HookFailed:
+            mechanism.destroy(sb)  # runtime.md Lifecycle step 7: stop, destroy, then poststop
+            _drop_cgroups(store, sandbox_id)
+            store.remove(sandbox_id)
+            hooks.run(hk, "poststop", hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations),
+                      cwd=rec.bundle)
+            raise
+        mechanism.start(sb)
         rec.status = "running"
         store.write(rec)
+        hooks.run(hk, "poststart", hooks.state_doc(rec.id, "running", rec.init_pid, rec.bundle,
+                                                   rec.annotations), cwd=rec.bundle)
         return _status(mechanism, rec, store)
 
 
@@ -213,6 +246,10 @@ def destroy(mechanism: Any, sandbox_id: str, force: bool = False) -> None:
         store.remove(sandbox_id)
     finally:
         cm.__exit__(None, None, None)
+    from . import hooks
+
+    hooks.run((rec.private.get("plan") or {}).get("hooks"), "poststop",
+              hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations), cwd=rec.bundle)
 
 
 def usage(mechanism: Any, sandbox_id: str) -> Usage:

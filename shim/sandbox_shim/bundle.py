@@ -204,6 +204,8 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
     if not problems:
         settings = Settings.from_annotations(cfg.get("annotations") or {})
         problems += tenant.check_network(cfg, settings.network)
+        problems += tenant.check_pid_namespace(cfg)
+        problems += tenant.check_capabilities(cfg)
         problems += _linux_problems(cfg, bundle, settings)
         host = _host_problems(cfg, bundle)
         if launch:

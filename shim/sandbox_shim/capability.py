@@ -1,9 +1,10 @@
 """Capability reports: each capability is probed by *trying* it, never inferred.
 
 A ``Capability`` says whether this host can enforce one thing, by which mechanism, and how that was
-measured.  ``probe(name)`` runs the named probe (cached per process); ``require(names)`` raises
-``CapabilityUnavailable`` with every missing report.  The probes themselves live in
-``sandbox_shim.probes`` (one function per capability).
+measured.  ``probe(name)`` runs the named probe (cached per process); ``require(names, cache_dir)``
+raises ``CapabilityUnavailable`` with every missing report, reading the cross-process cache in
+``cache_dir`` when one is given (``probes.cache``: invalidated whenever the host or the caller's
+confinement changes).  The probes themselves live in the ``sandbox_shim.probes`` package.
 """
 
 from __future__ import annotations
@@ -56,8 +57,11 @@ def register(name: str) -> Callable[[Probe], Probe]:
 
 
 def _load_probes() -> None:
+    """Import the probe modules (they register on import); a no-op once any probe is registered."""
     if not PROBES:
-        from . import probes  # noqa: F401  (registers on import)
+        from . import probes
+
+        probes.load_all()
 
 
 def probe(name: str) -> Capability:
@@ -81,9 +85,28 @@ def report(names: Iterable[str] | None = None) -> list[Capability]:
     return [probe(n) for n in (list(names) if names is not None else sorted(PROBES))]
 
 
-def require(names: Iterable[str]) -> None:
-    """Raise ``CapabilityUnavailable`` listing every capability in ``names`` that is missing."""
-    missing = [c for c in report(names) if not c.available]
+def require(names: Iterable[str], cache_dir: str | None = None) -> None:
+    """Raise ``CapabilityUnavailable`` listing every capability in ``names`` that is missing.
+
+    Args:
+        names: capability names (``PROBES`` keys).
+        cache_dir: a directory only trusted users can write (the state root's ``.capabilities``):
+            reports come from ``probes.cache.cached_report`` there, so a lifecycle verb does not
+            re-probe on every call; None probes in this process (``probe``).
+    Raises:
+        CapabilityUnavailable: with the report of each missing capability.
+        KeyError: a name no probe has.
+    """
+    names = list(names)
+    if not names:
+        return
+    if cache_dir is not None:
+        from .probes.cache import cached_report
+
+        reports = cached_report(names, cache_dir)
+    else:
+        reports = report(names)
+    missing = [c for c in reports if not c.available]
     if missing:
         raise CapabilityUnavailable(missing)
 

@@ -170,10 +170,12 @@ def update(mechanism: Any, sandbox_id: str, resources: dict[str, Any]) -> None:
 
 
 def ps(mechanism: Any, sandbox_id: str) -> list[int]:
-    """Host pids of every process in the sandbox's cgroup (exec'd ones included), sorted."""
+    """Host pids of the sandbox's processes (exec'd ones included), sorted.  bwrap's monitor shares
+    the cgroup but is the runtime's, not the sandbox's: it is left out."""
     store = _store(mechanism)
-    cg = mechanism.cgroup(_sandbox(store.read(sandbox_id), store))
-    return sorted(cg.pids()) if cg is not None else []
+    rec = store.read(sandbox_id)
+    cg = mechanism.cgroup(_sandbox(rec, store))
+    return sorted(p for p in cg.pids() if p != rec.pid) if cg is not None else []
 
 
 def stats(mechanism: Any, sandbox_id: str) -> dict[str, Any]:

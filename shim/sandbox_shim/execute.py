@@ -115,12 +115,21 @@ def spawn(mechanism: Any, sandbox_id: str, argv: Sequence[str], *, env: dict[str
         stdin/stdout/stderr: as for ``subprocess.Popen`` (None: inherit).
         detach: the helper exits once the program runs (the program is then nobody's child here).
     Raises:
-        UsageError (empty argv); SandboxNotFound; InvalidState (not running); CouldNotRun (never ran:
+        UsageError (empty argv); BundleInvalid (an ``env`` name that looks like a credential, see
+        ``hardening.tenant``); SandboxNotFound; InvalidState (not running); CouldNotRun (never ran:
         ``not_found`` | ``permission_denied`` | ``exec_failed``); LaunchFailed (could not join).
     """
     argv = [str(a) for a in argv]
     if not argv or not argv[0]:
         raise UsageError("exec needs a program to run")
+    if env:
+        # the tenant profile's environment rules hold for exec'd processes too: no credential names
+        from .errors import BundleInvalid
+        from .hardening.tenant import check_env
+
+        errors, _ = check_env([f"{k}={v}" for k, v in env.items()])
+        if errors:
+            raise BundleInvalid(errors)
     store = api._store(mechanism)
     with store.locked(sandbox_id) as rec:
         st.require(sandbox_id, api.observed_status(mechanism, rec, store), "exec")
@@ -134,7 +143,7 @@ def spawn(mechanism: Any, sandbox_id: str, argv: Sequence[str], *, env: dict[str
         penv = dict(proc.get("env") or {})
         penv.update(env or {})
         spec = {"pid": wpid, "start": st.proc_start_time(wpid), "cgroup_procs": procs,
-                "seccomp_file": proc.get("seccomp_file"), "uid": proc.get("uid", 0),
+                "seccomp_files": proc.get("seccomp_files") or [], "uid": proc.get("uid", 0),
                 "gid": proc.get("gid", 0), "additional_gids": proc.get("additional_gids") or [],
                 "capabilities": proc.get("capabilities") or [],
                 "rlimits": proc.get("rlimits") or [], "env": [f"{k}={v}" for k, v in penv.items()],

@@ -49,7 +49,8 @@ class HookFailed(LaunchFailed):
     kind = "hook_failed"
 
 
-def state_doc(sandbox_id: str, status: str, pid: int, bundle: str, annotations: dict[str, str]) -> dict[str, Any]:
+def state_doc(sandbox_id: str, status: str, pid: int, bundle: str,
+              annotations: dict[str, str]) -> dict[str, Any]:
     """The state JSON handed to hooks (runtime-spec runtime.md "State")."""
     doc: dict[str, Any] = {"ociVersion": OCI_VERSION, "id": sandbox_id, "status": status, "bundle": bundle,
                            "annotations": annotations}
@@ -148,7 +149,7 @@ def run(hooks: dict[str, list[dict[str, Any]]] | None, phase: str, state: dict[s
         if problem is None:
             continue
         if phase in REQUIRED:
-            raise HookFailed(problem, "fix the hook (runtime-spec config.md hooks); the container was destroyed")
+            raise HookFailed(problem, "fix the hook (runtime-spec config.md hooks); sandbox destroyed")
         warnings.append(problem)
         with contextlib.suppress(OSError):
             sys.stderr.write(f"sandbox-shim: warning: {problem}\n")

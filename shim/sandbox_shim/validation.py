@@ -1,17 +1,20 @@
 """JSON Schema validation of config.json with messages a person can act on.
 
-Errors come from ``jsonschema`` against ``schemas/config.schema.json``; each becomes a
-``BundleProblem`` whose message is built from the schema keyword, never from the instance value
-(so ``process.env`` values are never echoed).  Unknown keys are found by re-validating against a
-strict copy of the schema (``additionalProperties: false`` wherever properties are listed) and are
-returned as warnings.
+The success path runs a validator generated ahead of time from ``schemas/config.schema.json``
+(``_validator_generated``, written by ``scripts/gen-validator``; plain Python, no jsonschema import:
+on this VM jsonschema costs ~140 ms per process).  Only when that validator rejects the config is
+``jsonschema`` imported to list *every* error; each becomes a ``BundleProblem`` whose message is built
+from the schema keyword, never from the instance value (so ``process.env`` values are never echoed).
+tests/test_fast_validation.py keeps the two in agreement and the generated module up to date.
+
+Unknown keys (JSON Schema 2020-12 "properties" without "additionalProperties") are found by walking
+the schema alongside the config (``unknown_keys``) and are returned as warnings.
 """
 
 from __future__ import annotations
 
-import copy
 import json
-from functools import cache, lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -22,17 +25,6 @@ from .errors import BundleProblem
 def load_schema(name: str = "config.schema.json") -> dict[str, Any]:
     """A schema shipped in the package (``sandbox_shim/schemas/NAME``)."""
     return json.loads(resources.files("sandbox_shim.schemas").joinpath(name).read_text(encoding="utf-8"))
-
-
-def _strict(schema: Any) -> Any:
-    if isinstance(schema, dict):
-        out = {k: _strict(v) for k, v in schema.items()}
-        if "properties" in out and "additionalProperties" not in out and "patternProperties" not in out:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [_strict(v) for v in schema]
-    return schema
 
 
 def _ptr(parts: Any) -> str:
@@ -66,45 +58,86 @@ def _describe(err: Any) -> tuple[str, str]:
 
 
 def schema_problems(cfg: dict[str, Any]) -> tuple[list[BundleProblem], list[BundleProblem]]:
-    """Validate ``cfg``; return (errors, warnings about unknown keys)."""
+    """Validate ``cfg`` against the config schema.
+
+    Returns:
+        (errors, warnings): errors with JSON pointer, message, rule and hint (empty when valid);
+        warnings name each unknown key (only computed for a valid config).
+    """
+    from . import _validator_generated as fast
+
+    try:
+        fast.validate(cfg)
+    except fast.JsonSchemaValueException:
+        errors = _detailed_errors(cfg)
+        if errors:
+            return errors, []
+        # the generated code and jsonschema disagree (a generator bug): trust jsonschema, which accepted
+    return [], unknown_keys(cfg)
+
+
+def _detailed_errors(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """Every schema error of ``cfg``, from jsonschema (imported here only: the slow, failing path)."""
     import jsonschema
 
-    schema = load_schema()
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = jsonschema.Draft202012Validator(load_schema())
     errors: list[BundleProblem] = []
     for err in sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path))):
         if "propertyNames" in err.absolute_schema_path:
             # an unknown sandbox-shim.* annotation: name it (names are not secret, values may be)
             bad = err.instance if isinstance(err.instance, str) else "?"
-            errors.append(
-                BundleProblem(
-                    _ptr([*err.absolute_path, bad]),
-                    f"unknown sandbox setting {bad!r}",
-                    "schemas/config.schema.json annotations",
-                    "see README 'Sandbox settings' for the known names",
-                )
-            )
+            errors.append(BundleProblem(_ptr([*err.absolute_path, bad]), f"unknown sandbox setting {bad!r}",
+                                        "schemas/config.schema.json annotations",
+                                        "see README 'Sandbox settings' for the known names"))
             continue
         msg, hint = _describe(err)
         errors.append(BundleProblem(_ptr(err.absolute_path), msg, f"schema: {err.validator}", hint))
-    warnings: list[BundleProblem] = []
-    if not errors:
-        strict = jsonschema.Draft202012Validator(_strict_schema())
-        for err in strict.iter_errors(cfg):
-            if err.validator == "additionalProperties":
-                known = set((err.schema.get("properties") or {}).keys())
-                for key in sorted(set(err.instance) - known):
-                    warnings.append(
-                        BundleProblem(
-                            _ptr([*err.absolute_path, key]),
-                            "unknown key, ignored",
-                            "schemas/config.schema.json",
-                            "remove it if it is a typo",
-                        )
-                    )
-    return errors, warnings
+    return errors
 
 
-@lru_cache(maxsize=1)
-def _strict_schema() -> dict[str, Any]:
-    return _strict(copy.deepcopy(load_schema()))
+def _resolve(schema: dict[str, Any], node: Any) -> Any:
+    """Follow local ``$ref`` (``#/$defs/NAME`` and other ``#/...`` pointers) to the schema they name."""
+    while isinstance(node, dict) and isinstance(node.get("$ref"), str) and node["$ref"].startswith("#/"):
+        target: Any = schema
+        for part in node["$ref"][2:].split("/"):
+            target = target[part.replace("~1", "/").replace("~0", "~")]
+        node = target
+    return node
+
+
+def unknown_keys(cfg: Any, schema: dict[str, Any] | None = None) -> list[BundleProblem]:
+    """A warning for each key of ``cfg`` that no ``properties`` of the schema describes.
+
+    An object schema listing ``properties`` with neither ``additionalProperties`` nor
+    ``patternProperties`` closes its keys (what a strict copy of the schema would reject); the walk
+    follows ``properties``, ``additionalProperties`` (as a schema), ``items``, ``allOf`` and local
+    ``$ref``.  Meant for a config that already validated.
+
+    Returns: warnings sorted by JSON pointer.
+    """
+    root = schema if schema is not None else load_schema()
+    out: list[BundleProblem] = []
+
+    def walk(node: Any, inst: Any, path: list[Any]) -> None:
+        node = _resolve(root, node)
+        if not isinstance(node, dict):
+            return
+        for sub in node.get("allOf") or []:
+            walk(sub, inst, path)
+        if isinstance(inst, dict):
+            props = node.get("properties")
+            extra = node.get("additionalProperties")
+            for key, value in inst.items():
+                if isinstance(props, dict) and key in props:
+                    walk(props[key], value, [*path, key])
+                elif isinstance(extra, dict):
+                    walk(extra, value, [*path, key])
+                elif isinstance(props, dict) and extra is None and "patternProperties" not in node:
+                    out.append(BundleProblem(_ptr([*path, key]), "unknown key, ignored",
+                                             "schemas/config.schema.json", "remove it if it is a typo"))
+        elif isinstance(inst, list) and isinstance(node.get("items"), dict):
+            for i, value in enumerate(inst):
+                walk(node["items"], value, [*path, i])
+
+    walk(root, cfg, [])
+    return sorted(out, key=lambda p: p.pointer)

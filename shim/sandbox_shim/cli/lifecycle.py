@@ -20,8 +20,8 @@ from ..errors import ShimError, UsageError
 from .output import Globals, fail, log
 
 _VALUE_FLAGS = {
-    "create": {"-b": "bundle", "--bundle": "bundle", "--pid-file": "pid_file", "--console-socket": "console_socket",
-               "--preserve-fds": "preserve_fds"},
+    "create": {"-b": "bundle", "--bundle": "bundle", "--pid-file": "pid_file",
+               "--console-socket": "console_socket", "--preserve-fds": "preserve_fds"},
     "start": {},
     "state": {},
     "kill": {},
@@ -49,6 +49,25 @@ def parse_signal(text: str) -> int:
         if sig is not None:
             return int(sig)
     raise UsageError(f"unknown signal {text!r}", "use a name such as TERM or KILL, or a number")
+
+
+def _preserve_fds(text: object) -> int:
+    """``--preserve-fds N``: a count >= 0 of fds from 3 up, each open now (runc grammar)."""
+    if text is None:
+        return 0
+    t = str(text)
+    if not t.isdigit():
+        raise UsageError(f"--preserve-fds needs a number, not {t!r}")
+    n = int(t)
+    import os
+
+    for fd in range(3, 3 + n):
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise UsageError(f"--preserve-fds {n}: fd {fd} is not open", "pass as many fds as you preserve") \
+                from None
+    return n
 
 
 def parse(argv: list[str]) -> tuple[Globals, str, dict[str, object], list[str]]:
@@ -126,9 +145,10 @@ def main(argv: list[str]) -> int:
         if verb == "create":
             from ..mechanism import Sandbox
 
-            if opts.get("console_socket"):
-                raise UsageError("--console-socket is not supported yet", "run without a terminal")
-            api.provision(mech, Sandbox(sid, str(opts.get("bundle") or ".")), pid_file=opts.get("pid_file"))  # type: ignore[arg-type]
+            api.provision(mech, Sandbox(sid, str(opts.get("bundle") or ".")),
+                          pid_file=opts.get("pid_file"),  # type: ignore[arg-type]
+                          console_socket=opts.get("console_socket"),  # type: ignore[arg-type]
+                          preserve_fds=_preserve_fds(opts.get("preserve_fds")))
         elif verb == "start":
             api.start(mech, sid)
         elif verb == "state":

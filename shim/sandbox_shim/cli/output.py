@@ -8,7 +8,6 @@ containerd read from ``--log`` when ``--log-format json`` is given.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass

@@ -1,0 +1,53 @@
+"""The conformance suite: isolation proven by breaches observed stopped.
+
+Any mechanism can run it — ours or a third party's — through a ``ConformanceTarget`` (``target.py``):
+
+* pytest: subclass ``ConformanceSuite`` and set ``mechanism``, or run ``pytest --sandbox-mechanism
+  module:Class`` (the ``pytest11`` plugin in ``plugin.py``, inert unless that option is given);
+* command line: ``sandbox-shim conformance [--format table|json] [--mechanism module:Class]``;
+* library: ``run_suite(load_target("module:Class"))`` → ``CheckResult`` rows.
+
+Groups: ``Lifecycle`` (``lifecycle.py``), ``Isolation`` (``isolation.py``: file system, environment;
+``isolation_host.py``: network, processes, confinement), ``ResourceLimits`` (``resource_limits.py``),
+``Execution`` (``execution.py``); shared helpers (verdicts, the control/breach judge, host fixtures) in
+``helpers.py``.  Names are loaded on first use: importing this package costs nothing.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "ConformanceTarget": "target",
+    "ApiTarget": "api_target",
+    "BundleHandle": "target",
+    "ProbeResult": "target",
+    "ToolMissing": "target",
+    "merge": "target",
+    "ConformanceSuite": "suite",
+    "Check": "helpers",
+    "CheckResult": "helpers",
+    "Outcome": "helpers",
+    "check": "helpers",
+    "judge": "helpers",
+    "all_checks": "helpers",
+    "load_target": "runner",
+    "run_suite": "runner",
+    "render_table": "runner",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

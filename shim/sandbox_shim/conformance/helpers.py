@@ -1,4 +1,5 @@
-"""Shared helpers of the conformance suite: verdicts, the check registry, the control/breach judge, host fixtures.
+"""Shared helpers of the conformance suite: verdicts, the check registry, the control/breach judge and
+host fixtures.
 
 Rule of every check (ARCHITECTURE §8): a CONTROL runs the same probe where it is permitted and must succeed
 and print a marker; only then is the BREACH attempted, and it must be stopped — no marker, and the expected
@@ -102,11 +103,14 @@ class Outcome:
 REGISTRY: list[Check] = []
 
 
-def check(group: str, name: str) -> Callable[[Callable[[ConformanceTarget], Outcome]], Callable[..., Outcome]]:
+CheckFunc = Callable[[ConformanceTarget], "Outcome"]
+
+
+def check(group: str, name: str) -> Callable[[CheckFunc], CheckFunc]:
     """Decorator: register ``func(target) -> Outcome`` as check ``name`` of ``group``."""
     assert group in GROUPS, group
 
-    def deco(fn: Callable[[ConformanceTarget], Outcome]) -> Callable[..., Outcome]:
+    def deco(fn: CheckFunc) -> CheckFunc:
         REGISTRY.append(Check(group, name, fn))
         return fn
 
@@ -168,8 +172,13 @@ def judge(control: ProbeResult, control_mark: str, breach: ProbeResult, breach_m
     if expect and not set(seen) & set(expect):
         return Outcome("ok", "unclear", ERROR, f"no marker, but not the expected error ({'/'.join(expect)}): "
                        f"{tail(out)!r}")
-    why = "/".join(c for c in seen if c in expect) if expect else "absent"
-    return Outcome("ok", "stopped", PASS, f"stopped: {why}: {tail(breach.stderr) or tail(breach.stdout, 60)}")
+    why = [c for c in seen if c in expect]
+    if not why:
+        n = len(breach.stdout.splitlines())
+        return Outcome("ok", "stopped", PASS, f"absent: the probe ran ({n} lines of output), no marker")
+    rx = "|".join(ERROR_CLASSES[c] for c in why)
+    evidence = next(ln.strip() for ln in out.splitlines() if re.search(rx, ln.lower()))
+    return Outcome("ok", "stopped", PASS, f"{'/'.join(why)}: {evidence}")
 
 
 def probe(body: str) -> str:
@@ -212,7 +221,7 @@ def alive(pid: int) -> bool:
 
 @contextmanager
 def loopback_server(payload: str, host: str = "127.0.0.1") -> Iterator[int]:
-    """A TCP server on ``host`` (port chosen by the kernel) that sends ``payload`` to each client; its port."""
+    """A TCP server on ``host`` (port chosen by the kernel) sending ``payload`` to each client; its port."""
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind((host, 0))
@@ -291,33 +300,76 @@ PTRACE_C = r"""
 #include <sys/ptrace.h>
 #include <sys/wait.h>
 int main(int argc, char **argv) {
-    if (argc < 3) return 2;
+    if (argc < 2) return 2;
     pid_t pid = (pid_t)atoi(argv[1]);
     if (ptrace(PTRACE_ATTACH, pid, 0, 0) != 0) { fprintf(stderr, "ptrace: %s\n", strerror(errno)); return 1; }
     waitpid(pid, 0, __WALL);
-    printf("%s\n", argv[2]);
+    printf("attached to %d\n", (int)pid);
     ptrace(PTRACE_DETACH, pid, 0, 0);
     return 0;
 }
 """
 
 
-def ptrace_tool(target: ConformanceTarget) -> str:
-    """A static ``ptrace-attach PID MARK`` binary (prints MARK once attached), built with the host's C
-    compiler once per target; its host path.  Raises ``ToolMissing`` without a compiler or static libc."""
-    out = os.path.join(target.workdir, "ptrace-attach")
+HANDLE_C = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    /* argv[1]: a directory on the file system; argv[2]: a path relative to that file system's root */
+    if (argc < 3) return 2;
+    int mfd = open(argv[1], O_RDONLY | O_DIRECTORY);
+    if (mfd < 0) { fprintf(stderr, "open: %s\n", strerror(errno)); return 1; }
+    struct { struct file_handle fh; unsigned int ino, gen; } h;
+    h.fh.handle_bytes = 8; h.fh.handle_type = 1; h.ino = 2; h.gen = 0;  /* FILEID_INO32_GEN, root inode */
+    int root = open_by_handle_at(mfd, &h.fh, O_RDONLY | O_DIRECTORY);
+    if (root < 0) { fprintf(stderr, "open_by_handle_at: %s\n", strerror(errno)); return 1; }
+    int fd = openat(root, argv[2], O_RDONLY);
+    if (fd < 0) { fprintf(stderr, "openat: %s\n", strerror(errno)); return 1; }
+    char buf[256]; ssize_t n = read(fd, buf, sizeof buf - 1);
+    if (n > 0) { buf[n] = 0; fputs(buf, stdout); }
+    return 0;
+}
+"""
+
+
+def static_tool(target: ConformanceTarget, name: str, source: str) -> str:
+    """Build the C ``source`` as a static binary ``name`` in the target's workdir (once); its host path.
+
+    Raises:
+        ToolMissing: no C compiler, or no static libc to link with.
+    """
+    out = os.path.join(target.workdir, name)
     if os.path.exists(out):
         return out
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
-        raise ToolMissing("no C compiler to build the static ptrace probe (busybox has no strace)")
+        raise ToolMissing(f"no C compiler to build the static {name} probe (busybox has no such tool)")
     src = out + ".c"
     with open(src, "w") as fh:
-        fh.write(PTRACE_C)
+        fh.write(source)
     p = subprocess.run([cc, "-static", "-O1", "-o", out, src], capture_output=True, text=True)
     if p.returncode != 0:
-        raise ToolMissing(f"cannot build a static ptrace probe: {tail(p.stderr)}")
+        raise ToolMissing(f"cannot build the static {name} probe: {tail(p.stderr)}")
     return out
+
+
+def mount_root(path: str) -> str:
+    """The mount point of the file system holding ``path`` (walk up while ``st_dev`` stays the same)."""
+    path = os.path.realpath(path)
+    dev = os.stat(path).st_dev
+    while path != "/" and os.stat(os.path.dirname(path)).st_dev == dev:
+        path = os.path.dirname(path)
+    return path
+
+
+def ptrace_tool(target: ConformanceTarget) -> str:
+    """A static ``ptrace-attach PID`` binary (prints ``attached to PID`` once attached); its host path.
+    Raises ``ToolMissing`` (see ``static_tool``)."""
+    return static_tool(target, "ptrace-attach", PTRACE_C)
 
 
 def overrides_permissive(*caps: str) -> dict[str, Any]:

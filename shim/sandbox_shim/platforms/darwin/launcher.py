@@ -28,6 +28,7 @@ import errno
 import fcntl
 import os
 import resource
+import signal as _signal
 import subprocess
 from collections.abc import Sequence
 from typing import Any
@@ -155,3 +156,20 @@ def running(pid: int, start: float | None) -> bool:
     except psutil.Error:
         return False
 
+
+def members(pgid: int) -> list[Any]:
+    """Processes whose process group is ``pgid`` (psutil; processes gone meanwhile are skipped)."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(p.pid) == pgid:
+                out.append(p)
+    return out
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL to process group ``pgid``; a group already gone is not an error."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, _signal.SIGKILL)

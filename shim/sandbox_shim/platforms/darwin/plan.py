@@ -66,6 +66,19 @@ DARWIN_RLIMITS = ("RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_CPU", "RLIMIT_DATA", "RLIM
                   "RLIMIT_MEMLOCK", "RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_RSS", "RLIMIT_STACK")
 #: OCI namespace type -> the requirement it becomes on macOS.
 NAMESPACE_REQUIREMENTS = {"network": "network.deny", "mount": "filesystem.confinement"}
+#: what macOS does not have at all, with the reason a person can act on
+NOT_ON_MACOS = {
+    "namespace.pid": "macOS has no pid namespaces (Seatbelt limits signals to the same sandbox only)",
+    "namespace.ipc": "macOS has no ipc namespaces",
+    "namespace.uts": "macOS has no uts namespaces",
+    "namespace.cgroup": "macOS has no cgroups",
+    "namespace.user": "macOS has no user namespaces",
+    "namespace.time": "macOS has no time namespaces",
+    "seccomp": "seccomp is Linux-only; SBPL has no system-call filter this shim generates",
+    "no_new_privs": "macOS has no no_new_privs; set-user-ID programs keep their privileges",
+    "cpu.rate": "macOS has no CPU quota for a process tree (only RLIMIT_CPU, a time budget)",
+    "network.isolated": "no per-sandbox network stack on macOS (only allow-all or deny-all)",
+}
 _IGNORED_MOUNTS = ("proc", "tmpfs", "sysfs", "mqueue", "cgroup", "cgroup2", "devpts")
 
 
@@ -109,7 +122,7 @@ class _Mapper:
         self.rootfs, self.storage, self.dest = rootfs, storage, (dest or "").rstrip("/") or None
 
     def host(self, path: str) -> str:
-        norm = os.path.normpath("/" + path)
+        norm = os.path.normpath("/" + path.lstrip("/"))  # normpath keeps a leading "//"
         if self.storage and self.dest and (norm == self.dest or norm.startswith(self.dest + "/")):
             return resolve_in_root(self.storage, norm[len(self.dest):] or "/")
         return resolve_in_root(self.rootfs, norm)
@@ -120,7 +133,8 @@ def _program(arg0: str, cwd: str, env: dict[str, str], mapper: _Mapper) -> str:
         cands = [mapper.host(arg0 if arg0.startswith("/") else os.path.join(cwd, arg0))]
     else:
         dirs = env.get("PATH", "").split(":")
-        cands = [mapper.host(os.path.join(d if d.startswith("/") else os.path.join(cwd, d), arg0)) for d in dirs]
+        cands = [mapper.host(os.path.join(d if d.startswith("/") else os.path.join(cwd, d), arg0))
+                 for d in dirs]
     denied = None
     for c in cands:
         try:
@@ -153,8 +167,8 @@ def _storage(cfg: dict[str, Any], bundle: str, problems: list[BundleProblem],
         elif kind in _IGNORED_MOUNTS:
             warnings.append(f"/mounts/{i}: {kind} mount ignored on macOS (the host's own is used or denied)")
         else:
-            problems.append(BundleProblem(f"/mounts/{i}/type", f"mount type {kind!r} is not supported on macOS",
-                                          "sandbox-shim darwin: mounts", "remove the mount"))
+            problems.append(BundleProblem(f"/mounts/{i}/type", f"mount type {kind!r} is not supported on "
+                                          "macOS", "sandbox-shim darwin: mounts", "remove the mount"))
     return found
 
 
@@ -196,8 +210,8 @@ def _rlimits(cfg: dict[str, Any], problems: list[BundleProblem], requires: set[s
         if str(cpu_s).isdigit() and int(cpu_s) > 0:
             put("RLIMIT_CPU", int(cpu_s), int(cpu_s) + 1)
         else:
-            problems.append(BundleProblem(f"/annotations/{PREFIX}cpu-time-seconds", "must be a positive integer",
-                                          "sandbox-shim annotations"))
+            problems.append(BundleProblem(f"/annotations/{PREFIX}cpu-time-seconds",
+                                          "must be a positive integer", "sandbox-shim annotations"))
     cpu = res.get("cpu") or {}
     if cpu.get("quota") or cpu.get("cpus") or cpu.get("realtimeRuntime"):
         requires.add("cpu.rate")
@@ -287,8 +301,8 @@ def plan_from_config(config: dict[str, Any], bundle: str, *, caller_uid: int | N
     try:
         wall_clock = float(ann.get(PREFIX + "wall-clock-seconds") or 0) or None
     except ValueError:
-        problems.append(BundleProblem(f"/annotations/{PREFIX}wall-clock-seconds", "must be a number of seconds",
-                                      "sandbox-shim annotations"))
+        problems.append(BundleProblem(f"/annotations/{PREFIX}wall-clock-seconds",
+                                      "must be a number of seconds", "sandbox-shim annotations"))
     if wall_clock is not None and wall_clock <= 0:
         wall_clock = None
     raw_req = ann.get(PREFIX + "requires")
@@ -301,8 +315,8 @@ def plan_from_config(config: dict[str, Any], bundle: str, *, caller_uid: int | N
     cwd_in = proc.get("cwd") or "/"
     cwd = mapper.host(cwd_in)
     if not os.path.isdir(cwd):
-        raise BundleInvalid([BundleProblem("/process/cwd", f"{cwd_in} is not a directory in the rootfs/storage",
-                                           _SPEC + " process.cwd", "create it in the rootfs")])
+        raise BundleInvalid([BundleProblem("/process/cwd", f"{cwd_in} is not a directory in the rootfs or "
+                                           "storage", _SPEC + " process.cwd", "create it in the rootfs")])
     program = _program(args[0], cwd_in, env, mapper)
     return DarwinPlan(bundle, rootfs, storage, storage_ro, program, (program, *args[1:]), cwd, env, network,
                       rlimits, wall_clock, tuple(sorted(requires)), tuple(warnings))

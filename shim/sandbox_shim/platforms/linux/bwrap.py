@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...errors import BundleInvalid, BundleProblem
 from ...hardening.tenant import pid_problem
@@ -44,7 +44,7 @@ class Fds:
 
     block: int
     status: int
-    seccomp: int | None = None
+    seccomp: list[int] = field(default_factory=list)  # BPF programs, stacked in this order
 
 
 def _opt(options: list[str], key: str) -> str | None:
@@ -136,12 +136,16 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
         dest, host = found
         if os.path.isdir(host):
             a += ["--tmpfs", dest, "--remount-ro", dest]
+            view.add(Layer(dest, "tmpfs"))  # later paths under it find an empty fs, not the rootfs
         else:
             a += ["--ro-bind", "/dev/null", dest]
+            view.add(Layer(dest, "bind", "/dev/null"))
     for p in plan.readonly_paths:
         found = _existing(view, p, "/linux/readonlyPaths")
         if found is not None:
             a += ["--ro-bind", found[1], found[0]]
+            if view.layer_for(found[0]).fs in ("rootfs", "bind"):  # a kernel fs shows the same there
+                view.add(Layer(found[0], "bind", found[1]))
     if plan.root_readonly:
         a += ["--remount-ro", "/"]
 
@@ -153,8 +157,8 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
     for k, v in plan.env.items():
         a += ["--setenv", k, v]
     a += ["--block-fd", str(fds.block), "--json-status-fd", str(fds.status)]
-    if fds.seccomp is not None:
-        a += ["--seccomp", str(fds.seccomp)]
+    for fd in fds.seccomp:
+        a += ["--add-seccomp-fd", str(fd)]  # repeatable, unlike --seccomp (bwrap(1))
     a.append("--")
     a += plan.args
     return a

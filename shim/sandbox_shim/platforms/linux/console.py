@@ -75,14 +75,15 @@ def send_master(socket_path: str, master: int, name: str) -> None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.connect(socket_path)
             fds = array.array("i", [master])
-            s.sendmsg([name.encode() or b"/dev/ptmx"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())])
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())]
+            s.sendmsg([name.encode() or b"/dev/ptmx"], rights)
     except OSError as e:
         raise LaunchFailed(f"cannot send the terminal to --console-socket {socket_path}: {e.strerror}",
                            "the console socket must be a listening unix stream socket") from e
 
 
 def receive_master(sock: socket.socket) -> tuple[int, str]:
-    """Accept one connection on the listening ``sock`` and return ``(fd, name)`` from it (for clients/tests)."""
+    """Accept one connection on the listening ``sock``; return ``(fd, name)`` sent (clients, tests)."""
     conn, _ = sock.accept()
     with conn:
         msg, anc, _flags, _addr = conn.recvmsg(4096, socket.CMSG_SPACE(array.array("i").itemsize))

@@ -25,7 +25,7 @@ Steps, in this order (each cites its man page):
   nothing written, so "never ran" is told from "ran and exited 127" by the kernel, not by guessing.
 
 Spec (JSON): ``pid``/``start`` (workload pid, its start time in clock ticks), ``cgroup_procs`` (host
-paths), ``seccomp_file`` (path or null), ``uid``, ``gid``, ``additional_gids``, ``capabilities``
+paths), ``seccomp_files`` (paths, loaded in order), ``uid``, ``gid``, ``additional_gids``, ``capabilities``
 (names, e.g. ``CAP_NET_BIND_SERVICE``), ``rlimits`` ([name, soft, hard]), ``env`` (["K=V"]),
 ``cwd``, ``argv``, ``detach`` (bool: report and exit once the program runs, without waiting).
 
@@ -184,7 +184,7 @@ def exec_program(argv: list[str], env: dict[str, str]) -> None:
     raise StepFailed("execve", seen, prog)
 
 
-def child(spec: dict, root_fd: int, proc_fd: int, go_r: int, err_w: int, bpf: bytes | None,
+def child(spec: dict, root_fd: int, proc_fd: int, go_r: int, err_w: int, bpfs: list[bytes],
           last_cap: int) -> None:
     """Steps 4-9 in C.  Never returns: execve, or report to ``err_w`` and _exit(127).
 
@@ -220,7 +220,7 @@ def child(spec: dict, root_fd: int, proc_fd: int, go_r: int, err_w: int, bpf: by
             raise StepFailed("chdir", e.errno or errno.ENOENT, spec.get("cwd") or "/") from e
         _check("prctl(PR_SET_NO_NEW_PRIVS)", _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
         env = dict(e.split("=", 1) for e in spec.get("env") or [] if "=" in e)
-        if bpf is not None:
+        for bpf in bpfs:  # the sandbox's filters, stacked in the same order
             load_seccomp(bpf)
         exec_program(list(spec["argv"]), env)
     except StepFailed as e:
@@ -253,10 +253,10 @@ def main(spec_fd: int, status_fd: int) -> int:
         root_fd = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         procs = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in spec.get("cgroup_procs") or []]
-        bpf = None
-        if spec.get("seccomp_file"):
-            with open(spec["seccomp_file"], "rb") as fh:
-                bpf = fh.read()
+        bpfs = []
+        for path in spec.get("seccomp_files") or []:
+            with open(path, "rb") as fh:
+                bpfs.append(fh.read())
         with open("/proc/sys/kernel/cap_last_cap") as fh:
             last_cap = int(fh.read())
         if start_time(pid) != spec.get("start"):
@@ -282,7 +282,7 @@ def main(spec_fd: int, status_fd: int) -> int:
             signal.signal(s, signal.SIG_DFL)
         os.close(go_w)
         os.close(err_r)
-        child(spec, root_fd, proc_fd, go_r, err_w, bpf, last_cap)
+        child(spec, root_fd, proc_fd, go_r, err_w, bpfs, last_cap)
     os.close(go_r)
     os.close(err_w)
     os.close(root_fd)

@@ -18,16 +18,15 @@ import contextlib
 import os
 import resource
 import signal as _signal
-import stat
 import subprocess
 import time
 from typing import Any
 
+from ...bundle import Spec
 from ...capability import Capability
-from ...errors import CouldNotRun, LaunchFailed
+from ...errors import LaunchFailed
 from ...mechanism import Sandbox, Status, Usage
 from ...plan import Plan
-from ...paths import resolve_in_root
 from ...state import proc_start_time, same_process
 from . import process as procs
 from .bwrap import Fds, build_args, bwrap_path
@@ -45,6 +44,20 @@ class LinuxMechanism:
         from ...capability import report
 
         return report()
+
+    def make_plan(self, spec: Spec, sandbox_id: str) -> Plan:
+        """The tenant Plan for ``spec``; raises ``CapabilityUnavailable`` if this host lacks what it needs."""
+        from ...plan import make_plan
+
+        plan = make_plan(spec, sandbox_id)
+        self.require(plan.required)
+        return plan
+
+    def require(self, names: list[str]) -> None:
+        """Raise ``CapabilityUnavailable`` for every capability in ``names`` this host lacks (probed)."""
+        from ...capability import require
+
+        require(names)
 
     # -- create ---------------------------------------------------------------------------------
     def provision(self, sandbox: Sandbox, plan: Plan) -> None:
@@ -89,16 +102,19 @@ class LinuxMechanism:
             undo.callback(os.close, fds["block"])
             fds["status"] = os.open(status_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             undo.callback(os.close, fds["status"])
-            from .seccomp import compile_bpf
-
-            section = plan.seccomp if plan.seccomp is not None or not plan.allow_nested_userns \
-                else _tenant_section_with_userns()
-            bpf = compile_bpf(section)
-            with open(os.path.join(d, "seccomp.bpf"), "wb") as fh:  # exec'd processes load the same filter
-                fh.write(bpf)
-            fds["seccomp"] = _memfd("seccomp", bpf)
-            undo.callback(os.close, fds["seccomp"])
-            argv = build_args(plan, Fds(fds["block"], fds["status"], fds["seccomp"]))
+            # The tenant filter is always loaded; a bundle's own linux.seccomp is stacked on top of it
+            # (the kernel applies every filter, the most restrictive answer wins: seccomp(2)), so a
+            # bundle can narrow the profile but never widen it.
+            seccomp_files = []
+            for i, bpf in enumerate(seccomp_programs(plan)):
+                path = os.path.join(d, f"seccomp-{i}.bpf")  # exec'd processes load the same filters
+                with open(path, "wb") as fh:
+                    fh.write(bpf)
+                seccomp_files.append(path)
+                fds[f"seccomp{i}"] = _memfd("seccomp", bpf)
+                undo.callback(os.close, fds[f"seccomp{i}"])
+            argv = build_args(plan, Fds(fds["block"], fds["status"],
+                                        [fds[f"seccomp{i}"] for i in range(len(seccomp_files))]))
             sep = argv.index("--")  # options go through --args; bwrap wants the command on its argv
             pty: tuple[int, int] | None = None
             if plan.terminal:
@@ -117,14 +133,16 @@ class LinuxMechanism:
 
             joins = namespaces.open_joins(plan.join)  # setns(2) in the child, just before bwrap runs
             try:
+                # bwrap starts inside the sandbox's cgroup, so the cgroup namespace it makes is rooted
+                # there and its child never runs outside it (one migration, paid before exec)
                 proc = _spawn([bwrap, "--args", str(fds["args"]), *argv[sep:]], [*fds.values(), *preserved],
-                              pty[1] if pty else None, joins)
+                              pty[1] if pty else None, joins,
+                              [os.path.join(x, "cgroup.procs") for x in cg.dirs() if os.path.isdir(x)])
             finally:
                 for _, jfd in joins:
                     os.close(jfd)
             undo.callback(_kill_quietly, proc)
             child = _wait_ready(proc, status_file, fds["block"])
-            cg.add(child)
             for name, soft, hard in plan.rlimits:
                 resource.prlimit(child, getattr(resource, name), (soft, hard))
             if plan.network == "isolated":
@@ -134,7 +152,7 @@ class LinuxMechanism:
                 priv["network"] = network.setup(sandbox.id, child, plan, os.path.dirname(d))
                 undo.callback(network.teardown, priv["network"])
             namespaces.apply_sysctl(child, plan.sysctl)
-            check_program(child, plan)
+            namespaces.check_program(child, plan)
             if pty:
                 from .console import send_master
 
@@ -145,7 +163,7 @@ class LinuxMechanism:
                 # what an exec'd process must share with the sandbox's own (enter.py)
                 process={"uid": plan.uid, "gid": plan.gid, "additional_gids": plan.additional_gids,
                          "capabilities": plan.capabilities, "rlimits": plan.rlimits, "env": plan.env,
-                         "cwd": plan.cwd, "seccomp_file": os.path.join(d, "seccomp.bpf"),
+                         "cwd": plan.cwd, "seccomp_files": seccomp_files,
                          "userns": "user" in plan.unshare or plan.uid != 0 or plan.gid != 0},
             )
             proc.returncode = 0  # the caller (or its subreaper) waits on it, not this object
@@ -227,7 +245,8 @@ class LinuxMechanism:
         if all_processes:
             cg = self.cgroup(sandbox)
             if cg is not None:
-                cg.kill_all(signum)
+                # bwrap's monitor shares the cgroup; it must live on to record the exit status
+                cg.kill_all(signum, exclude={sandbox.private.get("pid", 0)})
                 return
         pid = self.workload_pid(sandbox)
         if pid:
@@ -258,74 +277,27 @@ def remove_cgroups(info: dict[str, Any]) -> None:
     cg.remove([d for d in info.get("created", []) if os.path.isdir(d)])
 
 
-def check_program(child: int, plan: Plan) -> None:
-    """Refuse a workload whose ``process.args[0]`` cannot be executed, before it is released.
+def seccomp_programs(plan: Plan) -> list[bytes]:
+    """BPF programs for the sandbox, in load order: the tenant filter, then the bundle's own section.
 
-    The name is looked up as execvp(3) will do it inside the sandbox: a name with a ``/`` is taken
-    against ``process.cwd``, any other is searched in the sandbox's ``PATH`` (from ``process.env``);
-    each candidate is resolved in the sandbox's own mount namespace (``/proc/CHILD/root``, so binds
-    and tmpfs mounts count) with ``paths.resolve_in_root``.  A candidate that exists but is a
-    directory, lacks the execute bit for the sandbox's user, or sits on a ``noexec`` mount is
-    "permission denied" (EACCES, execve(2)); none at all is "executable file not found".
-
-    Raises:
-        CouldNotRun: ``not_found`` (clients map it to 127) or ``permission_denied`` (126).
+    With ``sandbox-shim.allow-nested-userns`` the tenant filter leaves out its namespace rules
+    (unshare, setns, clone/clone3 with namespace flags).
     """
-    name = plan.args[0] if plan.args else ""
-    root = f"/proc/{child}/root"
-    if "/" in name:
-        candidates = [name if name.startswith("/") else os.path.join(plan.cwd, name)]
-    else:
-        dirs = plan.env.get("PATH", "").split(":")
-        candidates = [os.path.join(dd if dd.startswith("/") else os.path.join(plan.cwd, dd), name) for dd in dirs]
-    denied = False
-    userns = "user" in plan.unshare or plan.uid != 0 or plan.gid != 0
-    uid, gids = (0, {0}) if userns else (plan.uid, {plan.gid, *plan.additional_gids})
-    for cand in candidates if name else []:
-        try:
-            host = resolve_in_root(root, cand)
-            st = os.stat(host)
-        except PermissionError:
-            denied = True
-            continue
-        except OSError:
-            continue
-        if not _executable(st, uid, gids, "CAP_DAC_OVERRIDE" in plan.capabilities) or \
-                os.statvfs(host).f_flag & os.ST_NOEXEC:
-            denied = True
-            continue
-        return
-    if denied:
-        raise CouldNotRun("permission_denied", f'exec: "{name}"')
-    raise CouldNotRun("not_found", f'exec: "{name}"', "no such file or directory in $PATH" if "/" not in name
-                      else "no such file or directory")
+    from .seccomp import compile_bpf, default_tenant_section
 
-
-def _executable(st: os.stat_result, uid: int, gids: set[int], dac_override: bool) -> bool:
-    """execve(2)'s permission rule: a regular file with x for the caller's class (any x with CAP_DAC_OVERRIDE)."""
-    if not stat.S_ISREG(st.st_mode):
-        return False
-    if dac_override:
-        return bool(st.st_mode & 0o111)
-    if st.st_uid == uid:
-        return bool(st.st_mode & 0o100)
-    if st.st_gid in gids:
-        return bool(st.st_mode & 0o010)
-    return bool(st.st_mode & 0o001)
-
-
-def _tenant_section_with_userns() -> dict[str, Any]:
-    """The default tenant filter without its namespace-creation rules (``sandbox-shim.allow-nested-userns``)."""
-    from .seccomp import default_tenant_section
-
-    sec = default_tenant_section()
-    ns_calls = {"unshare", "clone", "clone3", "setns"}
-    rules = []
-    for rule in sec["syscalls"]:
-        names = [n for n in rule["names"] if n not in ns_calls]
-        if names:
-            rules.append({**rule, "names": names})
-    return {**sec, "syscalls": rules}
+    tenant = default_tenant_section()
+    if plan.allow_nested_userns:
+        ns_calls = {"unshare", "clone", "clone3", "setns"}
+        rules = []
+        for rule in tenant["syscalls"]:
+            names = [n for n in rule["names"] if n not in ns_calls]
+            if names:
+                rules.append({**rule, "names": names})
+        tenant = {**tenant, "syscalls": rules}
+    programs = [compile_bpf(tenant)]
+    if plan.seccomp is not None:
+        programs.append(compile_bpf(plan.seccomp))
+    return programs
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -336,25 +308,37 @@ def _memfd(name: str, data: bytes) -> int:
 
 
 def _spawn(argv: list[str], fds: list[int], tty: int | None = None,
-           joins: list[tuple[str, int]] | None = None) -> subprocess.Popen[bytes]:
+           joins: list[tuple[str, int]] | None = None, cgroup_procs: list[str] | None = None,
+           ) -> subprocess.Popen[bytes]:
     """Start bwrap with ``fds`` (kept at their numbers) in a minimal environment.
 
     Args:
         tty: a pty slave to use as stdin/stdout/stderr (terminal sandboxes), else our stdio.
         joins: ``(type, fd)`` namespaces to setns(2) into in the child before exec (namespaces.enter).
+        cgroup_procs: ``cgroup.procs`` files the child writes itself into before exec (cgroups(7)).
     Raises:
         LaunchFailed: bwrap could not be started, or a namespace could not be joined.
     """
     from . import namespaces
 
     stdio = {"stdin": tty, "stdout": tty, "stderr": tty} if tty is not None else {}
-    preexec = (lambda: namespaces.enter(joins)) if joins else None
+    procs = [os.fsencode(p) for p in cgroup_procs or []]
+
+    def preexec() -> None:  # between fork and exec: plain syscalls only
+        for path in procs:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")  # "0" moves the writing process (cgroup-v2.rst, cgroup-v1 tasks)
+            finally:
+                os.close(fd)
+        if joins:
+            namespaces.enter(joins)
     try:
         return subprocess.Popen(argv, pass_fds=tuple(fds), env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
                                 close_fds=True, preexec_fn=preexec, **stdio)  # type: ignore[call-overload]
-    except subprocess.SubprocessError as e:  # raised for an exception in preexec_fn (setns)
-        raise LaunchFailed(f"cannot join the namespaces listed with a path: {e}",
-                           "runtime-spec config-linux.md namespaces: the path must be a live namespace") from e
+    except subprocess.SubprocessError as e:  # raised for an exception in preexec_fn (cgroup, setns)
+        raise LaunchFailed(f"cannot join the sandbox's cgroup or the namespaces listed with a path: {e}",
+                           "runtime-spec config-linux.md namespaces: give a live namespace") from e
     except OSError as e:
         raise LaunchFailed(f"cannot run {argv[0]}: {e.strerror}", "install bubblewrap") from e
 

@@ -12,6 +12,8 @@ allowed (runtime-spec config-linux.md "Sysctl": "the runtime MUST ... apply the 
 container's namespaces"): ``net.*`` (network), ``kernel.msg*``/``kernel.sem``/``kernel.shm*``,
 ``fs.mqueue.*`` (ipc), ``kernel.hostname``/``kernel.domainname`` (uts).  They are written in a forked
 process that has entered the sandbox's namespaces, before any user code runs (``apply_sysctl``).
+
+``check_program``: the workload's executable looked up in the sandbox's mount namespace before it runs.
 """
 
 from __future__ import annotations
@@ -20,9 +22,14 @@ import ctypes
 import errno
 import fcntl
 import os
-from typing import Any
+import stat
+from typing import TYPE_CHECKING, Any
 
-from ...errors import BundleInvalid, BundleProblem, LaunchFailed
+if TYPE_CHECKING:
+    from ...plan import Plan
+
+from ...errors import BundleInvalid, BundleProblem, CouldNotRun, LaunchFailed
+from ...paths import resolve_in_root
 
 #: OCI namespace type → (CLONE_NEW* flag, name under /proc/PID/ns)
 NAMESPACES: dict[str, tuple[int, str]] = {
@@ -78,7 +85,7 @@ def open_joins(join: dict[str, str]) -> list[tuple[str, int]]:
                                    "runtime-spec config-linux.md: path must name a namespace file") from e
             if kind != NAMESPACES[t][0]:
                 raise LaunchFailed(f"/linux/namespaces: {path} is not a {t} namespace",
-                                   "runtime-spec config-linux.md: the namespace at path must be of the listed type")
+                                   "runtime-spec config-linux.md: the namespace must be of the listed type")
     except BaseException:
         for _, fd in out:
             os.close(fd)
@@ -132,10 +139,10 @@ def sysctl_problems(config: dict[str, Any]) -> list[BundleProblem]:
         if ns is None:
             out.append(BundleProblem(ptr, f"sysctl {key} is not namespaced: writing it would change the host",
                                      "runtime-spec config-linux.md Sysctl; tenant profile",
-                                     "only net.*, kernel.msg*/sem/shm*, fs.mqueue.*, kernel.hostname/domainname"))
+                                     "only net.*, kernel.msg*/sem/shm*, fs.mqueue.*, kernel.hostname"))
         elif ns not in listed:
-            out.append(BundleProblem(ptr, f"sysctl {key} needs its own {ns} namespace, but the sandbox shares "
-                                     "the host's", "runtime-spec config-linux.md Sysctl",
+            out.append(BundleProblem(ptr, f"sysctl {key} needs its own {ns} namespace, but the sandbox "
+                                     "shares the host's", "runtime-spec config-linux.md Sysctl",
                                      f'add {{"type": "{ns}"}} to linux.namespaces or remove the sysctl'))
         if not isinstance(value, str):
             out.append(BundleProblem(ptr, "sysctl values are strings", "runtime-spec config-linux.md Sysctl"))
@@ -201,3 +208,60 @@ def same_namespace(pid: int, ns_type: str) -> bool:
         if e.errno == errno.ENOENT:
             return True
         raise
+
+
+def check_program(child: int, plan: Plan) -> None:
+    """Refuse a workload whose ``process.args[0]`` cannot be executed, before it is released.
+
+    The name is looked up as execvp(3) will do it inside the sandbox: a name with a ``/`` is taken
+    against ``process.cwd``, any other is searched in the sandbox's ``PATH`` (from ``process.env``);
+    each candidate is resolved in the sandbox's own mount namespace (``/proc/CHILD/root``, so binds
+    and tmpfs mounts count) with ``paths.resolve_in_root``.  A candidate that exists but is a
+    directory, lacks the execute bit for the sandbox's user, or sits on a ``noexec`` mount is
+    "permission denied" (EACCES, execve(2)); none at all is "executable file not found".
+
+    Raises:
+        CouldNotRun: ``not_found`` (clients map it to 127) or ``permission_denied`` (126).
+    """
+    name = plan.args[0] if plan.args else ""
+    root = f"/proc/{child}/root"
+    if "/" in name:
+        candidates = [name if name.startswith("/") else os.path.join(plan.cwd, name)]
+    else:
+        dirs = plan.env.get("PATH", "").split(":")
+        candidates = [os.path.join(dd if dd.startswith("/") else os.path.join(plan.cwd, dd), name)
+                      for dd in dirs]
+    denied = False
+    userns = "user" in plan.unshare or plan.uid != 0 or plan.gid != 0
+    uid, gids = (0, {0}) if userns else (plan.uid, {plan.gid, *plan.additional_gids})
+    for cand in candidates if name else []:
+        try:
+            host = resolve_in_root(root, cand)
+            st = os.stat(host)
+        except PermissionError:
+            denied = True
+            continue
+        except OSError:
+            continue
+        if not _executable(st, uid, gids, "CAP_DAC_OVERRIDE" in plan.capabilities) or \
+                os.statvfs(host).f_flag & os.ST_NOEXEC:
+            denied = True
+            continue
+        return
+    if denied:
+        raise CouldNotRun("permission_denied", f'exec: "{name}"')
+    raise CouldNotRun("not_found", f'exec: "{name}"', "no such file or directory in $PATH" if "/" not in name
+                      else "no such file or directory")
+
+
+def _executable(st: os.stat_result, uid: int, gids: set[int], dac_override: bool) -> bool:
+    """execve(2)'s rule: a regular file with x for the caller's class (any x with CAP_DAC_OVERRIDE)."""
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    if dac_override:
+        return bool(st.st_mode & 0o111)
+    if st.st_uid == uid:
+        return bool(st.st_mode & 0o100)
+    if st.st_gid in gids:
+        return bool(st.st_mode & 0o010)
+    return bool(st.st_mode & 0o001)

@@ -171,10 +171,11 @@ class CgroupManager(ABC):
     def oom_killed(self) -> bool:
         """True if the kernel's OOM killer acted inside this cgroup."""
 
-    def kill_all(self, signum: int = 9) -> None:
-        """Send ``signum`` to every process in the cgroup (freezing first so none can fork away)."""
+    def kill_all(self, signum: int = 9, exclude: set[int] | frozenset[int] = frozenset()) -> None:
+        """Send ``signum`` to every process in the cgroup but ``exclude`` (freezing first for SIGKILL,
+        so none can fork away)."""
         for _ in range(20):
-            pids = self.pids()
+            pids = [p for p in self.pids() if p not in exclude]
             if not pids:
                 return
             if signum == 9:

@@ -103,12 +103,12 @@ class V2Manager(CgroupManager):
         """True when cgroup.events says frozen 1."""
         return keyed(read(os.path.join(self.dir, "cgroup.events"))).get("frozen", 0) == 1
 
-    def kill_all(self, signum: int = 9) -> None:
+    def kill_all(self, signum: int = 9, exclude: set[int] | frozenset[int] = frozenset()) -> None:
         kill_file = os.path.join(self.dir, "cgroup.kill")
-        if signum == 9 and os.path.exists(kill_file):
+        if signum == 9 and not exclude and os.path.exists(kill_file):
             write(kill_file, "1")  # the kernel kills every process, forks included (Linux 5.14)
             return
-        super().kill_all(signum)
+        super().kill_all(signum, exclude)
 
     def usage(self) -> Usage:
         d = self.dir

@@ -1,0 +1,45 @@
+"""``sandbox-shim conformance``: run the conformance suite on this host and print the table.
+
+Parses, calls ``sandbox_shim.conformance.runner``, renders.  Exit status 1 when any check is ``fail`` or
+``error``, 2 when the target cannot be loaded, else 0.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+@click.command("conformance", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--mechanism", default=None, metavar="MODULE:CLASS",
+              help="A ConformanceTarget to test (default: this host's mechanism, "
+                   "sandbox_shim.conformance.api_target:ApiTarget).")
+@click.option("--group", "groups", multiple=True,
+              type=click.Choice(["Lifecycle", "Isolation", "ResourceLimits", "Execution"]),
+              help="Run only this group (repeatable).")
+@click.option("-k", "name_contains", default=None, help="Run only checks whose name contains this text.")
+def command(fmt: str, mechanism: str | None, groups: tuple[str, ...], name_contains: str | None) -> None:
+    """Attack a sandbox the way a hostile tenant would, and print what stopped it.
+
+    Every check runs a CONTROL (the probe where it is permitted: must succeed and print a marker)
+    and then the BREACH (must be stopped with the expected error and no marker).  Verdicts: pass,
+    fail (the breach succeeded), error (the control failed: a dead process is never "denied"),
+    skip (a needed tool is missing).
+    """
+    from ..conformance.runner import exit_status, load_target, render_table, run_suite, to_json
+
+    try:
+        target = load_target(mechanism)
+    except (ValueError, ImportError, AttributeError, TypeError) as e:
+        click.echo(f"sandbox-shim: cannot load the conformance target: {e}", err=True)
+        sys.exit(2)
+    try:
+        progress = (lambda r: click.echo(f"  {r.verdict:5} {r.group} / {r.check}", err=True)) \
+            if fmt == "table" and sys.stderr.isatty() else None
+        rows = run_suite(target, groups or None, name_contains, on_result=progress)
+    finally:
+        target.close()
+    click.echo(render_table(rows) if fmt == "table" else to_json(rows, target))
+    sys.exit(exit_status(rows))

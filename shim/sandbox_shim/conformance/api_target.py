@@ -1,0 +1,279 @@
+"""``ApiTarget``: the conformance target for a mechanism the library API drives (``sandbox_shim.api``).
+
+The default mechanism is this platform's (``api.default_mechanism``: on Linux bwrap + cgroups).  Bundles
+are made from a busybox-static rootfs filled once by ``scripts/make-rootfs``; probes run as the bundle's
+own process through ``sandbox_shim.execute.run_bundle`` (provision, start, wait, collect, destroy), whose
+``Completion`` / ``CouldNotRun`` / ``LimitExceeded`` become ``ProbeResult.outcome``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal as _signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .target import (
+    COMPLETED,
+    COULD_NOT_RUN,
+    LIMIT_EXCEEDED,
+    BundleHandle,
+    ConformanceTarget,
+    ProbeResult,
+    ToolMissing,
+    merge,
+)
+
+
+def _repo_script(name: str) -> str | None:
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        cand = parent / "scripts" / name
+        if cand.is_file():
+            return str(cand)
+    return None
+
+
+@contextlib.contextmanager
+def captured_stdio(out_fd: int, err_fd: int) -> Iterator[None]:
+    """Point fds 0/1/2 at /dev/null, ``out_fd``, ``err_fd`` while a sandbox is created: the Linux
+    mechanism hands the creating process's stdio to the sandbox (OCI create without a console)."""
+    for f in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            f.flush()
+    saved = [os.dup(i) for i in (0, 1, 2)]
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        for i, fd in enumerate((null, out_fd, err_fd)):
+            os.dup2(fd, i)
+        yield
+    finally:
+        for i, fd in enumerate(saved):
+            os.dup2(fd, i)
+            os.close(fd)
+        os.close(null)
+
+
+class ApiTarget(ConformanceTarget):
+    """The target for a mechanism driven by ``sandbox_shim.api`` (default: this platform's).
+
+    Override ``make_mechanism(root)`` to test another mechanism that follows the library's contract.
+    """
+
+    name = "sandbox-shim"
+
+    def __init__(self, workdir: str | None = None, root: str | None = None) -> None:
+        super().__init__(workdir)
+        self.root = root or os.path.join(self.workdir, "state")
+        self.template = os.path.join(self.workdir, "rootfs-template")
+        self._mech: Any = None
+        self._out: dict[str, str] = {}
+        self._pids: set[int] = set()
+
+    def make_mechanism(self, root: str) -> Any:
+        """The mechanism under test, keeping state under ``root``."""
+        from .. import api
+
+        return api.default_mechanism(root)
+
+    @property
+    def mechanism(self) -> Any:
+        if self._mech is None:
+            self._mech = self.make_mechanism(self.root)
+        return self._mech
+
+    def _rootfs(self) -> str:
+        if not os.path.isdir(self.template):
+            if shutil.which("busybox") is None:
+                raise ToolMissing("busybox is not installed (apt-get install busybox-static)")
+            script = _repo_script("make-rootfs")
+            if script is None:
+                raise ToolMissing("scripts/make-rootfs not found (run from a source checkout)")
+            tmp = self.template + ".tmp"
+            p = subprocess.run([script, tmp], capture_output=True, text=True)
+            if p.returncode != 0:
+                raise ToolMissing(f"make-rootfs failed: {p.stderr.strip()}")
+            os.rename(tmp, self.template)
+        return self.template
+
+    def bundle(self, name: str | None = None, overrides: Mapping[str, Any] | None = None) -> BundleHandle:
+        from ..template import default_config
+
+        name = name or self.new_id("b")
+        path = os.path.join(self.bundles_root, name)
+        os.makedirs(path)
+        shutil.copytree(self._rootfs(), os.path.join(path, "rootfs"), symlinks=True)
+        os.mkdir(os.path.join(path, "storage"))
+        cfg = merge(default_config(), overrides or {})
+        with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as fh:
+            json.dump(cfg, fh, indent=2)
+        return BundleHandle(name, path, os.path.join(path, "storage"), "/storage", dict(overrides or {}))
+
+    def set_args(self, bundle: BundleHandle, argv: Sequence[str]) -> None:
+        """Rewrite ``process.args`` of ``bundle``."""
+        cfg_path = os.path.join(bundle.path, "config.json")
+        with open(cfg_path, encoding="utf-8") as fh:
+            cfg = json.load(fh)
+        cfg["process"]["args"] = list(argv)
+        with open(cfg_path, "w", encoding="utf-8") as fh:
+            json.dump(cfg, fh, indent=2)
+
+    def run_probe(self, overrides: Mapping[str, Any] | None, script: str, *,
+                  bundle: BundleHandle | None = None, argv: Sequence[str] | None = None,
+                  timeout: float = 30.0) -> ProbeResult:
+        from ..errors import CouldNotRun, LimitExceeded, ShimError
+        from ..execute import run_bundle
+
+        b = bundle or self.bundle(overrides=overrides)
+        self.set_args(b, list(argv) if argv is not None else ["sh", "-c", script])
+        rlimits = _rlimits(os.path.join(b.path, "config.json"))
+        t0 = time.monotonic()
+        try:
+            done = run_bundle(self.mechanism, self.new_id("p"), b.path, timeout=timeout)
+        except CouldNotRun as e:
+            return ProbeResult(None, "", e.line(), COULD_NOT_RUN, reason=e.reason,
+                               duration=time.monotonic() - t0)
+        except LimitExceeded as e:
+            c = e.completion
+            return ProbeResult(None, _text(c.stdout if c else b""), _text(c.stderr if c else b""),
+                               LIMIT_EXCEEDED, signal=c.signal if c else None, limit_kind=e.kind_of_limit,
+                               duration=time.monotonic() - t0)
+        except ShimError as e:
+            return ProbeResult(None, "", e.line(), COULD_NOT_RUN, reason=type(e).__name__,
+                               duration=time.monotonic() - t0)
+        res = ProbeResult(done.exit_status, _text(done.stdout), _text(done.stderr), COMPLETED,
+                          signal=done.signal, duration=done.duration)
+        if done.signal == _signal.SIGXFSZ and "RLIMIT_FSIZE" in rlimits:
+            # RLIMIT_FSIZE (setrlimit(2)) stopped a write past the output limit (stdout is a file here).
+            res.outcome, res.limit_kind = LIMIT_EXCEEDED, "output"
+        return res
+
+    def confine_probe(self, script: str, permit_path: str, timeout: float = 30.0) -> ProbeResult:
+        from ..errors import CannotEnforce
+        from ..hardening import confinement
+
+        if shutil.which("busybox") is None:
+            raise ToolMissing("busybox is not installed on the host")
+        try:
+            spec = confinement.confine(("busybox", ["sh", "-c", script]), permit_path=permit_path,
+                                       env={"PATH": "/usr/bin:/bin"})
+        except CannotEnforce as e:
+            raise ToolMissing(f"confinement cannot be built here: {e.line()}") from e
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run([spec["cmd"], *spec["args"]], env=spec["env"], cwd=spec["cd"],
+                               capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as e:
+            return ProbeResult(None, _text(e.stdout or b""), _text(e.stderr or b""), LIMIT_EXCEEDED,
+                               limit_kind="wall_clock", duration=timeout)
+        code = p.returncode
+        return ProbeResult(code if code >= 0 else None, _text(p.stdout), _text(p.stderr), COMPLETED,
+                           signal=-code if code < 0 else None, duration=time.monotonic() - t0)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def create(self, sandbox_id: str, bundle: BundleHandle) -> None:
+        from .. import api
+        from ..mechanism import Sandbox
+
+        out = os.path.join(self.workdir, f"{sandbox_id}.out")
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            with captured_stdio(fd, fd):
+                api.provision(self.mechanism, Sandbox(sandbox_id, bundle.path))
+            self._out[sandbox_id] = out
+            self._pids.add(api.status(self.mechanism, sandbox_id).pid)
+        finally:
+            os.close(fd)
+
+    def start(self, sandbox_id: str) -> None:
+        from .. import api
+
+        api.start(self.mechanism, sandbox_id)
+
+    def state(self, sandbox_id: str) -> str:
+        from .. import api
+
+        self._reap()
+        return api.status(self.mechanism, sandbox_id).status
+
+    def exit_status(self, sandbox_id: str) -> int | None:
+        from .. import api
+
+        return api.status(self.mechanism, sandbox_id).exit_status
+
+    def kill(self, sandbox_id: str, signum: int) -> None:
+        from .. import api
+
+        api.signal(self.mechanism, sandbox_id, signum)
+
+    def output(self, sandbox_id: str) -> str:
+        path = self._out.get(sandbox_id) or os.path.join(self.workdir, f"{sandbox_id}.out")
+        try:
+            with open(path, "rb") as fh:
+                return _text(fh.read())
+        except OSError:
+            return ""
+
+    def delete(self, sandbox_id: str, force: bool = False) -> None:
+        from .. import api
+
+        api.destroy(self.mechanism, sandbox_id, force=force)
+        self._reap()
+
+    def list_running(self) -> dict[str, str]:
+        from .. import api
+
+        self._reap()
+        return {s.id: s.status for s in api.list_running(self.mechanism)}
+
+    def reopen(self) -> ApiTarget:
+        other = type(self).__new__(type(self))
+        other.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("_mech", "_out")})
+        other._mech, other._out, other._pids = None, {}, self._pids
+        return other
+
+    def host_pid(self, sandbox_id: str) -> int:
+        from .. import api
+
+        store = api._store(self.mechanism)
+        sb = api._sandbox(store.read(sandbox_id), store)
+        return int(self.mechanism.workload_pid(sb))
+
+    def close(self) -> None:
+        from .. import api
+
+        with contextlib.suppress(Exception):
+            for sid in list(self.list_running()):
+                with contextlib.suppress(Exception):
+                    api.destroy(self.mechanism, sid, force=True)
+        self._reap()
+        super().close()
+
+    def _reap(self) -> None:
+        """Collect exited monitors of sandboxes made here (bwrap's outer processes are our children)."""
+        for pid in list(self._pids):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    self._pids.discard(pid)
+            except ChildProcessError:
+                self._pids.discard(pid)
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def _rlimits(config_path: str) -> list[str]:
+    try:
+        with open(config_path, encoding="utf-8") as fh:
+            cfg = json.load(fh)
+        return [r.get("type", "") for r in (cfg.get("process") or {}).get("rlimits") or []]
+    except (OSError, ValueError):
+        return []

@@ -1,0 +1,78 @@
+"""Running the suite outside pytest (``sandbox-shim conformance``): load a target, run every check, render.
+
+``load_target("module:Class")`` imports a ``ConformanceTarget`` subclass (or a factory returning one);
+``run_suite(target)`` runs the checks in group order and returns ``CheckResult`` rows; ``render_table`` and
+``to_json`` format them; ``exit_status`` is non-zero when any row is ``fail`` or ``error``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .helpers import ERROR, FAIL, CheckResult, all_checks
+from .target import ConformanceTarget
+
+DEFAULT_TARGET = "sandbox_shim.conformance.api_target:ApiTarget"
+
+
+def load_target(spec: str | None = None) -> ConformanceTarget:
+    """Instantiate the target named ``module:attr`` (default: ``ApiTarget``, this host's mechanism).
+
+    Raises:
+        ValueError: ``spec`` is not ``module:attr``; ImportError / AttributeError as importing raises;
+        TypeError: the attribute does not make a ``ConformanceTarget``.
+    """
+    mod, sep, attr = (spec or DEFAULT_TARGET).partition(":")
+    if not sep or not mod or not attr:
+        raise ValueError(f"--sandbox-mechanism wants module:Class, got {spec!r}")
+    obj: Any = getattr(importlib.import_module(mod), attr)
+    target = obj() if callable(obj) else obj
+    if not isinstance(target, ConformanceTarget):
+        raise TypeError(f"{spec} made {type(target).__name__}, not a conformance.ConformanceTarget")
+    return target
+
+
+def run_suite(target: ConformanceTarget, groups: Iterable[str] | None = None,
+              name_contains: str | None = None,
+              on_result: Callable[[CheckResult], None] | None = None) -> list[CheckResult]:
+    """Run the checks (all, or those of ``groups`` / whose name contains ``name_contains``) on ``target``."""
+    wanted = set(groups or [])
+    out = []
+    for c in all_checks():
+        if (wanted and c.group not in wanted) or (name_contains and name_contains not in c.name):
+            continue
+        r = c.run(target)
+        out.append(r)
+        if on_result:
+            on_result(r)
+    return out
+
+
+COLUMNS = ("group", "check", "control", "breach", "verdict", "detail")
+
+
+def render_table(rows: list[CheckResult], detail_width: int = 90) -> str:
+    """A plain-text table, one row per check, and a summary line."""
+    def cut(s: str) -> str:
+        return s if len(s) <= detail_width else s[:detail_width - 3] + "..."
+
+    cells = [[r.group, r.check, r.control, r.breach, r.verdict.upper(), cut(r.detail)] for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(COLUMNS)]
+    line = "  ".join(h.upper().ljust(w) for h, w in zip(COLUMNS, widths, strict=True)).rstrip()
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    counts = {v: sum(r.verdict == v for r in rows) for v in ("pass", "fail", "error", "skip")}
+    out.append(f"{len(rows)} checks: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    return "\n".join(out)
+
+
+def to_json(rows: list[CheckResult], target: ConformanceTarget) -> str:
+    return json.dumps({"target": target.name, "results": [r.to_dict() for r in rows]}, indent=2)
+
+
+def exit_status(rows: list[CheckResult]) -> int:
+    """1 if any check failed or errored, else 0."""
+    return 1 if any(r.verdict in (FAIL, ERROR) for r in rows) else 0

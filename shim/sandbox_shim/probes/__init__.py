@@ -1,0 +1,50 @@
+"""One probe per capability, each *trying* the thing on this host, never inferring it from versions.
+
+Modules:
+  ``proc``    cheap proc(5) reads (``/proc/self/status`` fields, sysctls) shared by all.
+  ``child``   running a trial in a forked child; libc through ctypes.
+  ``kernel``  namespaces (unshare(2)), no_new_privs, seccomp, Landlock.
+  ``host``    bwrap, cgroups, and the other platforms' launchers.
+  ``cache``   the cross-process cache (``cached_report``, ``cache_key``).
+
+Every report says what was tried (``measured_by``) and, when unavailable, why in words a person can
+act on (``detail``).  ``capability._load_probes()`` imports ``kernel`` and ``host``, which register
+their probes.  The names below are loaded on first use (PEP 562), so ``from . import probes`` is free
+and a cache hit on a lifecycle verb never loads ctypes or runs a program.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+_LAZY: dict[str, str] = {
+    "NAMESPACES": "kernel", "UNSHARE": "kernel", "probe_namespace": "kernel",
+    "probe_no_new_privs": "kernel", "probe_seccomp": "kernel", "probe_landlock": "kernel",
+    "libseccomp_version": "kernel",
+    "bwrap_identity": "host", "probe_bwrap": "host", "probe_cgroup": "host",
+    "probe_sandbox_exec": "host", "probe_job_object": "host",
+    "in_child": "child", "CHILD_TIMEOUT": "child",
+    "PROBES_VERSION": "cache", "CACHE_FILE": "cache", "host_facts": "cache", "cache_key": "cache",
+    "cached_report": "cache", "bwrap_stat_identity": "cache",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def load_all() -> None:
+    """Import the modules that register probes with ``capability.register``."""
+    import_module(f"{__name__}.kernel")
+    import_module(f"{__name__}.host")
+
+
+def __getattr__(name: str) -> object:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,154 @@
+"""The cross-process capability cache: reports kept in a caller's directory, keyed on the host.
+
+``cached_report(names, cache_dir)`` returns reports from ``cache_dir/capabilities.json`` while its key
+equals ``cache_key()``, and probes (then rewrites the file) otherwise.  The key holds everything whose
+change may change a probe's answer; it is built from cheap reads only (proc(5) files, ``stat`` of
+bwrap, ``uname``), so a lifecycle verb can check it on every call (well under a millisecond) without
+running a program.  Nothing here imports ctypes or subprocess: a cache hit loads no probe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ..capability import Capability
+from .proc import read as _read
+from .proc import status_field as _status_field
+
+#: bump when a probe's meaning changes, so old caches are not trusted
+PROBES_VERSION = "2"
+CACHE_FILE = "capabilities.json"
+
+
+def host_facts() -> dict[str, str]:
+    """``{"kernel": uname release, "arch": uname machine, "platform": sys.platform}``."""
+    if hasattr(os, "uname"):
+        u = os.uname()
+        return {"kernel": u.release, "arch": u.machine, "platform": sys.platform}
+    import platform
+
+    return {"kernel": platform.release(), "arch": platform.machine(), "platform": sys.platform}
+
+
+def _which(name: str) -> str | None:
+    """``shutil.which`` without importing shutil: the first executable ``name`` on PATH."""
+    for d in (os.environ.get("PATH") or os.defpath).split(os.pathsep):
+        path = os.path.join(d or ".", name)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
+
+
+def bwrap_stat_identity() -> str:
+    """The bwrap on PATH as ``"path|realpath|ino|size|mtime_ns|ctime_ns"``, or ``"absent"``.
+
+    A replaced or rewritten binary changes its inode or ctime (stat(2): ctime cannot be set by a user),
+    so this stands for bwrap's version and behaviour without running ``bwrap --version``.
+    """
+    path = _which("bwrap")
+    if path is None:
+        return "absent"
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "absent"
+    return f"{path}|{os.path.realpath(path)}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
+
+
+def cache_key() -> dict[str, str]:
+    """Everything whose change may change a probe's answer, as text (cheap reads only).
+
+    Keys: kernel release and build, boot_id (proc(5): new each boot), bwrap's identity
+    (``bwrap_stat_identity``), the cgroup layout fingerprint (read fresh from /proc/self/mountinfo and
+    the v2 ``cgroup.controllers``), euid, this process's Seccomp and NoNewPrivs state
+    (/proc/self/status), the user-namespace sysctls, and ``PROBES_VERSION``.
+    """
+    key = dict(host_facts())
+    key["kernel_build"] = os.uname().version if hasattr(os, "uname") else ""
+    key["boot_id"] = _read("/proc/sys/kernel/random/boot_id") or ""
+    key["bwrap"] = bwrap_stat_identity() if sys.platform == "linux" else "absent"
+    if sys.platform == "linux":
+        from ..platforms.linux.cgroups.detect import parse_mountinfo
+
+        key["cgroups"] = parse_mountinfo(_read("/proc/self/mountinfo") or "").fingerprint()
+    key["euid"] = str(os.geteuid()) if hasattr(os, "geteuid") else ""
+    key["confinement"] = f"seccomp={_status_field('Seccomp')};nnp={_status_field('NoNewPrivs')}"
+    key["sysctls"] = ";".join(f"{p}={_read('/proc/sys/' + p)}" for p in (
+        "user/max_user_namespaces", "kernel/unprivileged_userns_clone",
+        "kernel/apparmor_restrict_unprivileged_userns"))
+    key["probes_version"] = PROBES_VERSION
+    return key
+
+
+def _load(path: str, key: dict[str, str]) -> dict[str, dict[str, object]]:
+    """The reports of the cache file at ``path`` if it is ours and its key is ``key``, else {}."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        if os.fstat(fd).st_uid != os.geteuid():
+            return {}
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            doc = json.loads(fh.read())
+        if isinstance(doc, dict) and doc.get("key") == key and isinstance(doc.get("reports"), dict):
+            return dict(doc["reports"])
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(fd)
+    return {}
+
+
+def _store(cache_dir: str, key: dict[str, str], reports: dict[str, dict[str, object]]) -> None:
+    """Write the cache atomically: a temp file in ``cache_dir``, fsync, ``os.replace``."""
+    os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+    tmp = os.path.join(cache_dir, f".capabilities-{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"key": key, "reports": reports}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, os.path.join(cache_dir, CACHE_FILE))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def cached_report(names: list[str], cache_dir: str, key: dict[str, str] | None = None) -> list[Capability]:
+    """Reports for ``names``, from ``cache_dir/capabilities.json`` when its key equals ``cache_key()``.
+
+    A name missing from a valid cache is probed and added; a key mismatch (or a file not owned by this
+    euid, a symlink, or unreadable) discards the whole cache and probes again, so a cached "available"
+    never survives a change of kernel, boot, bwrap, cgroup layout or the caller's confinement.  The
+    file is written atomically.  ``cache_dir`` must be a directory only trusted users can write (e.g.
+    the state root): a cached "available" is believed.
+
+    Args:
+        names: capability names (see ``capability.PROBES``).
+        cache_dir: existing or creatable directory for the cache file.
+        key: the key to use (default ``cache_key()``); tests pass a changed one.
+    Returns: one ``Capability`` per name, in order.
+    Raises: KeyError for a name no probe has; OSError only if ``cache_dir`` cannot be written.
+    """
+    key = key if key is not None else cache_key()
+    cached = _load(os.path.join(cache_dir, CACHE_FILE), key)
+    missing = [n for n in names if n not in cached]
+    if missing:
+        from ..capability import PROBES, _load_probes
+
+        _load_probes()
+        for n in missing:
+            probe = PROBES[n]  # KeyError: no such probe
+            try:
+                cached[n] = probe().to_dict()
+            except Exception as e:  # a crashing probe is "unavailable", as in capability.probe
+                cached[n] = Capability(n, False, "", f"probe failed: {e}", "probe raised").to_dict()
+        _store(cache_dir, key, cached)
+    return [Capability(**cached[n]) for n in names]  # type: ignore[arg-type]

@@ -1,0 +1,40 @@
+"""Cheap reads of proc(5) shared by the probes and the cache key: no ctypes, no subprocess."""
+
+from __future__ import annotations
+
+import sys
+
+from ..capability import Capability
+
+
+def read(path: str) -> str | None:
+    """The stripped text of ``path``, or None when it cannot be read."""
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def status_field(name: str) -> str | None:
+    """A field of /proc/self/status (proc(5)), e.g. ``Seccomp`` (0 none, 1 strict, 2 filter)."""
+    for line in (read("/proc/self/status") or "").splitlines():
+        key, _, value = line.partition(":")
+        if key == name:
+            return value.strip()
+    return None
+
+
+def seccomp_note() -> str:
+    """A hint to append to a failure when this process already runs under a seccomp filter ("" if not)."""
+    if status_field("Seccomp") == "2":
+        return "; this process already runs under a seccomp filter (Seccomp: 2 in /proc/self/status) " \
+               "that may deny the call: run the shim outside that filter"
+    return ""
+
+
+def linux_only(name: str, measured: str) -> Capability | None:
+    """An "unavailable: not Linux" report for ``name`` off Linux, else None."""
+    if sys.platform != "linux":
+        return Capability(name, False, "", f"not Linux ({sys.platform})", measured)
+    return None

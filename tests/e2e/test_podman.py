@@ -1,0 +1,188 @@
+"""podman 4.3.1 (through conmon) driving sandbox-shim unchanged: ``podman --runtime sandbox-shim run``.
+
+podman gets its own containers.conf (runtime listed in ``runtime_supports_json``/``_nocgroup``, the
+ulimits this VM allows), its own storage (vfs) and run dirs under a temp dir; the host's configuration
+is not touched.  After each test nothing of the container is left (state, cgroups, mounts, processes).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from .conftest import SHIM, leftovers
+
+CONF = """[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+netns = "none"
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+runtime_supports_json = ["sandbox-shim"]
+runtime_supports_nocgroup = ["sandbox-shim"]
+[engine.runtimes]
+sandbox-shim = ["{shim}"]
+"""
+IMAGE = "localhost/sandbox-shim-e2e:latest"
+
+
+class Podman:
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        (base / "containers.conf").write_text(CONF.format(shim=SHIM))
+        (base / "storage.conf").write_text(f'[storage]\ndriver = "vfs"\nrunroot = "{base}/run"\n'
+                                           f'graphroot = "{base}/root"\n')
+        (base / "tmp").mkdir()
+        self.env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+                    "CONTAINERS_CONF": str(base / "containers.conf"),
+                    "CONTAINERS_STORAGE_CONF": str(base / "storage.conf"), "HOME": str(base)}
+        self.seen: list[str] = []
+        self.pids: list[int] = []
+
+    def argv(self, *args: str) -> list[str]:
+        return ["podman", "--root", f"{self.base}/root", "--runroot", f"{self.base}/run", "--storage-driver",
+                "vfs", "--runtime", SHIM, "--cgroup-manager", "cgroupfs", "--events-backend", "file",
+                "--tmpdir", f"{self.base}/tmp", *args]
+
+    def __call__(self, *args: str, timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.argv(*args), env=self.env, capture_output=True, text=True, timeout=timeout,
+                              **kw)  # type: ignore[call-overload]
+
+    def detached(self, *args: str) -> str:
+        r = self("run", "-d", "--network=none", *args)
+        assert r.returncode == 0, r.stderr
+        cid = r.stdout.strip().splitlines()[-1]
+        self.seen.append(cid)
+        pid = self("inspect", "--format", "{{.State.Pid}}", cid).stdout.strip()
+        if pid.isdigit() and int(pid):
+            self.pids.append(int(pid))
+        return cid
+
+
+@pytest.fixture(scope="module")
+def podman_base(orchestrators: None, image_tar: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    base = tmp_path_factory.mktemp("podman")
+    pm = Podman(base)
+    r = pm("import", str(image_tar), IMAGE)
+    assert r.returncode == 0, r.stderr
+    yield base
+    pm("rm", "-af", "-t", "0")
+    subprocess.run(["umount", "-R", str(base / "root")], capture_output=True)
+
+
+@pytest.fixture
+def podman(podman_base: Path) -> Iterator[Podman]:
+    pm = Podman.__new__(Podman)
+    pm.base, pm.seen, pm.pids = podman_base, [], []
+    pm.env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+              "CONTAINERS_CONF": str(podman_base / "containers.conf"),
+              "CONTAINERS_STORAGE_CONF": str(podman_base / "storage.conf"), "HOME": str(podman_base)}
+    yield pm
+    ids = pm("ps", "-aq", "--no-trunc").stdout.split()
+    for cid in ids:
+        pm("rm", "-f", "-t", "0", cid)
+    for cid in pm.seen + ids:
+        left = leftovers(cid, [f"/sys/fs/cgroup/*/libpod_parent/libpod-{cid}"], tuple(pm.pids))
+        assert left == [], left
+
+
+def test_run_rm_echo(podman: Podman) -> None:
+    r = podman("run", "--rm", "--network=none", IMAGE, "echo", "hi")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "hi\n"
+    assert podman("ps", "-aq").stdout.strip() == ""
+
+
+@pytest.mark.parametrize(("cmd", "status"), [("exit 0", 0), ("exit 42", 42), ("kill -9 $$", 137)])
+def test_exit_codes_propagate(podman: Podman, cmd: str, status: int) -> None:
+    r = podman("run", "--rm", "--network=none", IMAGE, "sh", "-c", cmd)
+    assert r.returncode == status, r.stderr
+
+
+@pytest.mark.parametrize(("prog", "status", "words"), [("no-such-program", 127, "executable file not found"),
+                                                       ("/etc/passwd", 126, "permission denied")])
+def test_unrunnable_program_maps_to_126_127(podman: Podman, prog: str, status: int, words: str) -> None:
+    r = podman("run", "--rm", "--network=none", IMAGE, prog)
+    assert r.returncode == status, r.stderr
+    assert words in r.stderr
+
+
+def test_memory_and_pids_limits(podman: Podman) -> None:
+    cid = podman.detached("--memory", "64m", "--pids-limit", "32", IMAGE, "sleep", "30")
+    cg = f"libpod_parent/libpod-{cid}"
+    assert Path(f"/sys/fs/cgroup/memory/{cg}/memory.limit_in_bytes").read_text().strip() == str(64 << 20)
+    assert Path(f"/sys/fs/cgroup/pids/{cg}/pids.max").read_text().strip() == "32"
+    # behaviour: the 33rd process cannot be made; control: 10 can
+    r = podman("run", "--rm", "--network=none", "--pids-limit", "32", IMAGE, "sh", "-c",
+               "for i in $(seq 10); do sleep 3 & done; echo TEN-OK; "
+               "for i in $(seq 40); do sleep 3 & done; wait")
+    assert "TEN-OK" in r.stdout and "can't fork" in r.stderr, r.stderr
+
+
+def test_detached_logs_stop_trapped_term_then_kill(podman: Podman) -> None:
+    script = 'echo started; trap "echo got TERM" TERM; while :; do sleep 0.2; done'
+    cid = podman.detached(IMAGE, "sh", "-c", script)
+    time.sleep(0.5)
+    assert "started" in podman("logs", cid).stdout
+    t0 = time.monotonic()
+    r = podman("stop", "-t", "2", cid)
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - t0 >= 1.9  # waited for TERM, then KILL
+    assert podman("inspect", "--format", "{{.State.ExitCode}}", cid).stdout.strip() == "137"
+    assert "got TERM" in podman("logs", cid).stdout
+    assert podman("rm", cid).returncode == 0
+
+
+def test_stop_exits_on_term(podman: Podman) -> None:
+    cid = podman.detached(IMAGE, "sh", "-c", 'trap "exit 7" TERM; while :; do sleep 0.2; done')
+    time.sleep(0.3)
+    assert podman("stop", "-t", "10", cid).returncode == 0
+    assert podman("inspect", "--format", "{{.State.ExitCode}}", cid).stdout.strip() == "7"
+
+
+def _counter(monitor: int) -> int:
+    """The workload's counter file, read through the sandbox's root (/proc/PID/root of bwrap's child)."""
+    child = Path(f"/proc/{monitor}/task/{monitor}/children").read_text().split()[0]
+    return int(Path(f"/proc/{child}/root/tmp/n").read_text().strip() or 0)
+
+
+def test_pause_unpause(podman: Podman) -> None:
+    script = "i=0; while :; do i=$((i+1)); echo $i > /tmp/n.new; mv /tmp/n.new /tmp/n; sleep 0.05; done"
+    cid = podman.detached(IMAGE, "sh", "-c", script)
+    time.sleep(0.5)
+    assert podman("pause", cid).returncode == 0
+    assert podman("inspect", "--format", "{{.State.Status}}", cid).stdout.strip() == "paused"
+    frozen = _counter(podman.pids[0])
+    time.sleep(0.5)
+    assert _counter(podman.pids[0]) == frozen  # nothing ran while paused
+    assert podman("unpause", cid).returncode == 0
+    assert podman("inspect", "--format", "{{.State.Status}}", cid).stdout.strip() == "running"
+    time.sleep(0.5)
+    assert _counter(podman.pids[0]) > frozen  # control: it runs again
+
+
+def test_exec_and_exec_tty(podman: Podman) -> None:
+    cid = podman.detached(IMAGE, "sleep", "30")
+    r = podman("exec", cid, "sh", "-c", "echo in-exec; exit 3")
+    assert r.returncode == 3 and r.stdout == "in-exec\n", r.stderr
+    r = podman("exec", "-t", cid, "sh", "-c", "tty")
+    assert r.returncode == 0 and "/dev/" in r.stdout, r.stderr
+
+
+def test_run_tty(podman: Podman) -> None:
+    r = podman("run", "--rm", "-t", "--network=none", IMAGE, "sh", "-c", 'tty; cut -d" " -f7 /proc/$$/stat')
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.replace("\r", "").split()
+    assert lines[0] == "/dev/console" and int(lines[1]) != 0
+
+
+def test_rm_force_running(podman: Podman) -> None:
+    cid = podman.detached(IMAGE, "sleep", "60")
+    r = podman("rm", "-f", "-t", "0", cid)
+    assert r.returncode == 0, r.stderr
+    assert podman("ps", "-aq").stdout.strip() == ""

@@ -1,0 +1,76 @@
+"""The lifecycle verbs load nothing heavy: no click, jsonschema, psutil, pyroute2, pyseccomp, ctypes.
+
+Orchestrators call state/start/kill/delete three or four times per container, and each is a new
+process: on this VM click costs ~60 ms, jsonschema ~140, psutil ~40, pyroute2 ~290 against ~11 ms for
+the bare interpreter (ARCHITECTURE §1).  Each verb runs here through the real CLI entry point on a
+real sandbox; a small wrapper prints ``sys.modules`` at exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import BundleFactory, run_shim, wait_pid
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0 or not
+                                Path("/usr/bin/bwrap").exists(), reason="needs Linux, root and bwrap")
+
+HEAVY = ("click", "jsonschema", "fastjsonschema", "psutil", "pyroute2", "pyseccomp", "ctypes")
+
+WRAPPER = """
+import atexit, json, sys
+out = sys.argv.pop(1)
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+from sandbox_shim.cli import main
+sys.argv[0] = "sandbox-shim"
+main()
+"""
+
+
+def loaded(tmp_path: Path, root: Path, *args: str) -> set[str]:
+    out = tmp_path / "modules.json"
+    run = subprocess.run([sys.executable, "-c", WRAPPER, str(out), "--root", str(root), *args],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return set(json.loads(out.read_text()))
+
+
+def heavy(mods: set[str], allowed: tuple[str, ...] = ()) -> list[str]:
+    return sorted(m for m in mods if m.split(".")[0] in HEAVY and m.split(".")[0] not in allowed)
+
+
+def test_lifecycle_verbs_load_nothing_heavy(tmp_path: Path, state_root: Path,
+                                            make_bundle: BundleFactory) -> None:
+    bundle = make_bundle(args=["sleep", "30"])
+    pid_file = tmp_path / "pid"
+    created = run_shim(state_root, "create", "--bundle", str(bundle), "--pid-file", str(pid_file), "s1")
+    assert created.returncode == 0, created.stderr
+    found = {}
+    found["state"] = heavy(loaded(tmp_path, state_root, "state", "s1"))
+    # start re-checks capabilities; until api.start reads the cache (see the strict xfail below) the
+    # probes it runs may load ctypes and pyseccomp, but never the rest
+    found["start"] = heavy(loaded(tmp_path, state_root, "start", "s1"), allowed=("ctypes", "pyseccomp"))
+    found["kill"] = heavy(loaded(tmp_path, state_root, "kill", "s1", "KILL"))
+    assert wait_pid(int(pid_file.read_text())) == 137
+    found["delete"] = heavy(loaded(tmp_path, state_root, "delete", "s1"))
+    assert found == {"state": [], "start": [], "kill": [], "delete": []}
+
+
+@pytest.mark.xfail(strict=True, reason="api.provision/start do not pass cache_dir to capability.require yet: "
+                   "start re-probes (ctypes, pyseccomp) instead of reading ROOT/.capabilities")
+def test_start_reads_the_capability_cache_and_loads_no_ctypes(tmp_path: Path, state_root: Path,
+                                                               make_bundle: BundleFactory) -> None:
+    bundle = make_bundle(args=["sleep", "30"])
+    pid_file = tmp_path / "pid"
+    created = run_shim(state_root, "create", "--bundle", str(bundle), "--pid-file", str(pid_file), "s2")
+    assert created.returncode == 0, created.stderr
+    try:
+        assert heavy(loaded(tmp_path, state_root, "start", "s2")) == []
+    finally:
+        run_shim(state_root, "delete", "--force", "s2")
+        wait_pid(int(pid_file.read_text()))
