@@ -172,6 +172,7 @@ def check_pid_namespace(config: dict[str, Any]) -> list[BundleProblem]:
     nss = (config.get("linux") or {}).get("namespaces") or []
     if any(isinstance(ns, dict) and ns.get("type") == "pid" for ns in nss):
         return []
-    return [BundleProblem("/linux/namespaces", "no pid namespace: in OCI terms this shares the host's processes",
+    return [BundleProblem("/linux/namespaces",
+                          "no pid namespace: in OCI terms this shares the host's processes",
                           "tenant profile: own pid namespace",
                           'add {"type": "pid"} to linux.namespaces')]
