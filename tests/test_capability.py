@@ -345,6 +345,9 @@ def test_features_document_validates_and_claims_only_what_was_probed() -> None:
     probed = sorted(ns for ns, p in NAMESPACE_PROBES.items() if reports[p].available)
     assert doc["linux"]["namespaces"] == probed
     assert doc["hooks"] == HOOKS
+    from sandbox_shim import hooks
+
+    assert set(HOOKS) == set(hooks.REQUIRED + hooks.WARN_ONLY)  # claims no hook hooks.py does not run
     assert doc["linux"]["apparmor"] == {"enabled": False} and doc["linux"]["selinux"] == {"enabled": False}
     assert doc["linux"]["cgroup"]["systemd"] is False and doc["linux"]["cgroup"]["systemdUser"] is False
     assert doc["linux"]["seccomp"]["enabled"] == reports["seccomp"].available

@@ -283,6 +283,10 @@ def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> lis
                     "remove the field",
                 )
             )
+    if linux.get("sysctl"):
+        from .platforms.linux.namespaces import sysctl_problems
+
+        out += sysctl_problems(cfg)
     if linux.get("seccomp") is not None:
         try:
             from .platforms.linux import seccomp

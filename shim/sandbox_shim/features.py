@@ -7,7 +7,7 @@ succeeded on this host (``sandbox_shim.probes``), and cgroup v1/v2 only when the
 controller succeeded through that version, because a caller that reads "network" here will rely on it.
 Everything the shim does not implement is absent, empty or false:
 
-* ``hooks``: ``HOOKS`` (none yet) and ``mountOptions``: ``MOUNT_OPTIONS`` (what ``plan`` acts on) -
+* ``hooks``: ``HOOKS`` (``hooks.py`` runs all six) and ``mountOptions``: ``MOUNT_OPTIONS``
   module constants extended as the plan learns each one.
 * ``linux.capabilities``: the names config.schema.json accepts in ``process.capabilities`` (``plan``
   passes the effective set to bwrap), read from the schema so the two cannot drift.
@@ -30,8 +30,9 @@ from .capability import report as capability_report
 #: 1.1.0 is the first version that defines the features document itself.
 OCI_VERSION_MIN = "1.0.0"
 OCI_VERSION_MAX = "1.1.0"
-#: hooks (config.md "POSIX-platform Hooks") the runtime runs; none are implemented yet.
-HOOKS: list[str] = []
+#: hooks (config.md "POSIX-platform Hooks") the runtime runs (``sandbox_shim.hooks``).
+HOOKS: list[str] = ["prestart", "createRuntime", "createContainer", "startContainer", "poststart",
+                     "poststop"]
 #: mount options (config.md "Mounts") that ``plan`` acts on when building bwrap's mounts.
 MOUNT_OPTIONS: list[str] = ["bind", "rbind", "ro", "rw"]
 #: seccomp flags (seccomp(2) SECCOMP_FILTER_FLAG_*) accepted in ``linux.seccomp.flags``.

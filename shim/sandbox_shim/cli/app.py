@@ -28,6 +28,7 @@ COMMANDS: list[str] = [
     "control:resume_cmd",
     "control:update_cmd",
     "control:events_cmd",
+    "conformance:command",
 ]
 
 LIFECYCLE_HELP = """\b
@@ -54,8 +55,4 @@ def cli(
 
 for _entry in COMMANDS:
     _mod, _attr = _entry.split(":")
-    try:
-        cli.add_command(getattr(importlib.import_module(f"{__package__}.{_mod}"), _attr))
-    except ModuleNotFoundError as _e:
-        if _e.name != f"{__package__}.{_mod}":
-            raise
+    cli.add_command(getattr(importlib.import_module(f"{__package__}.{_mod}"), _attr))
