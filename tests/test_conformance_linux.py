@@ -25,13 +25,6 @@ class TestLinuxMechanism(ConformanceSuite):
     """The whole suite, one test per check, against ``ApiTarget`` (bwrap + cgroups)."""
 
     mechanism = "sandbox_shim.conformance.api_target:ApiTarget"
-    known_holes = {
-        "caps: self-granted CAP_DAC_READ_SEARCH opens host files (open_by_handle_at)":
-            "HOLE (plan.py, platforms/linux/mechanism.py): a tenant bundle's own process.capabilities "
-            "are granted in the host user namespace and its own linux.seccomp section replaces the tenant "
-            "filter, so open_by_handle_at(2) through the storage bind reads any file of the host file system "
-            "holding it",
-    }
 
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_shim
+from conftest import run_shim, wait_pid
 from sandbox_shim import api
 from sandbox_shim.control import facts, ps
 from sandbox_shim.errors import CouldNotRun, InvalidState, LimitExceeded
@@ -128,6 +128,8 @@ def test_exec_process_is_in_the_sandbox_cgroup(running: Running, tmp_path: Path)
         assert s.pid in running.cgroup().pids()
     finally:
         os.kill(s.pid, 9)
+        # the program is ours (we are a subreaper) and carries the status, as runc exec -d's does
+        assert wait_pid(s.pid) == 137
     pid_file = tmp_path / "exec.pid"
     # a detached program keeps the stdio it was given: give it none we wait on
     r = cli(running.mech.root, "exec", "-d", "--pid-file", str(pid_file), running.id, "sleep", "30",
@@ -137,6 +139,8 @@ def test_exec_process_is_in_the_sandbox_cgroup(running: Running, tmp_path: Path)
     assert text.isdigit()
     r = cli(running.mech.root, "ps", "--format", "json", running.id)
     assert int(text) in json.loads(r.stdout)
+    os.kill(int(text), 9)
+    assert wait_pid(int(text)) == 137
 
 
 def test_exec_memory_counts_against_the_sandbox(running: Running) -> None:
@@ -182,7 +186,7 @@ def test_exec_env_cwd_and_process_file(running: Running, tmp_path: Path) -> None
             "echo $X; pwd")
     assert r.stdout == "1\n/bin\n"
     r = cli(running.mech.root, "exec", "-t", running.id, "sh")
-    assert r.returncode == 2 and "not supported" in r.stderr
+    assert r.returncode == 2 and "--console-socket" in r.stderr
 
 
 def test_exec_timeout_is_a_wall_clock_limit(running: Running) -> None:
@@ -207,3 +211,173 @@ def test_exec_needs_a_running_sandbox(make_bundle: Any, state_root: Path) -> Non
         api.destroy(mech, "ex-created", force=True)
     r = run_shim(state_root, "state", "ex-created")
     assert r.returncode != 0
+
+
+# -- exec --process: user, capabilities, terminal; exec --detach's pid contract -------------------------
+
+
+def test_detached_exec_pid_is_ours_and_carries_the_exit_status(running: Running, tmp_path: Path) -> None:
+    """runc exec -d: the pid-file process re-parents to the caller's subreaper, which reaps its status."""
+    pid_file = tmp_path / "run" / "exec.pid"
+    pid_file.parent.mkdir()
+    r = cli(running.mech.root, "exec", "-d", "--pid-file", str(pid_file), running.id, "sh", "-c",
+            "sleep 0.5; exit 7", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert r.returncode == 0
+    text = pid_file.read_text()
+    assert text.isdigit() and os.listdir(pid_file.parent) == ["exec.pid"]  # digits only, no temp left
+    pid = int(text)
+    ppid = int(next(x.split()[1] for x in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if x.startswith("PPid:")))
+    assert ppid == os.getpid()  # not the sandbox's init: the caller (a subreaper) has it
+    assert wait_pid(pid) == 7
+    # a signal death reads as one too
+    r = cli(running.mech.root, "exec", "-d", "--pid-file", str(pid_file), running.id, "sleep", "30",
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert r.returncode == 0
+    os.kill(int(pid_file.read_text()), 15)
+    assert wait_pid(int(pid_file.read_text())) == 143
+
+
+def _process_file(tmp_path: Path, doc: dict[str, Any]) -> str:
+    path = tmp_path / f"process-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_exec_process_user_ids_and_umask(running: Running, tmp_path: Path) -> None:
+    probe = ["sh", "-c", "id -u; id -g; id -G; umask; echo $A; echo PATH=$PATH"]
+    # control: without process.user the program runs as the sandbox's process (root, no user namespace)
+    r = cli(running.mech.root, "exec", "--process", _process_file(tmp_path, {"args": probe, "env": ["A=1"]}),
+            running.id)
+    assert r.returncode == 0 and r.stdout.splitlines()[:3] == ["0", "0", "0"], r.stderr
+    doc = {"args": probe, "env": ["A=2", "PATH=/bin"], "cwd": "/tmp", "terminal": False,
+           "noNewPrivileges": False, "apparmorProfile": "",
+           "user": {"uid": 1000, "gid": 1001, "additionalGids": [5, 6], "umask": 0o077}}
+    r = cli(running.mech.root, "exec", "--process", _process_file(tmp_path, doc), running.id)
+    assert r.returncode == 0, r.stderr
+    # process.env is the whole environment (as runc's exec -p): PATH is the one given
+    assert r.stdout.splitlines() == ["1000", "1001", "1001 5 6", "0077", "2", "PATH=/bin"]
+    # noNewPrivileges false is not honoured: always on; the sandbox's seccomp filter too
+    doc = {**doc, "args": ["grep", "-E", "^(NoNewPrivs|Seccomp):", "/proc/self/status"]}
+    r = cli(running.mech.root, "exec", "--process", _process_file(tmp_path, doc), running.id)
+    words = r.stdout.split()
+    assert dict(zip(words[::2], words[1::2], strict=True)) == {"Seccomp:": "2", "NoNewPrivs:": "1"}, r.stdout
+
+
+def test_exec_process_refusals_echo_no_secret(running: Running, tmp_path: Path) -> None:
+    ok = {"args": ["echo", "RAN-MARKER"], "env": ["PATH=/bin"]}
+    r = cli(running.mech.root, "exec", "--process", _process_file(tmp_path, ok), running.id)
+    assert r.returncode == 0 and r.stdout == "RAN-MARKER\n"  # control
+    for bad, words in (({"env": ["PATH=/bin", "API_TOKEN=s3cr3t-value"]}, "API_TOKEN"),
+                       ({"apparmorProfile": "unconfined"}, "apparmorProfile"),
+                       ({"user": {"uid": -1, "gid": 0}}, "uid")):
+        r = cli(running.mech.root, "exec", "--process", _process_file(tmp_path, {**ok, **bad}), running.id)
+        assert r.returncode == 3 and words in r.stderr and "RAN-MARKER" not in r.stdout, r.stderr
+        assert "s3cr3t" not in r.stderr
+
+
+@pytest.fixture
+def capable(make_bundle: Any, state_root: Path) -> Iterator[Running]:
+    """A running sandbox given CAP_CHOWN and CAP_KILL (bit 0 and bit 5)."""
+    from conftest import base_config
+
+    cfg = base_config(["sleep", "600"])
+    caps = ["CAP_CHOWN", "CAP_KILL"]
+    cfg["process"]["capabilities"] = {k: caps for k in ("bounding", "effective", "permitted", "ambient")}
+    mech = api.default_mechanism(str(state_root))
+    sid = f"cap-{uuid.uuid4().hex[:8]}"
+    api.provision(mech, Sandbox(sid, str(make_bundle(cfg))))
+    try:
+        api.start(mech, sid)
+        yield Running(mech, sid, Path(), "")
+    finally:
+        api.destroy(mech, sid, force=True)
+
+
+def test_exec_capabilities_never_exceed_the_sandbox(capable: Running, tmp_path: Path) -> None:
+    def cap_eff(doc: dict[str, Any]) -> Any:
+        r = cli(capable.mech.root, "exec", "--process", _process_file(tmp_path, doc), capable.id)
+        eff = [int(x.split()[1], 16) for x in r.stdout.splitlines() if x.startswith("CapEff:")]
+        return r, eff[0] if eff else None
+
+    probe = {"args": ["sh", "-c", "grep -E '^Cap(Eff|Bnd):' /proc/self/status; echo CAP-MARKER"]}
+    r, eff = cap_eff(probe)  # absent: the sandbox's own set
+    assert eff == 0x21, r.stderr
+    both = ["CAP_CHOWN", "CAP_KILL"]
+    r, eff = cap_eff({**probe, "capabilities": {k: both for k in ("bounding", "effective", "permitted")}})
+    assert eff == 0x21, r.stderr  # control: asking exactly the sandbox's set is allowed
+    r, eff = cap_eff({**probe, "capabilities": {"bounding": ["CAP_CHOWN"], "effective": ["CAP_CHOWN"]}})
+    assert eff == 0x1, r.stderr  # narrower
+    more = [*both, "CAP_SYS_ADMIN"]
+    r, eff = cap_eff({**probe, "capabilities": {k: more for k in ("bounding", "effective", "permitted")}})
+    assert r.returncode == 3 and "CAP_SYS_ADMIN" in r.stderr and "CAP-MARKER" not in r.stdout, r.stderr
+
+
+def test_exec_user_must_be_mapped_in_a_user_namespace() -> None:
+    from sandbox_shim.errors import BundleInvalid
+    from sandbox_shim.process_spec import resolve_credentials
+
+    own = {"uid": 1000, "gid": 1000, "capabilities": [], "userns": True}
+    # control: its own ids pass; then ids the namespace does not map are refused
+    assert resolve_credentials(own, {"uid": 1000, "gid": 1000}, None)["uid"] == 1000
+    with pytest.raises(BundleInvalid, match="uid 0 is not mapped"):
+        resolve_credentials(own, {"uid": 0, "gid": 1000}, None)
+    # without a user namespace any ids may be taken (the runtime is root in the host's namespace)
+    assert resolve_credentials({**own, "userns": False}, {"uid": 0, "gid": 0}, None)["uid"] == 0
+
+
+def _read_master(fd: int, timeout: float = 10) -> str:
+    import select
+
+    out = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: every slave fd is closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(fd)
+    return out.decode(errors="replace").replace("\r", "")
+
+
+@pytest.mark.parametrize("how", ["--tty", "process.terminal"])
+def test_exec_with_a_terminal(running: Running, tmp_path: Path, how: str) -> None:
+    import socket
+
+    from sandbox_shim.platforms.linux.console import receive_master
+
+    probe = ["sh", "-c", 'tty; cut -d" " -f7 /proc/$$/stat; echo TTY-DONE']
+    # control: without a terminal the same probe has none
+    r = cli(running.mech.root, "exec", running.id, *probe, stdin=subprocess.DEVNULL)
+    assert r.stdout.splitlines()[0] == "not a tty" and r.stdout.splitlines()[1] == "0"
+    sock_path = str(tmp_path / "console.sock")
+    pid_file = tmp_path / "tty.pid"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as srv:
+        srv.bind(sock_path)
+        srv.listen(1)
+        if how == "--tty":
+            args = ["--tty", running.id, *probe]
+        else:
+            args = ["--process", _process_file(tmp_path, {"args": probe, "terminal": True}), running.id]
+        r = cli(running.mech.root, "exec", "-d", "--pid-file", str(pid_file), "--console-socket", sock_path,
+                *args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert r.returncode == 0, r.stderr
+        master, name = receive_master(srv)  # sent before exec returned
+    assert name.startswith("/dev/pts/")
+    lines = _read_master(master).split()
+    assert lines[0] == name and int(lines[1]) != 0 and lines[2] == "TTY-DONE", lines
+    assert wait_pid(int(pid_file.read_text())) == 0
+
+
+def test_exec_console_socket_needs_a_terminal(running: Running, tmp_path: Path) -> None:
+    r = cli(running.mech.root, "exec", "--console-socket", str(tmp_path / "none.sock"), running.id, "true")
+    assert r.returncode == 2 and "no terminal" in r.stderr
+    r = cli(running.mech.root, "exec", "-d", "--tty", "--console-socket", str(tmp_path / "none.sock"),
+            running.id, "echo", "NO-MARKER")
+    assert r.returncode != 0 and "console-socket" in r.stderr and "NO-MARKER" not in r.stdout

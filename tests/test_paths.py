@@ -40,6 +40,7 @@ class Result:
 
 def launch(how: str, root: Path, bundle: Path, sid: str) -> Result:
     """Run ``bundle`` to completion through the CLI (``run``) or the library; collect /storage/out."""
+    sid = f"{sid}-{TAG}"  # ids name cgroups host-wide: keep them apart from other runs on this host
     out = bundle / "storage" / "out"
     if out.exists():
         out.unlink()
@@ -97,6 +98,7 @@ def victim(tmp_path: Path) -> Path:
 
 
 RUNNERS = ["cli", "lib"]
+TAG = f"t{os.getpid()}"
 
 
 # -- unit: resolution rules ----------------------------------------------------------------------
@@ -268,7 +270,7 @@ def test_cwd_through_proc_self_fd_is_refused_and_no_host_fd_leaks(make_bundle, s
         sid = "evil" + cwd.replace("/", "-")
         r = launch(how, state_root, make_bundle(cfg, name=sid), sid)
         assert r.code is None and "/process/cwd" in r.refused and "CWD-OK" not in r.out, (cwd, r)
-        assert cgroup_dirs(sid) == [], "a refused create left its cgroup behind"
+        assert cgroup_dirs(f"{sid}-{TAG}") == [], "a refused create left its cgroup behind"
 
 
 @needs_bwrap

@@ -29,6 +29,7 @@ pytestmark = [
 ]
 
 RUNNERS = ["cli", "lib"]
+TAG = f"t{os.getpid()}"
 SECRET = "B-STORAGE-SECRET-5c1e"
 
 
@@ -42,6 +43,7 @@ class Result:
 
 def launch(how: str, root: Path, bundle: Path, sid: str) -> Result:
     """Run ``bundle`` to completion through the CLI (``run``) or the library; collect /storage/out."""
+    sid = f"{sid}-{TAG}"  # ids name cgroups host-wide: keep them apart from other runs on this host
     out = bundle / "storage" / "out"
     if out.exists():
         out.unlink()
@@ -137,7 +139,7 @@ def test_neighbour_storage_through_proc(siblings: tuple[Path, Path], state_root:
     a, b = siblings
     _set_args(b, ["sh", "-c", "echo B-UP > /storage/up; sleep 20"])
     holder = subprocess.Popen([sys.executable, "-m", "sandbox_shim", "--root", str(state_root), "run",
-                               "--bundle", str(b), "b-live"],
+                               "--bundle", str(b), f"b-live-{TAG}"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
@@ -162,7 +164,7 @@ def test_neighbour_storage_through_proc(siblings: tuple[Path, Path], state_root:
     finally:
         holder.kill()
         holder.wait()
-        run_shim(state_root, "delete", "--force", "b-live")
+        run_shim(state_root, "delete", "--force", f"b-live-{TAG}")
 
 
 @pytest.mark.parametrize("how", RUNNERS)

@@ -25,6 +25,7 @@ needs_sandbox = pytest.mark.skipif(shutil.which("bwrap") is None or os.geteuid()
                                    reason="needs bwrap and root (cgroups, namespaces)")
 
 RUNNERS = ["cli", "lib"]
+TAG = f"t{os.getpid()}"
 VALUE = "s3cr3t-VALUE-never-echoed-7d41"
 CREDENTIAL_NAMES = ["AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "GITHUB_TOKEN", "api_key", "DB_PASSWORD",
                     "DB_PASS", "PGPASSFILE", "MYSQL_PWD", "OAUTH_CLIENT", "HTTP_AUTHORIZATION", "SESSION_ID",
@@ -44,6 +45,7 @@ class Result:
 def launch(how: str, root: Path, bundle: Path, sid: str, caller_env: dict[str, str] | None = None) -> Result:
     """Run ``bundle`` to completion through the CLI (``run``) or the library, the caller's environment
     holding ``caller_env`` too; collect /storage/out."""
+    sid = f"{sid}-{TAG}"  # ids name cgroups host-wide: keep them apart from other runs on this host
     out = bundle / "storage" / "out"
     if out.exists():
         out.unlink()
@@ -129,8 +131,9 @@ def test_cli_json_log_never_echoes_the_value(make_bundle, state_root: Path) -> N
     cfg = base_config()
     cfg["process"]["env"].append(f"DB_PASSWORD={VALUE}")
     b = make_bundle(cfg)
-    for args in (("create", "--bundle", str(b), "j"), ("validate", "--bundle", str(b)),
-                 ("--log-format", "json", "create", "--bundle", str(b), "j")):
+    sid = f"j-{TAG}"
+    for args in (("create", "--bundle", str(b), sid), ("validate", "--bundle", str(b)),
+                 ("--log-format", "json", "create", "--bundle", str(b), sid)):
         r = run_shim(state_root, *args)
         assert r.returncode != 0 and "DB_PASSWORD" in r.stdout + r.stderr, (args, r)
         assert VALUE not in r.stdout + r.stderr, args
@@ -169,15 +172,16 @@ def test_exec_env_option_cannot_add_a_credential(make_bundle, state_root: Path, 
     from sandbox_shim.execute import execute  # the package attribute is the submodule once it is imported
 
     b = make_bundle(base_config(["sh", "-c", "sleep 30"]))
+    sid = f"ex-{TAG}"
     mech = sandbox_shim.default_mechanism(str(state_root))
-    st = sandbox_shim.provision(mech, sandbox_shim.Sandbox("ex", str(b)))
+    st = sandbox_shim.provision(mech, sandbox_shim.Sandbox(sid, str(b)))
     try:
-        sandbox_shim.start(mech, "ex")
-        done = execute(mech, "ex", ("sh", ["-c", "echo $HARMLESS"]), env={"HARMLESS": "EXEC-OK"})
+        sandbox_shim.start(mech, sid)
+        done = execute(mech, sid, ("sh", ["-c", "echo $HARMLESS"]), env={"HARMLESS": "EXEC-OK"})
         assert b"EXEC-OK" in done.stdout  # control: exec's env option works for an ordinary name
         with pytest.raises(ShimError) as ei:
-            execute(mech, "ex", ("sh", ["-c", "env"]), env={"AWS_SECRET_ACCESS_KEY": VALUE})
+            execute(mech, sid, ("sh", ["-c", "env"]), env={"AWS_SECRET_ACCESS_KEY": VALUE})
         assert "AWS_SECRET_ACCESS_KEY" in str(ei.value) and VALUE not in str(ei.value)
     finally:
-        sandbox_shim.destroy(mech, "ex", force=True)
+        sandbox_shim.destroy(mech, sid, force=True)
         wait_pid(st.pid)

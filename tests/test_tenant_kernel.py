@@ -28,6 +28,7 @@ pytestmark = [
 ]
 
 RUNNERS = ["cli", "lib"]
+TAG = f"t{os.getpid()}"
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Result:
 
 def launch(how: str, root: Path, bundle: Path, sid: str) -> Result:
     """Run ``bundle`` to completion through the CLI (``run``) or the library; collect /storage/out."""
+    sid = f"{sid}-{TAG}"  # ids name cgroups host-wide: keep them apart from other runs on this host
     out = bundle / "storage" / "out"
     if out.exists():
         out.unlink()
@@ -170,15 +172,16 @@ def test_nested_user_namespace_only_when_asked(make_bundle, state_root: Path, ho
     assert r.code == 0 and "NESTED-MARKER" not in r.out and "Operation not permitted" in r.out, r
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE (platforms/linux/mechanism.py): a config's own linux.seccomp "
-                   "section replaces the tenant filter, so user namespaces are allowed without "
-                   "sandbox-shim.allow-nested-userns; fix reported: add a CLONE_NEWUSER guard filter")
-def test_nested_user_namespace_refused_with_a_custom_seccomp_section(make_bundle, state_root: Path) -> None:
-    cfg = base_config(probe(NESTED))
+@pytest.mark.parametrize("how", RUNNERS)
+def test_nested_user_namespace_refused_with_a_custom_seccomp_section(make_bundle, state_root: Path,
+                                                                     how: str) -> None:
+    """A bundle's own section is stacked on the tenant filter: it narrows, never widens."""
+    cfg = base_config(probe(NESTED + "; mkdir /tmp/d && echo MKDIR-MARKER"))
     cfg["linux"]["seccomp"] = {"defaultAction": "SCMP_ACT_ALLOW",
                                "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_ERRNO"}]}
-    r = launch("cli", state_root, make_bundle(cfg), "sc")
-    assert r.code == 0 and "NESTED-MARKER" not in r.out and "Operation not permitted" in r.out, r
+    r = launch(how, state_root, make_bundle(cfg), "sc")
+    assert r.code == 0 and "NESTED-MARKER" not in r.out and "MKDIR-MARKER" not in r.out, r
+    assert r.out.count("Operation not permitted") == 2, r.out  # EPERM from each filter
 
 
 # -- masked / read-only paths, /dev --------------------------------------------------------------
@@ -247,11 +250,12 @@ def test_claim_tmpfs_noexec_is_not_enforced(make_bundle, state_root: Path, how: 
 def test_claim_config_json_is_not_reread(make_bundle, state_root: Path, tmp_path: Path) -> None:
     """The plan is rendered at create: a config edited between create and start changes nothing."""
     b = make_bundle(base_config(probe("grep CapEff /proc/self/status")))
+    sid = f"rr-{TAG}"
     assert run_shim(state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"),
-                    "rr").returncode == 0
+                    sid).returncode == 0
     cfg = json.loads((b / "config.json").read_text())
     _caps(cfg, "CAP_SYS_ADMIN")
     (b / "config.json").write_text(json.dumps(cfg))
-    assert run_shim(state_root, "start", "rr").returncode == 0
+    assert run_shim(state_root, "start", sid).returncode == 0
     assert wait_pid(int((tmp_path / "pid").read_text())) == 0
     assert int(status_field((b / "storage" / "out").read_text(), "CapEff"), 16) == 0

@@ -31,6 +31,7 @@ pytestmark = [
 ]
 
 RUNNERS = ["cli", "lib"]
+TAG = f"t{os.getpid()}"
 MARKER = "HOST-LOOPBACK-MARKER-91b2"
 
 
@@ -44,6 +45,7 @@ class Result:
 
 def launch(how: str, root: Path, bundle: Path, sid: str) -> Result:
     """Run ``bundle`` to completion through the CLI (``run``) or the library; collect /storage/out."""
+    sid = f"{sid}-{TAG}"  # ids name cgroups host-wide: keep them apart from other runs on this host
     out = bundle / "storage" / "out"
     if out.exists():
         out.unlink()
@@ -133,19 +135,20 @@ def test_host_network_without_asking_is_refused_and_the_opt_in_shows_in_state(ma
     cfg = base_config(probe("echo RAN"))
     cfg["linux"]["namespaces"] = [n for n in cfg["linux"]["namespaces"] if n["type"] != "network"]
     b = make_bundle(cfg, name="shared")
-    r = run_shim(state_root, "create", "--bundle", str(b), "shared")
+    r = run_shim(state_root, "create", "--bundle", str(b), f"shared-{TAG}")
     assert r.returncode != 0 and "/linux/namespaces" in r.stderr, r.stderr
     assert '{"type": "network"}' in r.stderr and "sandbox-shim.network" in r.stderr  # the fix, named
-    assert not (state_root / "shared").exists() and not (b / "storage" / "out").exists()
+    assert not (state_root / f"shared-{TAG}").exists() and not (b / "storage" / "out").exists()
 
     b = make_bundle(_host_net(base_config(probe("echo RAN"))), name="host")
+    sid = f"host-{TAG}"
     assert run_shim(state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"),
-                    "host").returncode == 0
-    st = json.loads(run_shim(state_root, "state", "host").stdout)
+                    sid).returncode == 0
+    st = json.loads(run_shim(state_root, "state", sid).stdout)
     assert st["annotations"]["sandbox-shim.network"] == "host"
-    assert run_shim(state_root, "start", "host").returncode == 0
+    assert run_shim(state_root, "start", sid).returncode == 0
     assert wait_pid(int((tmp_path / "pid").read_text())) == 0
-    assert run_shim(state_root, "delete", "host").returncode == 0
+    assert run_shim(state_root, "delete", sid).returncode == 0
 
 
 @pytest.mark.parametrize("how", RUNNERS)

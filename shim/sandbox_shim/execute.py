@@ -1,9 +1,10 @@
 """Run a program to its end and report one of three facts: ``Completion``, ``CouldNotRun``, ``LimitExceeded``.
 
-``execute`` runs a program inside a *running* sandbox: a helper (``platforms/linux/enter.py``) joins
-the workload's namespaces, cgroup, root, credentials, capabilities, rlimits and seccomp filter, then
-execve's.  "Never ran" comes from the kernel (the errno of the failed execve, through a CLOEXEC pipe),
-never from an exit status or stderr: a program that ran and exited 127 is a ``Completion``.
+``execute`` runs a program inside a *running* sandbox (started by ``spawn.spawn``): a helper
+(``platforms/linux/enter.py``) joins the workload's namespaces, cgroup, root, credentials,
+capabilities, rlimits and seccomp filters, then execve's.  "Never ran" comes from the kernel (the
+errno of the failed execve, through a CLOEXEC pipe), never from an exit status or stderr: a program
+that ran and exited 127 is a ``Completion``.
 
 ``run_bundle`` runs a bundle's own process: provision → start → wait → collect → destroy, with the
 ``sandbox-shim.wall-clock-seconds`` setting (or ``timeout``) enforced by the shim's own timer.
@@ -21,8 +22,6 @@ after, and from how it ended:
 from __future__ import annotations
 
 import contextlib
-import errno
-import json
 import os
 import select
 import signal as _signal
@@ -32,150 +31,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 from . import api
-from . import state as st
 from .control import Facts, facts
-from .errors import CouldNotRun, InvalidState, LaunchFailed, LimitExceeded, UsageError
+from .errors import CouldNotRun, LimitExceeded
 from .mechanism import Completion, Sandbox, Usage
+from .spawn import Started, spawn
 
-HELPER = os.path.join(os.path.dirname(__file__), "platforms", "linux", "enter.py")
-_NOT_FOUND = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
-_DENIED = (errno.EACCES, errno.EPERM)
-
-
-@dataclass
-class Started:
-    """A program started inside a sandbox by ``spawn``.
-
-    Attributes:
-        pid: its host pid.
-        helper: the joining helper (its parent; exits with the program's status, 128+n for a signal).
-        sandbox_id, argv: what was run.
-        started: ``time.monotonic()`` when it was released.
-    """
-
-    pid: int
-    helper: subprocess.Popen[bytes]
-    sandbox_id: str
-    argv: list[str]
-    started: float
-    _status: IO[bytes] = field(repr=False, default=None)  # type: ignore[assignment]
-
-    def signal(self, signum: int) -> None:
-        """Deliver ``signum`` to the program (the helper forwards it)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.helper.pid, signum)
-
-    def kill(self) -> None:
-        """SIGKILL the program's process group (SIGUSR1 asks the helper, its parent: no pid reuse race)."""
-        self.signal(_signal.SIGUSR1)
-
-    def result(self) -> dict[str, Any]:
-        """The helper's last report: ``{"exit": N}`` or ``{"signal": N}`` with ``rusage``; {} if none."""
-        last: dict[str, Any] = {}
-        for line in self._status:
-            with contextlib.suppress(ValueError):
-                last = json.loads(line)
-        self._status.close()
-        return last
-
-
-def _memfd(name: str, data: bytes) -> int:
-    fd = os.memfd_create(name, 0)  # inheritable: the helper reads it by number
-    os.write(fd, data)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
-
-
-def _refusal(msg: dict[str, Any], argv: list[str], cwd: str) -> Exception:
-    """The exception for a helper's ``{"error": ...}`` report."""
-    err = int(msg.get("errno") or 0)
-    text = os.strerror(err) if err else str(msg.get("detail") or "unknown error")
-    if msg.get("error") == "exec":
-        reason = ("not_found" if err in _NOT_FOUND else "permission_denied" if err in _DENIED
-                  else "exec_failed")
-        return CouldNotRun(reason, argv[0], "" if reason != "exec_failed" else text)
-    if msg.get("step") == "chdir":
-        return CouldNotRun("exec_failed", argv[0], f"cannot change to the working directory {cwd}: {text}")
-    return LaunchFailed(f"cannot enter the sandbox: {msg.get('step')}: {text}",
-                        "check that the sandbox still runs (sandbox-shim state ID)")
-
-
-def spawn(mechanism: Any, sandbox_id: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
-          cwd: str | None = None, stdin: Any = None, stdout: Any = None, stderr: Any = None,
-          detach: bool = False) -> Started:
-    """Start ``argv`` inside the running sandbox ``sandbox_id``; return once it has exec'd.
-
-    Args:
-        env: variables set over the sandbox process's environment.
-        cwd: working directory inside the sandbox (default: the sandbox process's).
-        stdin/stdout/stderr: as for ``subprocess.Popen`` (None: inherit).
-        detach: the helper exits once the program runs (the program is then nobody's child here).
-    Raises:
-        UsageError (empty argv); BundleInvalid (an ``env`` name that looks like a credential, see
-        ``hardening.tenant``); SandboxNotFound; InvalidState (not running); CouldNotRun (never ran:
-        ``not_found`` | ``permission_denied`` | ``exec_failed``); LaunchFailed (could not join).
-    """
-    argv = [str(a) for a in argv]
-    if not argv or not argv[0]:
-        raise UsageError("exec needs a program to run")
-    if env:
-        # the tenant profile's environment rules hold for exec'd processes too: no credential names
-        from .errors import BundleInvalid
-        from .hardening.tenant import check_env
-
-        errors, _ = check_env([f"{k}={v}" for k, v in env.items()])
-        if errors:
-            raise BundleInvalid(errors)
-    store = api._store(mechanism)
-    with store.locked(sandbox_id) as rec:
-        st.require(sandbox_id, api.observed_status(mechanism, rec, store), "exec")
-        sb = api._sandbox(rec, store)
-        proc = rec.private.get("process")
-        wpid = mechanism.workload_pid(sb)
-        if not proc or not wpid:
-            raise InvalidState(sandbox_id, "stopped" if not wpid else "unknown", "exec", "running")
-        cg = mechanism.cgroup(sb)
-        procs = [os.path.join(d, "cgroup.procs") for d in (cg.dirs() if cg else []) if os.path.isdir(d)]
-        penv = dict(proc.get("env") or {})
-        penv.update(env or {})
-        spec = {"pid": wpid, "start": st.proc_start_time(wpid), "cgroup_procs": procs,
-                "seccomp_files": proc.get("seccomp_files") or [], "uid": proc.get("uid", 0),
-                "gid": proc.get("gid", 0), "additional_gids": proc.get("additional_gids") or [],
-                "capabilities": proc.get("capabilities") or [],
-                "rlimits": proc.get("rlimits") or [], "env": [f"{k}={v}" for k, v in penv.items()],
-                "cwd": cwd or proc.get("cwd") or "/", "argv": argv, "detach": detach}
-        spec_fd = _memfd("exec-spec", json.dumps(spec).encode())
-        r, w = os.pipe()
-        os.set_inheritable(r, False)
-        try:
-            helper = subprocess.Popen([sys.executable, "-I", "-S", HELPER, str(spec_fd), str(w)],
-                                      pass_fds=(spec_fd, w), stdin=stdin, stdout=stdout, stderr=stderr,
-                                      env={}, close_fds=True, start_new_session=True)
-        except OSError as e:
-            os.close(r)
-            raise LaunchFailed(f"cannot start the exec helper: {e.strerror}") from e
-        finally:
-            os.close(spec_fd)
-            os.close(w)
-        status = os.fdopen(r, "rb")
-        pid = 0
-        for line in status:
-            msg = json.loads(line)
-            if "pid" in msg:
-                pid = int(msg["pid"])
-            elif msg.get("exec") == "ok":
-                return Started(pid, helper, sandbox_id, argv, time.monotonic(), status)
-            elif "error" in msg:
-                status.close()
-                helper.wait()
-                raise _refusal(msg, argv, spec["cwd"])
-        status.close()
-        rc = helper.wait()
-        raise LaunchFailed(f"the exec helper ended without starting the program (exit status {rc})")
+__all__ = ["Started", "execute", "preflight", "run_bundle", "spawn"]
 
 
 def _limit_kind(end: dict[str, Any], before: Facts, after: Facts, cpu_limit: int | None,
@@ -210,7 +74,8 @@ def _cpu_limit(rlimits: Sequence[Sequence[Any]]) -> int | None:
 
 def execute(mechanism: Any, sandbox_id: str, command: tuple[str, Sequence[str]], timeout: float | None = None,
             env: dict[str, str] | None = None, cwd: str | None = None, input: bytes | None = None,
-            capture: bool = True, on_start: Callable[[Started], None] | None = None) -> Completion:
+            capture: bool = True, on_start: Callable[[Started], None] | None = None,
+            **opts: Any) -> Completion:
     """Run ``command`` = (program, args) inside the running sandbox; wait; capture stdout/stderr.
 
     Args:
@@ -218,6 +83,7 @@ def execute(mechanism: Any, sandbox_id: str, command: tuple[str, Sequence[str]],
         env / cwd: as for ``spawn``; input: bytes for its stdin (default: /dev/null).
         capture: False to let the program use this process's stdin/stdout/stderr (the CLI).
         on_start: called with the ``Started`` handle once it runs (e.g. to forward signals).
+        opts: ``spawn``'s ``replace_env``, ``user``, ``capabilities``, ``console_socket``.
     Returns:
         ``Completion`` (any exit status).  ``usage`` is the program's getrusage(2): CPU µs and
         ``ru_maxrss`` in bytes — which includes the helper's pre-exec image (~9 MiB), so it is a
@@ -234,7 +100,7 @@ def execute(mechanism: Any, sandbox_id: str, command: tuple[str, Sequence[str]],
     pipe = subprocess.PIPE if capture else None
     s = spawn(mechanism, sandbox_id, [cmd, *args], env=env, cwd=cwd,
               stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL if capture else None,
-              stdout=pipe, stderr=pipe)
+              stdout=pipe, stderr=pipe, **opts)
     if on_start is not None:
         on_start(s)
     timed_out = False

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from .conftest import SHIM, leftovers
 
 NS = "sandbox-shim-e2e"
@@ -30,7 +31,10 @@ class Ctr:
                               text=True, timeout=timeout)
 
     def run(self, cid: str, *args: str, detach: bool = False) -> subprocess.CompletedProcess[str]:
-        return self("run", *(["-d"] if detach else ["--rm"]), "--runc-binary", SHIM, self.image, cid, *args)
+        # containerd's default spec grants CAP_MKNOD and CAP_NET_RAW, which the tenant profile refuses
+        # without a user namespace (hardening.tenant.HOST_USERNS_CAPABILITIES)
+        return self("run", *(["-d"] if detach else ["--rm"]), "--runc-binary", SHIM,
+                    "--cap-drop", "CAP_MKNOD", "--cap-drop", "CAP_NET_RAW", self.image, cid, *args)
 
 
 @pytest.fixture(scope="module")

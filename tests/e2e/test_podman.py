@@ -14,10 +14,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from .conftest import SHIM, leftovers
 
+# CONTAINERS_CONF replaces the packaged /usr/share/containers/containers.conf, so its capability list
+# (which podman's built-in default widens with CAP_MKNOD, CAP_NET_RAW...) is restated here.
 CONF = """[containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+default_capabilities = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE", "SETFCAP",
+                        "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"]
 netns = "none"
 [engine]
 cgroup_manager = "cgroupfs"

@@ -31,27 +31,12 @@ def _load_json(source: str) -> Any:
         raise UsageError(f"cannot read JSON from {source}: {e}") from e
 
 
-def _process_doc(path: str) -> tuple[list[str], dict[str, str], str | None]:
-    """(args, env, cwd) from an OCI ``process`` JSON file.  Raises UsageError for what exec cannot honour."""
-    doc = _load_json(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("args"), list) or not doc["args"]:
-        raise UsageError(f"{path}: an OCI process object with a non-empty \"args\" list is needed")
-    if doc.get("terminal"):
-        raise UsageError(f"{path}: terminal is not supported by exec yet", "set \"terminal\": false")
-    for key in ("user", "capabilities", "apparmorProfile", "selinuxLabel"):
-        if doc.get(key):
-            raise UsageError(f"{path}: process.{key} is not supported by exec: the exec'd process takes "
-                             "the sandbox process's", f"remove \"{key}\"")
-    env = dict(e.split("=", 1) for e in doc.get("env") or [] if "=" in e)
-    return [str(a) for a in doc["args"]], env, doc.get("cwd")
-
-
 @click.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-p", "--process", "process_file", default=None, help="OCI process JSON (instead of CMD).")
 @click.option("-d", "--detach", is_flag=True, help="Exit once the program runs.")
 @click.option("--pid-file", default=None, help="Write the program's host pid here.")
-@click.option("-t", "--tty", is_flag=True, help="Allocate a terminal (not supported yet).")
-@click.option("--console-socket", default=None, help="Terminal master socket (not supported yet).")
+@click.option("-t", "--tty", is_flag=True, help="Give the program a terminal (with --console-socket).")
+@click.option("--console-socket", default=None, help="Unix socket that receives the terminal's master.")
 @click.option("-e", "--env", "env_pairs", multiple=True, help="K=V set over the sandbox's environment.")
 @click.option("--cwd", default=None, help="Working directory inside the sandbox.")
 @click.argument("container_id")
@@ -62,45 +47,61 @@ def exec_cmd(g: Globals, process_file: str | None, detach: bool, pid_file: str |
              command: tuple[str, ...]) -> None:
     """Run CMD inside the running sandbox ID (its namespaces, cgroup, root, user, capabilities, seccomp).
 
+    ``--process FILE`` takes a runtime-spec ``process`` object (``sandbox_shim.process_spec`` says what
+    it may ask).  With ``--detach`` the command exits once the program runs; the program stays a
+    descendant of the caller (its subreaper reaps it and gets its status) and ``--pid-file`` holds its
+    host pid.  A terminal (``--tty`` or ``process.terminal``) needs ``--console-socket``.
     Exits with the program's status (128+n for a signal); 127 "executable file not found",
     126 "permission denied" when it never ran.
     """
     from .. import api
     from ..execute import Started, execute, spawn
+    from ..process_spec import ExecProcess, parse_process
 
     try:
-        if tty or console_socket:
-            raise UsageError("exec --tty/--console-socket is not supported yet", "run without a terminal")
         argv = list(command[1:] if command[:1] == ("--",) else command)
-        env: dict[str, str] = {}
+        req = ExecProcess(args=argv)
         if process_file:
             if argv:
                 raise UsageError("give either --process or a command, not both")
-            argv, env, pcwd = _process_doc(process_file)
-            cwd = cwd or pcwd
-        if not argv:
+            req = parse_process(_load_json(process_file), process_file)
+            cwd = cwd or req.cwd
+        terminal = tty or req.terminal
+        if terminal and not console_socket:
+            raise UsageError("exec with a terminal is not supported without --console-socket",
+                             "pass --console-socket SOCKET, or run without a terminal")
+        if console_socket and not terminal:
+            raise UsageError("--console-socket was given but no terminal was asked",
+                             "add --tty (or process.terminal), or drop --console-socket")
+        if not req.args:
             raise UsageError("exec needs a command", "usage: sandbox-shim exec [flags] ID CMD [ARGS...]")
+        env = dict(req.env)
         for pair in env_pairs:
             k, eq, v = pair.partition("=")
             if not eq or not k:
                 raise UsageError(f"-e {pair!r}: expected K=V")
             env[k] = v
         mech = api.default_mechanism(g.root)
+        opts: dict[str, Any] = {"env": env, "cwd": cwd, "replace_env": req.env_given, "user": req.user,
+                                "capabilities": req.capabilities, "console_socket": console_socket}
         if detach:
-            s = spawn(mech, container_id, argv, env=env, cwd=cwd, detach=True)
+            s = spawn(mech, container_id, req.args, detach=True, **opts)
             s.helper.wait()
             if pid_file:
                 from ..state import write_atomic
 
                 write_atomic(os.path.abspath(pid_file), str(s.pid), 0o644)
             return
+        def on_start(started: Started) -> None:
+            if pid_file:
+                from ..state import write_atomic
 
-        def forward(started: Started) -> None:
+                write_atomic(os.path.abspath(pid_file), str(started.pid), 0o644)
             for sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT):
                 _signal.signal(sig, lambda n, _f: started.signal(n))
 
-        done = execute(mech, container_id, (argv[0], argv[1:]), env=env, cwd=cwd, capture=False,
-                       on_start=forward)
+        done = execute(mech, container_id, (req.args[0], req.args[1:]), capture=False, on_start=on_start,
+                       **opts)
     except ShimError as e:
         fail(g, e)
     sys.exit(done.shell_status)

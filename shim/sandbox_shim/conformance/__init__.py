@@ -8,9 +8,12 @@ Any mechanism can run it — ours or a third party's — through a ``Conformance
 * library: ``run_suite(load_target("module:Class"))`` → ``CheckResult`` rows.
 
 Groups: ``Lifecycle`` (``lifecycle.py``), ``Isolation`` (``isolation.py``: file system, environment;
-``isolation_host.py``: network, processes, confinement), ``ResourceLimits`` (``resource_limits.py``),
+``isolation_host.py``: network, processes, confinement;
+``isolation_caps.py``: capabilities), ``ResourceLimits`` (``resource_limits.py``),
 ``Execution`` (``execution.py``); shared helpers (verdicts, the control/breach judge, host fixtures) in
-``helpers.py``.  Names are loaded on first use: importing this package costs nothing.
+``helpers.py``.  A control that needs what the profile under test refuses (mount, raw sockets, ptrace,
+a capability) runs through ``ConformanceTarget.run_control``, outside that profile.  Names are loaded on
+first use: importing this package costs nothing.
 """
 
 from __future__ import annotations

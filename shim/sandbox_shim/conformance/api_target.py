@@ -3,7 +3,8 @@
 The default mechanism is this platform's (``api.default_mechanism``: on Linux bwrap + cgroups).  Bundles
 are made from a busybox-static rootfs filled once by ``scripts/make-rootfs``; probes run as the bundle's
 own process through ``sandbox_shim.execute.run_bundle`` (provision, start, wait, collect, destroy), whose
-``Completion`` / ``CouldNotRun`` / ``LimitExceeded`` become ``ProbeResult.outcome``.
+``Completion`` / ``CouldNotRun`` / ``LimitExceeded`` become ``ProbeResult.outcome``.  Controls that need
+what the tenant profile refuses (``run_control``) run the same rootfs under bare bwrap instead.
 """
 
 from __future__ import annotations
@@ -154,6 +155,49 @@ class ApiTarget(ConformanceTarget):
             # RLIMIT_FSIZE (setrlimit(2)) stopped a write past the output limit (stdout is a file here).
             res.outcome, res.limit_kind = LIMIT_EXCEEDED, "output"
         return res
+
+    def run_control(self, overrides: Mapping[str, Any] | None, script: str, *,
+                    bundle: BundleHandle | None = None, argv: Sequence[str] | None = None,
+                    timeout: float = 30.0) -> ProbeResult:
+        """The control outside the tenant profile (which refuses these permissions at validation): the
+        bundle's own rootfs (read-only) and storage under bare bwrap(1) — no seccomp filter, no cgroup, each
+        capability of ``overrides`` ``process.capabilities`` kept with ``--cap-add`` (bwrap runs as root,
+        so in the host's user namespace: what ``open_by_handle_at(2)`` needs) — in new mount, pid, ipc and
+        uts namespaces and a new network namespace (loopback up) unless ``overrides`` lists
+        ``linux.namespaces`` without ``network``.  A mount, a raw socket or a trace done there stays there.
+
+        Raises:
+            ToolMissing: bwrap is missing, or this process is not root (``--cap-add`` needs it: bwrap(1)).
+        """
+        from ..platforms.linux.bwrap import bwrap_path
+
+        exe = bwrap_path()
+        if exe is None or os.geteuid() != 0:
+            raise ToolMissing("the control runs the probe under bare bwrap with --cap-add: "
+                              "needs bwrap and root")
+        b = bundle or self.bundle(overrides=overrides)
+        over = dict(overrides or {})
+        sets = ((over.get("process") or {}).get("capabilities") or {}).values()
+        caps = sorted({c for v in sets for c in v})
+        nss = (over.get("linux") or {}).get("namespaces")
+        share_net = nss is not None and not any(n.get("type") == "network" for n in nss)
+        args = [exe, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                *([] if share_net else ["--unshare-net"]), "--ro-bind", os.path.join(b.path, "rootfs"), "/",
+                "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", b.storage, b.storage_inside,
+                "--chdir", "/"]
+        for c in caps:
+            args += ["--cap-add", c]
+        cmd = list(argv) if argv is not None else ["sh", "-c", script]
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run([*args, "--", *cmd], capture_output=True, timeout=timeout,
+                               stdin=subprocess.DEVNULL, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        except subprocess.TimeoutExpired as e:
+            return ProbeResult(None, _text(e.stdout or b""), _text(e.stderr or b""), LIMIT_EXCEEDED,
+                               limit_kind="wall_clock", duration=timeout)
+        code = p.returncode
+        return ProbeResult(code if code >= 0 else None, _text(p.stdout), _text(p.stderr), COMPLETED,
+                           signal=-code if code < 0 else None, duration=time.monotonic() - t0)
 
     def confine_probe(self, script: str, permit_path: str, timeout: float = 30.0) -> ProbeResult:
         from ..errors import CannotEnforce

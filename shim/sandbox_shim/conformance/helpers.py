@@ -119,7 +119,7 @@ def check(group: str, name: str) -> Callable[[CheckFunc], CheckFunc]:
 
 def all_checks() -> list[Check]:
     """Every check, in group order (imports the group modules, which register on import)."""
-    from . import execution, isolation, isolation_host, lifecycle, resource_limits  # noqa: F401
+    from . import execution, isolation, isolation_caps, isolation_host, lifecycle, resource_limits  # noqa: F401
 
     return sorted(REGISTRY, key=lambda c: GROUPS.index(c.group))
 
@@ -311,31 +311,6 @@ int main(int argc, char **argv) {
 """
 
 
-HANDLE_C = r"""
-#define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <string.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    /* argv[1]: a directory on the file system; argv[2]: a path relative to that file system's root */
-    if (argc < 3) return 2;
-    int mfd = open(argv[1], O_RDONLY | O_DIRECTORY);
-    if (mfd < 0) { fprintf(stderr, "open: %s\n", strerror(errno)); return 1; }
-    struct { struct file_handle fh; unsigned int ino, gen; } h;
-    h.fh.handle_bytes = 8; h.fh.handle_type = 1; h.ino = 2; h.gen = 0;  /* FILEID_INO32_GEN, root inode */
-    int root = open_by_handle_at(mfd, &h.fh, O_RDONLY | O_DIRECTORY);
-    if (root < 0) { fprintf(stderr, "open_by_handle_at: %s\n", strerror(errno)); return 1; }
-    int fd = openat(root, argv[2], O_RDONLY);
-    if (fd < 0) { fprintf(stderr, "openat: %s\n", strerror(errno)); return 1; }
-    char buf[256]; ssize_t n = read(fd, buf, sizeof buf - 1);
-    if (n > 0) { buf[n] = 0; fputs(buf, stdout); }
-    return 0;
-}
-"""
-
-
 def static_tool(target: ConformanceTarget, name: str, source: str) -> str:
     """Build the C ``source`` as a static binary ``name`` in the target's workdir (once); its host path.
 
@@ -373,7 +348,8 @@ def ptrace_tool(target: ConformanceTarget) -> str:
 
 
 def overrides_permissive(*caps: str) -> dict[str, Any]:
-    """OCI fragment for a control: ``caps`` granted and a seccomp filter that allows everything."""
+    """OCI fragment for a control (``ConformanceTarget.run_control``): ``caps`` granted and a seccomp
+    section that allows everything.  A tenant profile refuses it; the control runs outside that profile."""
     return {"process": {"capabilities": {k: list(caps) for k in ("bounding", "effective", "permitted")}},
             "linux": {"seccomp": {"defaultAction": "SCMP_ACT_ALLOW"}}}
 

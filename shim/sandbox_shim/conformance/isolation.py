@@ -184,9 +184,10 @@ def proc_host_pid_root(t: ConformanceTarget) -> Outcome:
 
 
 def _privileged_pair(t: ConformanceTarget, body: str, cap: str = "CAP_SYS_ADMIN") -> Outcome:
-    """Control: ``body`` with ``cap`` and no seccomp filter; breach: ``body`` under the default profile."""
+    """Control: ``body`` with ``cap`` and no seccomp filter, outside the profile under test
+    (``run_control``: the tenant profile refuses ``cap``); breach: ``body`` under the default profile."""
     m = marker()
-    control = t.run_probe(overrides_permissive(cap), f"{body} && {split(m)}")
+    control = t.run_control(overrides_permissive(cap), f"{body} && {split(m)}")
     if bad := control_failed(control, m):
         return bad
     m2 = marker()

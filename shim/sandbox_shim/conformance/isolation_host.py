@@ -8,12 +8,10 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import uuid
 
 from .helpers import (
     FAIL,
-    HANDLE_C,
     PASS,
     Outcome,
     alive,
@@ -21,20 +19,16 @@ from .helpers import (
     control_failed,
     dns_server,
     host_process,
-    host_secret,
     judge,
     loopback_server,
     marker,
-    mount_root,
     overrides_host_network,
     overrides_permissive,
     probe,
     ptrace_tool,
     split,
-    static_tool,
-    tail,
 )
-from .target import COMPLETED, ConformanceTarget, ProbeResult, ToolMissing
+from .target import ConformanceTarget
 
 G = "Isolation"
 
@@ -66,7 +60,7 @@ def dns(t: ConformanceTarget) -> Outcome:
 @check(G, "net: raw socket")
 def raw_socket(t: ConformanceTarget) -> Outcome:
     m = "64 bytes from 127.0.0.1"
-    control = t.run_probe(overrides_permissive("CAP_NET_RAW"), "ping -c 1 -W 2 127.0.0.1")
+    control = t.run_control(overrides_permissive("CAP_NET_RAW"), "ping -c 1 -W 2 127.0.0.1")
     if bad := control_failed(control, m):
         return bad
     breach = t.run_probe(None, probe("ping -c 1 -W 2 127.0.0.1"))
@@ -142,9 +136,10 @@ def signal_host_process(t: ConformanceTarget) -> Outcome:
 def ptrace_host_process(t: ConformanceTarget) -> Outcome:
     tool = ptrace_tool(t)
     m = "attached to"
-    own = t.bundle(overrides=overrides_permissive("CAP_SYS_PTRACE"))
+    permit = overrides_permissive("CAP_SYS_PTRACE")
+    own = t.bundle(overrides=permit)
     shutil.copy(tool, os.path.join(own.storage, "ptrace-attach"))
-    control = t.run_probe(None, f"sleep 60 & {own.storage_inside}/ptrace-attach $!; kill $!", bundle=own)
+    control = t.run_control(permit, f"sleep 60 & {own.storage_inside}/ptrace-attach $!; kill $!", bundle=own)
     if bad := control_failed(control, m):
         return bad
     attacker = t.bundle()
@@ -164,32 +159,3 @@ def nested_userns(t: ConformanceTarget) -> Outcome:
     m2 = marker()
     breach = t.run_probe(None, probe(f"unshare -U true && {split(m2)}"))
     return judge(control, m, breach, m2, expect=("denied",))
-
-
-@check(G, "caps: self-granted CAP_DAC_READ_SEARCH opens host files (open_by_handle_at)")
-def open_by_handle(t: ConformanceTarget) -> Outcome:
-    """The "shocker" escape: with CAP_DAC_READ_SEARCH, open_by_handle_at(2) opens any inode of a file system
-    the sandbox has a mount of (its storage bind), bypassing the mount namespace.  The breach is a tenant
-    bundle that grants itself the capability and replaces the seccomp filter; it must be refused or denied."""
-    tool = static_tool(t, "open-by-handle", HANDLE_C)
-    m = marker()
-    path = host_secret(t, m)
-    attacker = t.bundle(overrides=overrides_permissive("CAP_DAC_READ_SEARCH"))
-    rel = os.path.relpath(path, mount_root(path))
-    if mount_root(attacker.storage) != mount_root(path):
-        raise ToolMissing("the storage and the host file are on different file systems here")
-    host = subprocess.run([tool, attacker.storage, rel], capture_output=True, text=True)  # the tool works
-    if m not in host.stdout:
-        raise ToolMissing(f"the open_by_handle_at probe does not fit this file system ({tail(host.stderr)})")
-    shutil.copy(tool, os.path.join(attacker.storage, "open-by-handle"))
-    s = attacker.storage_inside
-    breach = t.run_probe(None, probe(f"{s}/open-by-handle {s} {rel}"), bundle=attacker)
-    if m in breach.stdout:
-        return Outcome("ok", "succeeded", FAIL, f"a tenant bundle granted itself CAP_DAC_READ_SEARCH and "
-                       f"read the host file {path}")
-    if breach.outcome != COMPLETED and breach.reason:
-        return Outcome("ok", "stopped", PASS,
-                       f"refused before it ran: {breach.reason}: {tail(breach.stderr)}")
-    control = ProbeResult(host.returncode, host.stdout, host.stderr)  # the same probe where it is permitted
-    return judge(control, m, breach, m, expect=("denied",))
-

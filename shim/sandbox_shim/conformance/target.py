@@ -8,6 +8,9 @@ A third party makes its runtime testable by subclassing ``ConformanceTarget`` an
 * ``run_probe(overrides, script, bundle=None, argv=None, timeout=30)`` → ``ProbeResult``: run ``sh -c
   script`` (or ``argv``) inside a new sandbox to its end and report what happened.  "Never ran",
   "a limit stopped it" and "it ran and ended" are the ``outcome`` field, never guessed from a status.
+* ``run_control(overrides, script, ...)``: a control that needs a permission the profile under test
+  refuses (capabilities, no seccomp filter), run with the same rootfs and tools outside that profile;
+  its default goes through ``run_probe`` (see the method for what a control must mean).
 * the lifecycle hooks ``create``, ``start``, ``state``, ``kill``, ``wait``, ``delete``, ``list_running`` and
   ``reopen`` (a fresh instance on the same state, as after a host restart).  They raise
   ``sandbox_shim.errors`` classes: ``InvalidState`` (verb not allowed now), ``SandboxExists``,
@@ -146,6 +149,28 @@ class ConformanceTarget:
         ``overrides``) to its end; remove the sandbox (not the bundle).  Never raises for what the
         probe did; raises ``ToolMissing`` when the host cannot run sandboxes at all."""
         raise NotImplementedError
+
+    def run_control(self, overrides: Mapping[str, Any] | None, script: str, *,
+                    bundle: BundleHandle | None = None, argv: Sequence[str] | None = None,
+                    timeout: float = 30.0) -> ProbeResult:
+        """Run a CONTROL that needs a permission the profile under test refuses (mount, raw sockets,
+        ptrace, a capability such as ``CAP_SYS_ADMIN``): the same probe — same ``script``/``argv``, same
+        tools, the same rootfs and storage as ``bundle`` (or a fresh bundle made with ``overrides``) —
+        where that permission IS granted, so that a stopped breach is shown to be the profile's doing and
+        not a broken probe.
+
+        ``overrides`` (an OCI fragment, as for ``run_probe``) names the permission: the capabilities in
+        ``process.capabilities`` must be held, a permissive ``linux.seccomp`` means no syscall filter, and
+        ``linux.namespaces`` without ``network`` means the host's network.  What the control does must
+        stay off the host: it runs in a private mount namespace at least (e.g. bare ``bwrap`` with
+        ``--cap-add``, or ``unshare -m``), never through the profile under test.
+
+        This default runs ``run_probe(overrides, ...)``: right for a target whose profile grants these
+        permissions when a bundle asks.  A target whose profile refuses them (as a tenant profile should)
+        overrides this method; otherwise the control fails and the check is ERROR, never pass.  Same
+        result contract as ``run_probe``; raises ``ToolMissing`` when the control cannot be run here.
+        """
+        return self.run_probe(overrides, script, bundle=bundle, argv=argv, timeout=timeout)
 
     def confine_probe(self, script: str, permit_path: str, timeout: float = 30.0) -> ProbeResult:
         """Run ``sh -c script`` under the control-plane confinement profile (optional).

@@ -119,7 +119,8 @@ def pid_problem(unshare: list[str], join: dict[str, str], mount_kinds: list[str]
         mount_kinds: kinds of the plan's mounts (``proc`` is the one that matters).
     Rule: proc(5) shows the pid namespace of the process that mounted it; ``/proc/PID/root`` is
     opened under ptrace access rules (ptrace(2) "Ptrace access mode checking"), which a sibling
-    sandbox with the same uid and no capabilities passes.
+    sandbox with the same uid and no capabilities passes.  ``check_pid_namespace`` refuses such a
+    config at validation already; bwrap.py checks the plan again before rendering (defence in depth).
     """
     if "proc" not in mount_kinds or "pid" in unshare or "pid" in join:
         return None
@@ -128,15 +129,6 @@ def pid_problem(unshare: list[str], join: dict[str, str], mount_kinds: list[str]
                          "/proc/PID/root their files (a neighbour sandbox's storage included)",
                          "tenant profile: processes isolated",
                          'add {"type": "pid"} to linux.namespaces, or remove the proc mount')
-
-
-def check_pid(config: dict[str, Any]) -> list[BundleProblem]:
-    """``pid_problem`` for a whole config.json (for ``bundle.load``): [] or [the problem]."""
-    nss = [ns for ns in (config.get("linux") or {}).get("namespaces") or [] if isinstance(ns, dict)]
-    kinds = [m.get("type") or "" for m in config.get("mounts") or [] if isinstance(m, dict)]
-    problem = pid_problem([ns.get("type", "") for ns in nss if not ns.get("path")],
-                          {ns.get("type", ""): ns["path"] for ns in nss if ns.get("path")}, kinds)
-    return [problem] if problem else []
 
 
 #: Capabilities a tenant may hold when it has no user namespace of its own (so they are the host's):

@@ -13,9 +13,13 @@ Steps, in this order (each cites its man page):
        uts, cgroup;
     3. fork(2): only the child C is in the sandbox's pid namespace (setns(2): CLONE_NEWPID affects
        children); H writes C's host pid into each cgroup.procs (cgroups(7)) and only then lets C go;
-  child C (with ``detach``: C forks again and the grandchild goes on, see ``child``):
+  child C (the program itself: it keeps its pid through execve):
     4. setsid(2); fchdir(/proc/PID/root) + chroot(2) ".", as nsenter(1) does;
-    5. setrlimit(2) for each of the sandbox's rlimits;
+    4b. with ``console_fd`` (a unix socket connected to ``--console-socket``): open /dev/ptmx of the
+       sandbox's own devpts (pty(7); as runc does, so the slave is /dev/pts/N inside), unlock it,
+       send the master as one SCM_RIGHTS message (unix(7)), make the slave fds 0-2 and the
+       controlling terminal (ioctl TIOCSCTTY, ioctl_tty(2));
+    5. setrlimit(2) for each of the sandbox's rlimits; umask(2) when ``umask`` is given;
     6. PR_SET_KEEPCAPS, drop the bounding set to ``capabilities`` (PR_CAPBSET_DROP), setgroups(2),
        setresgid(2), setresuid(2), capset(2), raise the ambient set (prctl(2), capabilities(7));
     7. chdir(2) to the cwd (as the new user); PR_SET_NO_NEW_PRIVS;
@@ -27,7 +31,11 @@ Steps, in this order (each cites its man page):
 Spec (JSON): ``pid``/``start`` (workload pid, its start time in clock ticks), ``cgroup_procs`` (host
 paths), ``seccomp_files`` (paths, loaded in order), ``uid``, ``gid``, ``additional_gids``, ``capabilities``
 (names, e.g. ``CAP_NET_BIND_SERVICE``), ``rlimits`` ([name, soft, hard]), ``env`` (["K=V"]),
-``cwd``, ``argv``, ``detach`` (bool: report and exit once the program runs, without waiting).
+``cwd``, ``argv``, ``umask`` (int or null: unchanged), ``console_fd`` (fd number or null),
+``detach`` (bool: report and exit once the program runs, without waiting: C, the program, is then
+re-parented by the kernel to the caller's nearest child subreaper — conmon, containerd's shim — never
+to the sandbox's init, because H lives in the host's pid namespace (prctl(2) PR_SET_CHILD_SUBREAPER);
+its exit status is the program's, as with ``runc exec -d``).
 
 Status lines (JSON): ``{"pid": N}`` (C's host pid), then ``{"exec": "ok"}`` or
 ``{"error": "exec"|"setup", "step": S, "errno": E, "detail": D}``, then (without ``detach``)
@@ -37,13 +45,17 @@ H forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR2 to C and turns SIGUSR1 into SIG
 
 from __future__ import annotations
 
+import array
 import ctypes
 import errno
+import fcntl
 import json
 import os
 import resource
 import signal
+import socket
 import sys
+import termios
 
 #: namespace file under /proc/PID/ns -> CLONE_NEW* flag (setns(2)); user first, then the rest
 NAMESPACES = (("user", 0x10000000), ("mnt", 0x00020000), ("pid", 0x20000000), ("net", 0x40000000),
@@ -67,6 +79,10 @@ SECCOMP_MODE_FILTER = 2
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_RAISE = 2
 CAPABILITY_VERSION_3 = 0x20080522
+#: ioctl_tty(2) requests (asm-generic/ioctls.h: x86, arm, arm64, riscv, s390)
+TIOCGPTN = 0x80045430
+TIOCSPTLCK = 0x40045431
+TIOCGPTPEER = 0x5441
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -184,35 +200,65 @@ def exec_program(argv: list[str], env: dict[str, str]) -> None:
     raise StepFailed("execve", seen, prog)
 
 
-def child(spec: dict, root_fd: int, proc_fd: int, go_r: int, err_w: int, bpfs: list[bytes],
-          last_cap: int) -> None:
+def open_console(console_fd: int, uid: int, gid: int) -> None:
+    """Step 4b (in C, after chroot): a pty of the sandbox's devpts as fds 0-2 and controlling tty.
+
+    The master goes over the connected socket ``console_fd`` (SCM_RIGHTS, data: the slave's name
+    inside the sandbox, as runc sends it) and is closed here; the slave is chowned to ``uid``/``gid``.
+    """
+    try:
+        master = os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+        fcntl.ioctl(master, TIOCSPTLCK, b"\0\0\0\0")  # unlockpt(3)
+        num = int.from_bytes(fcntl.ioctl(master, TIOCGPTN, b"\0\0\0\0"), sys.byteorder)
+        slave = fcntl.ioctl(master, TIOCGPTPEER, os.O_RDWR | os.O_NOCTTY)  # no path lookup
+    except OSError as e:
+        raise StepFailed("console", e.errno or errno.EIO, "/dev/ptmx of the sandbox") from e
+    try:
+        os.fchown(slave, uid, gid)
+    except OSError:
+        pass  # an unmapped owner: the fds opened here still work
+    name = f"/dev/pts/{num}"
+    try:
+        with socket.socket(fileno=console_fd) as sock:
+            sock.sendmsg([name.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                            array.array("i", [master]).tobytes())])
+    except OSError as e:
+        raise StepFailed("console", e.errno or errno.EPIPE, "cannot send the terminal to --console-socket") \
+            from e
+    os.close(master)
+    for fd in (0, 1, 2):
+        os.dup2(slave, fd)
+    if slave > 2:
+        os.close(slave)
+    try:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    except OSError as e:
+        raise StepFailed("ioctl(TIOCSCTTY)", e.errno or errno.EPERM, name) from e
+
+
+def child(spec: dict, root_fd: int, go_r: int, err_w: int, bpfs: list[bytes], last_cap: int) -> None:
     """Steps 4-9 in C.  Never returns: execve, or report to ``err_w`` and _exit(127).
 
-    With ``detach`` C forks once more and exits: the program is then an orphan of the sandbox's pid
-    namespace, reparented to (and reaped by) the sandbox's own init, not the host's.  It learns its
-    host pid from the host's /proc (``proc_fd``, opened before setns: "self" resolves in that
-    procfs's pid namespace) and reports it as ``{"pid": N}``.
+    C is the program: with ``detach`` H exits once it runs, and the kernel re-parents C to the
+    caller's subreaper (see the module docstring), which waits for its exit status.
     """
     try:
         if os.read(go_r, 1) != b"1":
             os._exit(127)  # H could not place us in the cgroup: never run outside it
         os.close(go_r)
-        if spec.get("detach"):
-            if os.fork() != 0:
-                os._exit(0)
-            with os.fdopen(os.open("self/stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd), "rb") as fh:
-                host_pid = int(fh.read().split()[0])
-            os.write(err_w, (json.dumps({"pid": host_pid}) + "\n").encode())
-        os.close(proc_fd)
         os.setsid()
         os.fchdir(root_fd)
         os.chroot(".")
         os.close(root_fd)
+        if spec.get("console_fd") is not None:
+            open_console(int(spec["console_fd"]), int(spec.get("uid", 0)), int(spec.get("gid", 0)))
         for name, soft, hard in spec.get("rlimits") or []:
             try:
                 resource.setrlimit(getattr(resource, name), (soft, hard))
             except (OSError, ValueError, AttributeError) as e:
                 raise StepFailed(f"setrlimit({name})", getattr(e, "errno", None) or errno.EINVAL) from e
+        if spec.get("umask") is not None:
+            os.umask(int(spec["umask"]) & 0o777)
         set_credentials(spec, last_cap)
         try:
             os.chdir(spec.get("cwd") or "/")
@@ -245,13 +291,14 @@ def main(spec_fd: int, status_fd: int) -> int:
     os.set_inheritable(status_fd, False)  # never into C or the program
     with os.fdopen(spec_fd, "rb") as fh:
         spec = json.loads(fh.read())
+    if spec.get("console_fd") is not None:
+        os.set_inheritable(int(spec["console_fd"]), False)  # C uses it before execve, never after
     pid = int(spec["pid"])
     try:
         ns_fds = [(flag, os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC))
                   for name, flag in NAMESPACES if os.path.exists(f"/proc/{pid}/ns/{name}")
                   and not same_ns(pid, name)]
         root_fd = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         procs = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in spec.get("cgroup_procs") or []]
         bpfs = []
         for path in spec.get("seccomp_files") or []:
@@ -282,11 +329,12 @@ def main(spec_fd: int, status_fd: int) -> int:
             signal.signal(s, signal.SIG_DFL)
         os.close(go_w)
         os.close(err_r)
-        child(spec, root_fd, proc_fd, go_r, err_w, bpfs, last_cap)
+        child(spec, root_fd, go_r, err_w, bpfs, last_cap)
     os.close(go_r)
     os.close(err_w)
     os.close(root_fd)
-    os.close(proc_fd)
+    if spec.get("console_fd") is not None:
+        os.close(int(spec["console_fd"]))  # C holds it now
 
     def forward(signum: int, _frame: object) -> None:
         try:
@@ -313,8 +361,7 @@ def main(spec_fd: int, status_fd: int) -> int:
         os.waitpid(c, 0)
         return 125
     detach = bool(spec.get("detach"))
-    if not detach:
-        report({"pid": c})
+    report({"pid": c})
     os.write(go_w, b"1")
     os.close(go_w)
     chunks = []
@@ -325,20 +372,14 @@ def main(spec_fd: int, status_fd: int) -> int:
         chunks.append(b)
     os.close(err_r)
     msgs = [json.loads(line) for line in b"".join(chunks).splitlines() if line.strip()]
-    if detach:
-        os.waitpid(c, 0)  # the intermediate child; the program itself is the sandbox init's now
-        for m in msgs:
-            if "pid" in m:
-                report(m)
     for m in msgs:
         if "error" in m:
             report(m)
-            if not detach:
-                os.waitpid(c, 0)
+            os.waitpid(c, 0)
             return 127
     report({"exec": "ok"})
     if detach:
-        return 0
+        return 0  # C runs on; the kernel gives it to the caller's subreaper when H exits
     _, status, ru = os.wait4(c, 0)
     usage = {"utime_us": int(ru.ru_utime * 1e6), "stime_us": int(ru.ru_stime * 1e6),
              "maxrss_bytes": ru.ru_maxrss * 1024}
