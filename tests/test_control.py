@@ -20,7 +20,7 @@ import pytest
 from conftest import base_config, run_shim
 from sandbox_shim import api, control
 from sandbox_shim.errors import InvalidState, LimitExceeded, UsageError
-from sandbox_shim.execute import execute
+from sandbox_shim.execution import execute
 from sandbox_shim.mechanism import Sandbox
 from sandbox_shim.platforms.linux.cgroups import Limits
 from sandbox_shim.platforms.linux.cgroups.detect import Layout, manager

@@ -23,7 +23,7 @@ from conftest import run_shim, wait_pid
 from sandbox_shim import api
 from sandbox_shim.control import facts, ps
 from sandbox_shim.errors import CouldNotRun, InvalidState, LimitExceeded
-from sandbox_shim.execute import execute, spawn
+from sandbox_shim.execution import execute, spawn
 from sandbox_shim.mechanism import Sandbox
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,

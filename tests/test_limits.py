@@ -23,7 +23,7 @@ from conftest import base_config
 from sandbox_shim import api
 from sandbox_shim.control import facts
 from sandbox_shim.errors import CouldNotRun, LimitExceeded
-from sandbox_shim.execute import run_bundle
+from sandbox_shim.execution import run_bundle
 from sandbox_shim.mechanism import Completion, Sandbox
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,

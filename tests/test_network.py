@@ -77,7 +77,7 @@ def _info(root: Path, sid: str) -> dict[str, Any]:
 @pytest.fixture
 def server(make_bundle: Any, state_root: Path) -> Iterator[tuple[str, str]]:
     """An isolated sandbox ``srv`` running busybox httpd on PORT; yields (id, "ip:port")."""
-    from sandbox_shim.address import address
+    from sandbox_shim.addresses import address
 
     bundle = make_bundle(_config(_server_args(), "isolated", PORT), name="srv")
     r = run_shim(state_root, "create", "--bundle", str(bundle), "srv")
@@ -139,7 +139,7 @@ def test_isolated_server_answers_through_address_and_proxy(server: tuple[str, st
 
 def test_proxy_errors_are_distinct(server: tuple[str, str], make_bundle: Any, state_root: Path) -> None:
     from sandbox_shim import proxy
-    from sandbox_shim.address import address
+    from sandbox_shim.addresses import address
 
     # A sandbox with a network mode that has no address (none): NoAddress, and address() is None.
     bundle = make_bundle(_config(["sleep", "30"], "none", PORT), name="quiet")
@@ -234,7 +234,7 @@ def test_lifecycle_without_network_never_imports_pyroute2(make_bundle: Any, stat
             "for argv in (['--root', r, 'create', '--bundle', b, 'p1'], ['--root', r, 'state', 'p1'],\n"
             "             ['--root', r, 'delete', '--force', 'p1']):\n"
             "    assert main(argv) == 0, argv\n"
-            "from sandbox_shim import api; from sandbox_shim.address import address\n"
+            "from sandbox_shim import api; from sandbox_shim.addresses import address\n"
             "assert 'pyroute2' not in sys.modules, 'pyroute2 imported'\n"
             "print('CLEAN')")
     r = subprocess.run([sys.executable, "-c", code, str(state_root), str(bundle)], capture_output=True,

@@ -169,7 +169,7 @@ def test_defaults_without_process_env(make_bundle, state_root: Path, how: str) -
 @needs_sandbox
 def test_exec_env_option_cannot_add_a_credential(make_bundle, state_root: Path, tmp_path: Path) -> None:
     import sandbox_shim
-    from sandbox_shim.execute import execute  # the package attribute is the submodule once it is imported
+    from sandbox_shim.execution import execute
 
     b = make_bundle(base_config(["sh", "-c", "sleep 30"]))
     sid = f"ex-{TAG}"

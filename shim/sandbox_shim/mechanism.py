@@ -118,7 +118,7 @@ class Status:
 
 @runtime_checkable
 class Mechanism(Protocol):
-    """What a platform must provide.  ``address`` is optional (see ``sandbox_shim.address``).
+    """What a platform must provide.  ``address`` is optional (see ``sandbox_shim.addresses``).
 
     Every method raises ``ShimError`` subclasses only (``errors.py``).
     """

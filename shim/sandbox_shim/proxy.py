@@ -77,7 +77,7 @@ class Response:
 
 def target(mechanism: Any, sandbox_id: str) -> tuple[str, int]:
     """``(ip, port)`` of the sandbox.  Raises ``NoAddress``, ``SandboxNotFound``."""
-    from .address import address
+    from .addresses import address
 
     addr = address(mechanism, sandbox_id)
     if not addr:

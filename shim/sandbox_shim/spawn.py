@@ -2,7 +2,7 @@
 
 ``spawn`` joins a running sandbox through the helper and returns once the program has exec'd (or raises
 the fact that stopped it: ``CouldNotRun`` from the kernel's errno, ``LaunchFailed``, a refusal of ids or
-capabilities beyond the sandbox's).  ``execute.execute`` builds on it; the CLI's ``exec`` uses both.
+capabilities beyond the sandbox's).  ``execution.execute`` builds on it; the CLI's ``exec`` uses both.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``exec``, ``ps``, ``pause``, ``resume``, ``update``, ``events``: click commands over the library.
 
-runc's grammar.  Each command parses, calls ``sandbox_shim.execute`` / ``sandbox_shim.control``, renders;
+runc's grammar.  Each command parses, calls ``sandbox_shim.execution`` / ``sandbox_shim.control``, renders;
 errors go through ``output.fail`` (one line, the error class's exit status: "executable file not
 found" 127, "permission denied" 126).
 """
@@ -55,7 +55,7 @@ def exec_cmd(g: Globals, process_file: str | None, detach: bool, pid_file: str |
     126 "permission denied" when it never ran.
     """
     from .. import api
-    from ..execute import Started, execute, spawn
+    from ..execution import Started, execute, spawn
     from ..process_spec import ExecProcess, parse_process
 
     try:

@@ -2,7 +2,7 @@
 
 The default mechanism is this platform's (``api.default_mechanism``: on Linux bwrap + cgroups).  Bundles
 are made from a busybox-static rootfs filled once by ``scripts/make-rootfs``; probes run as the bundle's
-own process through ``sandbox_shim.execute.run_bundle`` (provision, start, wait, collect, destroy), whose
+own process through ``sandbox_shim.execution.run_bundle`` (provision, start, wait, collect, destroy), whose
 ``Completion`` / ``CouldNotRun`` / ``LimitExceeded`` become ``ProbeResult.outcome``.  Controls that need
 what the tenant profile refuses (``run_control``) run the same rootfs under bare bwrap instead.
 """
@@ -130,7 +130,7 @@ class ApiTarget(ConformanceTarget):
                   bundle: BundleHandle | None = None, argv: Sequence[str] | None = None,
                   timeout: float = 30.0) -> ProbeResult:
         from ..errors import CouldNotRun, LimitExceeded, ShimError
-        from ..execute import run_bundle
+        from ..execution import run_bundle
 
         b = bundle or self.bundle(overrides=overrides)
         self.set_args(b, list(argv) if argv is not None else ["sh", "-c", script])

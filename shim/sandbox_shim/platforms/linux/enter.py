@@ -3,7 +3,7 @@
 Run as a standalone script, ``python -I -S enter.py SPEC_FD STATUS_FD`` (no package imports: after
 ``setns(CLONE_NEWNS)`` the host's files, Python's own included, are out of reach, so everything is
 imported first).  ``SPEC_FD`` holds one JSON object (``Spec`` below); ``STATUS_FD`` receives one JSON
-object per line (``Status`` below).  The library side is ``sandbox_shim.execute``.
+object per line (``Status`` below).  The library side is ``sandbox_shim.execution``.
 
 Steps, in this order (each cites its man page):
   helper H (host pid namespace, host cgroup):
