@@ -32,6 +32,10 @@ def default_mechanism(root: str | None = None) -> Any:
         from .platforms.darwin.mechanism import DarwinSeatbeltMechanism
 
         mech = DarwinSeatbeltMechanism()
+    elif sys.platform == "win32":
+        from .platforms.windows.mechanism import WindowsJobMechanism
+
+        mech = WindowsJobMechanism()
     else:
         raise LaunchFailed(f"no mechanism for platform {sys.platform} in this build")
     mech.root = st.resolve_root(root)  # type: ignore[attr-defined]

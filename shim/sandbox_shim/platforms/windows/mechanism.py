@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...capability import Capability
-from ...errors import CouldNotRun, UsageError
+from ...errors import CapabilityUnavailable, CouldNotRun, UsageError
 from ...mechanism import Sandbox, Status, Usage
 from . import job_object as jo
 from .capabilities import windows_capabilities
@@ -100,6 +100,25 @@ class WindowsJobMechanism:
         if self._reports is None:
             self._reports = list(self._probe())
         return self._reports
+
+    def make_plan(self, spec: Any, sandbox_id: str) -> JobPlan:
+        """The Job Object plan for a loaded bundle (``bundle.Spec``); refuses what this host lacks.
+
+        Raises:
+            BundleInvalid: a field cannot be expressed with Job Objects; CapabilityUnavailable.
+        """
+        plan = plan_from_config(spec.config)
+        check_requirements(plan, self.capabilities())
+        return plan
+
+    def require(self, names: list[str]) -> None:
+        """Raise ``CapabilityUnavailable`` for each of ``names`` this host does not provide."""
+        by_name = {r.name: r for r in self.capabilities()}
+        missing = [by_name.get(n) or Capability(n, False, "job object", "not provided on this host",
+                                                "not reported") for n in names]
+        missing = [r for r in missing if not r.available]
+        if missing:
+            raise CapabilityUnavailable(missing)
 
     def provision(self, sandbox: Sandbox, plan: JobPlan | dict[str, Any]) -> None:
         """OCI create: a job with the plan's limits holding the suspended process.
