@@ -239,6 +239,7 @@ def destroy(mechanism: Any, sandbox_id: str, force: bool = False) -> None:
         if not force:
             raise
         _drop_cgroups(store, sandbox_id)
+        store.remove(sandbox_id)  # a corrupt state file: only a directory the store made is removed
         return
     try:
         now = observed_status(mechanism, rec, store)

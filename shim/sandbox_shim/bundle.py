@@ -15,7 +15,7 @@ from typing import Any
 
 from .errors import BundleInvalid, BundleProblem
 from .hardening import tenant
-from .paths import canonical
+from .paths import bind_source, canonical
 
 SETTINGS_PREFIX = "sandbox-shim."
 
@@ -196,7 +196,8 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
             problems.append(
                 BundleProblem(
                     "/root/path",
-                    f"root filesystem {rootfs} does not exist",
+                    f"root filesystem {rootfs} "
+                    + ("is not a directory" if os.path.exists(rootfs) else "does not exist"),
                     "runtime-spec config.md root.path",
                     "create it (e.g. scripts/make-rootfs BUNDLE/rootfs) or fix root.path",
                 )
@@ -236,15 +237,18 @@ def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:
                         "set source to a host path (relative paths resolve against the bundle)",
                     )
                 )
-            elif not os.path.exists(canonical(src, bundle)):
-                out.append(
-                    BundleProblem(
-                        f"/mounts/{i}/source",
-                        f"bind source {canonical(src, bundle)} does not exist",
-                        "runtime-spec config.md mounts",
-                        "create it or fix the path",
-                    )
-                )
+            else:
+                try:
+                    host = bind_source(bundle, src)
+                except OSError as e:
+                    out.append(BundleProblem(
+                        f"/mounts/{i}/source", f"bind source goes through the symlink {e.filename} inside "
+                        "the bundle (storage/ is tenant-writable)", "path safety",
+                        "bind a real directory; remove the link"))
+                    continue
+                if not os.path.exists(host):
+                    out.append(BundleProblem(f"/mounts/{i}/source", f"bind source {host} does not exist",
+                                             "runtime-spec config.md mounts", "create it or fix the path"))
     for i, ns in enumerate((cfg.get("linux") or {}).get("namespaces") or []):
         if ns.get("path") and not os.path.exists(ns["path"]):
             out.append(

@@ -77,11 +77,11 @@ class BundleInvalid(ShimError):
     exit_status = 3
     kind = "bundle_invalid"
 
-    def __init__(self, problems: Sequence[BundleProblem]) -> None:
+    def __init__(self, problems: Sequence[BundleProblem], what: str = "bundle") -> None:
         self.problems = list(problems)
         first = self.problems[0]
         more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
-        super().__init__(f"invalid bundle: {first.pointer or '/'}: {first.message}{more}", first.hint)
+        super().__init__(f"invalid {what}: {first.pointer or '/'}: {first.message}{more}", first.hint)
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
@@ -136,6 +136,16 @@ class SandboxNotFound(ShimError):
             f"container {sandbox_id!r} does not exist (state root {root})",
             "check the id with `sandbox-shim list` and use the same --root",
         )
+
+
+class StateCorrupt(SandboxNotFound):
+    """The sandbox's state file cannot be read; ``delete --force`` removes it."""
+
+    kind = "state_corrupt"
+
+    def __init__(self, sandbox_id: str, path: str) -> None:
+        ShimError.__init__(self, f"container {sandbox_id!r} has an unreadable state file {path}",
+                           f"`sandbox-shim delete --force {sandbox_id}` removes it and what it recorded")
 
 
 class SandboxExists(ShimError):

@@ -34,7 +34,7 @@ OCI_VERSION_MAX = "1.1.0"
 HOOKS: list[str] = ["prestart", "createRuntime", "createContainer", "startContainer", "poststart",
                      "poststop"]
 #: mount options (config.md "Mounts") that ``plan`` acts on when building bwrap's mounts.
-MOUNT_OPTIONS: list[str] = ["bind", "rbind", "ro", "rw"]
+MOUNT_OPTIONS: list[str] = ["bind", "rbind", "ro", "rw", "nosuid", "nodev"]  # bwrap always sets the last two
 #: seccomp flags (seccomp(2) SECCOMP_FILTER_FLAG_*) accepted in ``linux.seccomp.flags``.
 SECCOMP_FLAGS: list[str] = ["SECCOMP_FILTER_FLAG_TSYNC"]
 

@@ -68,6 +68,35 @@ def resolve_in_root(root: str, path: str) -> str:
     return os.path.join(root, *resolved)
 
 
+def bind_source(bundle: str, source: str) -> str:
+    """Host path of a bind mount's ``source`` (relative sources are taken against ``bundle``).
+
+    A source inside the bundle is walked one component at a time and must contain no symlink:
+    ``storage/`` is writable by the tenant, so a link planted there (``storage/data -> /etc``) would
+    otherwise turn the operator's bind into one of any host path.  A source outside the bundle is the
+    operator's own path and is resolved with ``realpath``.
+
+    Args:
+        bundle: canonical bundle directory.
+        source: the config's ``mounts[].source``.
+    Returns:
+        an absolute host path.
+    Raises:
+        OSError(ELOOP): a component inside the bundle is a symlink (its path is ``filename``).
+    """
+    norm = os.path.normpath(source if os.path.isabs(source) else os.path.join(bundle, source))
+    if not _under(norm, bundle):
+        return os.path.realpath(norm)
+    cur = bundle
+    for comp in os.path.relpath(norm, bundle).split(os.sep):
+        if comp in ("", "."):
+            continue
+        cur = os.path.join(cur, comp)
+        if os.path.islink(cur):
+            raise OSError(errno.ELOOP, "bind source passes through a symlink inside the bundle", cur)
+    return norm
+
+
 def inside(root: str, path: str) -> str:
     """``path`` (a host path under ``root``) as the sandbox sees it, e.g. ``/storage``."""
     rel = os.path.relpath(path, root)

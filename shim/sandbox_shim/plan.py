@@ -81,14 +81,14 @@ class Plan:
 
 
 def _mount(i: int, m: dict[str, Any], bundle: str) -> tuple[Mount | None, str | None]:
-    from .paths import canonical
+    from .paths import bind_source
 
     opts = list(m.get("options") or [])
     kind = m.get("type") or ("bind" if {"bind", "rbind"} & set(opts) else "")
     ro = "ro" in opts
     dest = m["destination"]
     if kind == "bind" or {"bind", "rbind"} & set(opts):
-        return Mount("bind", dest, canonical(m.get("source") or "", bundle), ro, opts), None
+        return Mount("bind", dest, bind_source(bundle, m.get("source") or ""), ro, opts), None
     if kind == "proc":
         return Mount("proc", dest, options=opts), None
     if kind == "tmpfs" and dest == "/dev":

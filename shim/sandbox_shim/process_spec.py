@@ -109,7 +109,7 @@ def parse_process(doc: Any, source: str = "process") -> ExecProcess:
             bnd = cdoc.get("bounding") if cdoc.get("bounding") is not None else eff
             caps = sorted(set(eff) & set(bnd))
     if problems:
-        raise BundleInvalid(problems)
+        raise BundleInvalid(problems, what="exec process (--process)")
     env = dict(e.split("=", 1) for e in env_list or [] if isinstance(e, str) and "=" in e)
     cwd = doc.get("cwd")
     return ExecProcess(args=[str(a) for a in doc["args"]], env=env, env_given=env_list is not None,
@@ -161,6 +161,6 @@ def resolve_credentials(sandbox_proc: dict[str, Any], user: dict[str, Any] | Non
                                      f"ask at most: {', '.join(base_caps) or 'no capabilities'}"))
         caps = sorted(set(capabilities) & set(base_caps))
     if problems:
-        raise BundleInvalid(problems)
+        raise BundleInvalid(problems, what="exec process (--process)")
     return {"uid": uid, "gid": gid, "additional_gids": groups, "capabilities": caps,
             "umask": user.get("umask")}

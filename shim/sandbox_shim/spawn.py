@@ -136,7 +136,7 @@ def spawn(mechanism: Any, sandbox_id: str, argv: Sequence[str], *, env: dict[str
 
         errors, _ = check_env([f"{k}={v}" for k, v in env.items()])
         if errors:
-            raise BundleInvalid(errors)
+            raise BundleInvalid(errors, what="exec environment")
     store = api._store(mechanism)
     with store.locked(sandbox_id) as rec, contextlib.ExitStack() as undo:
         st.require(sandbox_id, api.observed_status(mechanism, rec, store), "exec")

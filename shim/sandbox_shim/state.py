@@ -23,10 +23,12 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import InvalidState, SandboxExists, SandboxNotFound, UsageError
+from .errors import InvalidState, SandboxExists, SandboxNotFound, StateCorrupt, UsageError
 
 DEFAULT_ROOT = "/run/sandbox-shim"
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,1023}$")
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}$")  # one file name, with room for suffixes
+#: written into ROOT/ID when it is made: only directories carrying it are sandboxes (never rmtree others)
+MARKER = ".sandbox-shim"
 
 ACTIVE = ("created", "running", "paused")
 
@@ -68,17 +70,20 @@ def resolve_root(root: str | None) -> str:
     so the same ``--root`` finds the same sandboxes from any working directory."""
     root = root or DEFAULT_ROOT
     if not os.path.isabs(root):
-        root = os.path.join(DEFAULT_ROOT, root)
+        joined = os.path.normpath(os.path.join(DEFAULT_ROOT, root))
+        if joined != DEFAULT_ROOT and not joined.startswith(DEFAULT_ROOT + "/"):
+            raise UsageError(f"relative --root {root!r} leaves {DEFAULT_ROOT}",
+                             "give an absolute path, or a relative one without '..'")
+        return joined
     return os.path.normpath(root)
 
 
 def check_id(sandbox_id: str) -> None:
     """Ids are one path component of safe characters (runc's rule)."""
     if not sandbox_id or not ID_RE.match(sandbox_id):
-        raise UsageError(
-            f"invalid container id {sandbox_id!r}",
-            "use letters, digits, and _ . + - (not starting with a symbol)",
-        )
+        shown = sandbox_id if len(sandbox_id) <= 64 else sandbox_id[:64] + "..."
+        raise UsageError(f"invalid container id {shown!r}",
+                         "use 1 to 200 letters, digits, and _ . + - (not starting with a symbol)")
 
 
 def proc_start_time(pid: int) -> int | None:
@@ -158,13 +163,21 @@ class StateStore:
             os.mkdir(d, 0o700)
         except FileExistsError:
             raise SandboxExists(sandbox_id) from None
+        with open(os.path.join(d, MARKER), "w"):
+            pass
         with self._flock(d):
             yield d
+
+    def is_ours(self, sandbox_id: str) -> bool:
+        """True if ``ROOT/ID`` exists and was made by this store (carries ``MARKER``)."""
+        return os.path.isfile(os.path.join(self.dir(sandbox_id), MARKER))
 
     @contextlib.contextmanager
     def locked(self, sandbox_id: str) -> Iterator[Record]:
         """Hold the id's lock and yield its record (re-read under the lock)."""
         d = self.dir(sandbox_id)
+        if not self.is_ours(sandbox_id):
+            raise SandboxNotFound(sandbox_id, self.root)
         try:
             lock_cm = self._flock(d)
             lock_cm.__enter__()
@@ -185,30 +198,36 @@ class StateStore:
             os.close(fd)
 
     def read(self, sandbox_id: str) -> Record:
-        """The stored record.  Raises ``SandboxNotFound``."""
+        """The stored record.
+
+        Raises:
+            SandboxNotFound: no sandbox directory of ours; StateCorrupt: state.json cannot be parsed.
+        """
+        if not self.is_ours(sandbox_id):
+            raise SandboxNotFound(sandbox_id, self.root)
         path = os.path.join(self.dir(sandbox_id), "state.json")
         try:
             with open(path, encoding="utf-8") as fh:
                 return Record.from_dict(json.load(fh))
         except FileNotFoundError:
-            if os.path.isdir(self.dir(sandbox_id)):
-                return Record(id=sandbox_id, bundle="", status="creating")
-            raise SandboxNotFound(sandbox_id, self.root) from None
-        except (OSError, ValueError) as e:
-            raise SandboxNotFound(sandbox_id, self.root) from e
+            return Record(id=sandbox_id, bundle="", status="creating")
+        except (OSError, ValueError, TypeError) as e:
+            raise StateCorrupt(sandbox_id, path) from e
 
     def write(self, rec: Record) -> None:
         """Replace ``state.json`` atomically."""
         write_atomic(os.path.join(self.dir(rec.id), "state.json"), json.dumps(asdict(rec)))
 
     def remove(self, sandbox_id: str) -> None:
-        """Remove ``ROOT/ID`` entirely (idempotent)."""
-        shutil.rmtree(self.dir(sandbox_id), ignore_errors=True)
+        """Remove ``ROOT/ID`` entirely (idempotent) — only a directory this store made."""
+        if self.is_ours(sandbox_id):
+            shutil.rmtree(self.dir(sandbox_id), ignore_errors=True)
 
     def ids(self) -> list[str]:
         """Ids with a state directory, sorted."""
         try:
-            return sorted(e for e in os.listdir(self.root) if not e.startswith(".") and ID_RE.match(e))
+            return sorted(e for e in os.listdir(self.root)
+                          if not e.startswith(".") and ID_RE.match(e) and self.is_ours(e))
         except FileNotFoundError:
             return []
 

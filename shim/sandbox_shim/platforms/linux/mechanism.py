@@ -269,6 +269,24 @@ class LinuxMechanism:
             from . import network
 
             network.teardown(p["network"])
+        _reap_if_child(p.get("pid", 0), p.get("pid_start"))
+
+
+def _reap_if_child(pid: int, start: int | None) -> None:
+    """waitpid(2) the monitor if it is this process's own child (the library case), so a long-running
+    caller does not collect zombies; a CLI caller's monitor belongs to its subreaper instead."""
+    deadline = time.monotonic() + 5
+    while pid and start is not None and proc_start_time(pid) == start and time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            if ppid != os.getpid():
+                return
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except (OSError, ValueError, IndexError):
+            return
+        time.sleep(0.01)
 
 
 def remove_cgroups(info: dict[str, Any]) -> None:
