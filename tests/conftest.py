@@ -107,7 +107,10 @@ def wait_pid(pid: int, timeout: float = 30.0) -> int:
 
     deadline = time.monotonic() + timeout
     while True:
-        got, status = os.waitpid(pid, os.WNOHANG)
+        try:
+            got, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return -1  # already reaped: the library's destroy() reaps monitors that are its children
         if got == pid:
             code = os.waitstatus_to_exitcode(status)
             return 128 - code if code < 0 else code

@@ -305,6 +305,29 @@ def test_cache_is_not_reused_by_a_process_under_a_seccomp_filter(tmp_path: Path)
     assert again["namespace.user"]["available"]
 
 
+@needs_linux_root
+def test_cache_is_not_reused_when_a_hierarchy_is_remounted_read_only(tmp_path: Path) -> None:
+    layout = detect()
+    if layout.version != 1 or "memory" not in layout.v1_mounts or shutil.which("unshare") is None:
+        pytest.skip("needs a cgroup v1 memory hierarchy and util-linux unshare")
+    mount = layout.v1_mounts["memory"]
+    code = ("import json, sys; from sandbox_shim import probes; "
+            "c = probes.cached_report(['cgroup.memory'], sys.argv[1])[0]; print(json.dumps(c.to_dict()))")
+
+    def in_namespace(remount: bool) -> dict[str, Any]:
+        script = (f"mount -o remount,bind,ro {mount} && " if remount else "") + \
+            f"exec {sys.executable} -c \"{code}\" {tmp_path}"
+        run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        return json.loads(run.stdout)
+
+    assert in_namespace(False)["available"]  # control: cached "available" for a writable hierarchy
+    ro = in_namespace(True)  # the same cache dir, the hierarchy read-only: the key differs, re-probed
+    assert not ro["available"] and "Read-only file system" in ro["detail"], ro
+    assert in_namespace(False)["available"]  # and back: the read-only answer is not reused either
+
+
 def test_cache_key_is_stable_within_a_boot() -> None:
     assert probes.cache_key() == probes.cache_key()
 

@@ -52,17 +52,14 @@ def test_lifecycle_verbs_load_nothing_heavy(tmp_path: Path, state_root: Path,
     assert created.returncode == 0, created.stderr
     found = {}
     found["state"] = heavy(loaded(tmp_path, state_root, "state", "s1"))
-    # start re-checks capabilities; until the mechanism reads the cache (see the strict xfail below) the
-    # probes it runs may load ctypes and pyseccomp, but never the rest
-    found["start"] = heavy(loaded(tmp_path, state_root, "start", "s1"), allowed=("ctypes", "pyseccomp"))
+    # start re-checks capabilities from ROOT/.capabilities (written by create's probes)
+    found["start"] = heavy(loaded(tmp_path, state_root, "start", "s1"))
     found["kill"] = heavy(loaded(tmp_path, state_root, "kill", "s1", "KILL"))
     assert wait_pid(int(pid_file.read_text())) == 137
     found["delete"] = heavy(loaded(tmp_path, state_root, "delete", "s1"))
     assert found == {"state": [], "start": [], "kill": [], "delete": []}
 
 
-@pytest.mark.xfail(strict=True, reason="LinuxMechanism.require does not pass cache_dir to capability.require "
-                   "yet: start re-probes (ctypes, pyseccomp) instead of reading ROOT/.capabilities")
 def test_start_reads_the_capability_cache_and_loads_no_ctypes(tmp_path: Path, state_root: Path,
                                                                make_bundle: BundleFactory) -> None:
     bundle = make_bundle(args=["sleep", "30"])

@@ -15,7 +15,6 @@ import sys
 
 from ..capability import Capability
 from .proc import read as _read
-from .proc import status_field as _status_field
 
 #: bump when a probe's meaning changes, so old caches are not trusted
 PROBES_VERSION = "2"
@@ -57,13 +56,34 @@ def bwrap_stat_identity() -> str:
     return f"{path}|{os.path.realpath(path)}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
 
 
+def cgroup_mounts(mountinfo: str) -> str:
+    """The cgroup mounts as this process sees them: mount point, mount options (``ro``/``rw``...),
+    filesystem type and super options of each ``cgroup``/``cgroup2`` line of /proc/self/mountinfo
+    (proc(5)), mount ids left out.  A hierarchy remounted read-only changes this text."""
+    out = []
+    for line in mountinfo.splitlines():
+        head, sep, tail = line.partition(" - ")
+        fields, rest = head.split(), tail.split()
+        if sep and len(fields) >= 6 and rest and rest[0] in ("cgroup", "cgroup2"):
+            out.append(f"{fields[4]} {fields[5]} {rest[0]} {rest[2] if len(rest) > 2 else ''}")
+    return ";".join(sorted(out))
+
+
+def _ns_inode(kind: str) -> str:
+    try:
+        return str(os.stat(f"/proc/self/ns/{kind}").st_ino)
+    except OSError:
+        return ""
+
+
 def cache_key() -> dict[str, str]:
     """Everything whose change may change a probe's answer, as text (cheap reads only).
 
     Keys: kernel release and build, boot_id (proc(5): new each boot), bwrap's identity
-    (``bwrap_stat_identity``), the cgroup layout fingerprint (read fresh from /proc/self/mountinfo and
-    the v2 ``cgroup.controllers``), euid, this process's Seccomp and NoNewPrivs state
-    (/proc/self/status), the user-namespace sysctls, and ``PROBES_VERSION``.
+    (``bwrap_stat_identity``), the cgroup layout (the hierarchies, the v2 ``cgroup.controllers`` and
+    each cgroup mount's options, read fresh from /proc/self/mountinfo), euid and the user namespace,
+    this process's confinement (Seccomp, NoNewPrivs and the effective and bounding capability sets
+    of /proc/self/status), the user-namespace sysctls, and ``PROBES_VERSION``.
     """
     key = dict(host_facts())
     key["kernel_build"] = os.uname().version if hasattr(os, "uname") else ""
@@ -72,14 +92,26 @@ def cache_key() -> dict[str, str]:
     if sys.platform == "linux":
         from ..platforms.linux.cgroups.detect import parse_mountinfo
 
-        key["cgroups"] = parse_mountinfo(_read("/proc/self/mountinfo") or "").fingerprint()
-    key["euid"] = str(os.geteuid()) if hasattr(os, "geteuid") else ""
-    key["confinement"] = f"seccomp={_status_field('Seccomp')};nnp={_status_field('NoNewPrivs')}"
+        mountinfo = _read("/proc/self/mountinfo") or ""
+        key["cgroups"] = f"{parse_mountinfo(mountinfo).fingerprint()}|{cgroup_mounts(mountinfo)}"
+    key["euid"] = f"{os.geteuid() if hasattr(os, 'geteuid') else ''};userns={_ns_inode('user')}"
+    status = _status_fields(("Seccomp", "NoNewPrivs", "CapEff", "CapBnd"))
+    key["confinement"] = ";".join(f"{k}={v}" for k, v in status.items())
     key["sysctls"] = ";".join(f"{p}={_read('/proc/sys/' + p)}" for p in (
         "user/max_user_namespaces", "kernel/unprivileged_userns_clone",
         "kernel/apparmor_restrict_unprivileged_userns"))
     key["probes_version"] = PROBES_VERSION
     return key
+
+
+def _status_fields(names: tuple[str, ...]) -> dict[str, str | None]:
+    """Fields of /proc/self/status (proc(5)), read once."""
+    found: dict[str, str | None] = dict.fromkeys(names)
+    for line in (_read("/proc/self/status") or "").splitlines():
+        k, _, v = line.partition(":")
+        if k in found:
+            found[k] = v.strip()
+    return found
 
 
 def _load(path: str, key: dict[str, str]) -> dict[str, dict[str, object]]:

@@ -18,19 +18,21 @@ import contextlib
 import os
 import resource
 import signal as _signal
-import subprocess
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...bundle import Spec
 from ...capability import Capability
 from ...errors import LaunchFailed
 from ...mechanism import Sandbox, Status, Usage
-from ...plan import Plan
 from ...state import proc_start_time, same_process
 from . import process as procs
-from .bwrap import Fds, build_args, bwrap_path
 from .cgroups import Limits, manager
+
+if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load them
+    import subprocess
+
+    from ...bundle import Spec
+    from ...plan import Plan
 
 READY_TIMEOUT = 30.0  # seconds bwrap may take to set up mounts
 
@@ -54,10 +56,12 @@ class LinuxMechanism:
         return plan
 
     def require(self, names: list[str]) -> None:
-        """Raise ``CapabilityUnavailable`` for every capability in ``names`` this host lacks (probed)."""
+        """Raise ``CapabilityUnavailable`` for every capability in ``names`` this host lacks: probed once,
+        then read from ``ROOT/.capabilities`` (probes.cache) until the host or our confinement changes."""
         from ...capability import require
 
-        require(names)
+        root = getattr(self, "root", None)
+        require(names, cache_dir=os.path.join(root, ".capabilities") if root else None)
 
     # -- create ---------------------------------------------------------------------------------
     def provision(self, sandbox: Sandbox, plan: Plan) -> None:
@@ -67,6 +71,8 @@ class LinuxMechanism:
             LaunchFailed: bwrap or a cgroup write failed; everything made so far is undone.
             BundleInvalid: a path cannot be placed safely inside the rootfs.
         """
+        from .bwrap import Fds, build_args, bwrap_path
+
         priv = sandbox.private
         d = priv["dir"]
         bwrap = bwrap_path()
@@ -337,6 +343,8 @@ def _spawn(argv: list[str], fds: list[int], tty: int | None = None,
     Raises:
         LaunchFailed: bwrap could not be started, or a namespace could not be joined.
     """
+    import subprocess
+
     from . import namespaces
 
     stdio = {"stdin": tty, "stdout": tty, "stderr": tty} if tty is not None else {}
