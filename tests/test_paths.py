@@ -12,79 +12,15 @@ bwrap resolves destinations while the host's root is reachable at ``/oldroot``, 
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import base_config, cgroup_dirs, run_shim, wait_pid
-from sandbox_shim.errors import BundleInvalid
+from conftest import base_config, cgroup_dirs
+from sandbox_runs import RUNNERS, TAG, launch, needs_sandbox, probe, tree_hash
 from sandbox_shim.paths import Layer, View, ensure_in_root, resolve_in_root
-
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed")
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes need root here (cgroups, namespaces)")
-
-
-# -- helpers (each breach file keeps its own copy: test files do not import each other) ---------
-
-@dataclass
-class Result:
-    code: int | None  # exit status of the sandbox; None when refused
-    out: str  # what the probe wrote to /storage/out
-    refused: str  # the refusal message ("" when it ran)
-    err: str = ""  # the CLI's stderr (diagnostics)
-
-
-def launch(how: str, root: Path, bundle: Path, sid: str) -> Result:
-    """Run ``bundle`` to completion through the CLI (``run``) or the library; collect /storage/out."""
-    sid = f"{sid}-{TAG}"  # ids name cgroups host-wide: keep them apart from other runs on this host
-    out = bundle / "storage" / "out"
-    if out.exists():
-        out.unlink()
-    if how == "cli":
-        r = run_shim(root, "run", "--bundle", str(bundle), sid)
-        refused = r.stderr if "invalid bundle" in r.stderr else ""
-        return Result(None if refused else r.returncode, out.read_text() if out.exists() else "", refused,
-                      r.stderr)
-    from sandbox_shim import api
-    from sandbox_shim.mechanism import Sandbox
-
-    mech = api.default_mechanism(str(root))
-    try:
-        st = api.provision(mech, Sandbox(sid, str(bundle)))
-    except BundleInvalid as e:
-        return Result(None, "", str(e))
-    try:
-        api.start(mech, sid)
-        code = wait_pid(st.pid)
-    finally:
-        api.destroy(mech, sid, force=True)
-    return Result(code, out.read_text() if out.exists() else "", "")
-
-
-def probe(script: str) -> list[str]:
-    """argv running ``script`` with its stdout and stderr in /storage/out."""
-    return ["sh", "-c", f"exec >/storage/out 2>&1; {script}"]
-
-
-def tree_hash(top: Path) -> dict[str, str]:
-    """Every entry under ``top`` (itself included): type, mode, owner and content or link target."""
-    out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
-        for name in ["", *dirnames, *filenames]:
-            p = os.path.join(dirpath, name) if name else dirpath
-            st = os.lstat(p)
-            if os.path.islink(p):
-                what = "l:" + os.readlink(p)
-            elif os.path.isfile(p):
-                what = "f:" + hashlib.sha256(Path(p).read_bytes()).hexdigest()
-            else:
-                what = "d"
-            out[os.path.relpath(p, top)] = f"{what}:{st.st_mode:o}:{st.st_uid}:{st.st_gid}"
-    return out
 
 
 @pytest.fixture
@@ -95,10 +31,6 @@ def victim(tmp_path: Path) -> Path:
     (v / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
     (v / "sub" / "file").write_text("host data\n")
     return v
-
-
-RUNNERS = ["cli", "lib"]
-TAG = f"t{os.getpid()}"
 
 
 # -- unit: resolution rules ----------------------------------------------------------------------
@@ -177,8 +109,7 @@ def _mount_cfg(extra: list[dict[str, Any]], script: str) -> dict[str, Any]:
     return cfg
 
 
-@needs_bwrap
-@needs_root
+@needs_sandbox
 @pytest.mark.parametrize("how", RUNNERS)
 @pytest.mark.parametrize("link", ["oldroot", "host"])
 def test_mount_destination_through_a_rootfs_symlink_stays_inside(make_bundle, state_root: Path, victim: Path,
@@ -204,8 +135,7 @@ def test_mount_destination_through_a_rootfs_symlink_stays_inside(make_bundle, st
         assert (landed / "x").is_dir() and (landed / "y").is_dir()
 
 
-@needs_bwrap
-@needs_root
+@needs_sandbox
 @pytest.mark.parametrize("how", RUNNERS)
 def test_masked_path_through_a_rootfs_symlink_stays_inside(make_bundle, state_root: Path, victim: Path,
                                                            how: str) -> None:
@@ -230,8 +160,7 @@ def test_masked_path_through_a_rootfs_symlink_stays_inside(make_bundle, state_ro
     assert tree_hash(victim) == before, "bwrap made the mask's mount point on the host"
 
 
-@needs_bwrap
-@needs_root
+@needs_sandbox
 @pytest.mark.parametrize("how", RUNNERS)
 @pytest.mark.parametrize("dest", ["/proc/self/root/oldroot{victim}/x", "/proc/1/root/oldroot{victim}/x",
                                   "/dev/fd/{fd}/x"])
@@ -253,8 +182,7 @@ def test_destination_through_a_kernel_fs_link_is_refused(make_bundle, state_root
     assert tree_hash(victim) == before
 
 
-@needs_bwrap
-@needs_root
+@needs_sandbox
 @pytest.mark.parametrize("how", RUNNERS)
 def test_cwd_through_proc_self_fd_is_refused_and_no_host_fd_leaks(make_bundle, state_root: Path,
                                                                   how: str) -> None:
@@ -273,8 +201,7 @@ def test_cwd_through_proc_self_fd_is_refused_and_no_host_fd_leaks(make_bundle, s
         assert cgroup_dirs(f"{sid}-{TAG}") == [], "a refused create left its cgroup behind"
 
 
-@needs_bwrap
-@needs_root
+@needs_sandbox
 @pytest.mark.parametrize("how", RUNNERS)
 def test_bind_destination_that_is_a_symlink_resolves_inside(make_bundle, state_root: Path, victim: Path,
                                                             how: str) -> None:
@@ -298,8 +225,7 @@ def test_bind_destination_that_is_a_symlink_resolves_inside(make_bundle, state_r
     assert (b / "rootfs" / ("oldroot" + str(victim))).is_dir()  # the mount point, made in the rootfs
 
 
-@needs_bwrap
-@needs_root
+@needs_sandbox
 @pytest.mark.parametrize("how", RUNNERS)
 def test_missing_mount_points_are_made_in_the_rootfs_or_refused(make_bundle, state_root: Path, victim: Path,
                                                                 how: str) -> None:

@@ -9,84 +9,20 @@ use prints the marker.  Runs go through the CLI (``run``) and the library (provi
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import base_config, run_shim, wait_pid
-from sandbox_shim.errors import BundleInvalid
+from conftest import base_config, run_shim
+from sandbox_runs import RUNNERS, SANDBOX_MARKS, TAG, launch, probe, tree_hash
 
-pytestmark = [
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes need root here (cgroups, namespaces)"),
-]
+pytestmark = SANDBOX_MARKS
 
-RUNNERS = ["cli", "lib"]
-TAG = f"t{os.getpid()}"
 SECRET = "B-STORAGE-SECRET-5c1e"
-
-
-@dataclass
-class Result:
-    code: int | None  # exit status of the sandbox; None when refused
-    out: str  # what the probe wrote to /storage/out
-    refused: str  # the refusal message ("" when it ran)
-    err: str = ""
-
-
-def launch(how: str, root: Path, bundle: Path, sid: str) -> Result:
-    """Run ``bundle`` to completion through the CLI (``run``) or the library; collect /storage/out."""
-    sid = f"{sid}-{TAG}"  # ids name cgroups host-wide: keep them apart from other runs on this host
-    out = bundle / "storage" / "out"
-    if out.exists():
-        out.unlink()
-    if how == "cli":
-        r = run_shim(root, "run", "--bundle", str(bundle), sid)
-        refused = r.stderr if "invalid bundle" in r.stderr else ""
-        return Result(None if refused else r.returncode, out.read_text() if out.exists() else "", refused,
-                      r.stderr)
-    from sandbox_shim import api
-    from sandbox_shim.mechanism import Sandbox
-
-    mech = api.default_mechanism(str(root))
-    try:
-        st = api.provision(mech, Sandbox(sid, str(bundle)))
-    except BundleInvalid as e:
-        return Result(None, "", str(e))
-    try:
-        api.start(mech, sid)
-        code = wait_pid(st.pid)
-    finally:
-        api.destroy(mech, sid, force=True)
-    return Result(code, out.read_text() if out.exists() else "", "")
-
-
-def probe(script: str) -> list[str]:
-    """argv running ``script`` with its stdout and stderr in /storage/out."""
-    return ["sh", "-c", f"exec >/storage/out 2>&1; {script}"]
-
-
-def tree_hash(top: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
-    """Every entry under ``top``: type, mode and content or link target (``skip``: relative prefixes)."""
-    out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
-        for name in [*dirnames, *filenames]:
-            p = os.path.join(dirpath, name)
-            rel = os.path.relpath(p, top)
-            if rel.startswith(skip):
-                continue
-            st = os.lstat(p)
-            what = ("l:" + os.readlink(p) if os.path.islink(p) else
-                    "f:" + hashlib.sha256(Path(p).read_bytes()).hexdigest() if os.path.isfile(p) else "d")
-            out[rel] = f"{what}:{st.st_mode:o}"
-    return out
 
 
 @pytest.fixture

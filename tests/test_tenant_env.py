@@ -10,71 +10,21 @@ caller's environment (a credential among them) are not.  Through the CLI and the
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from conftest import base_config, run_shim, wait_pid
+from sandbox_runs import RUNNERS, TAG, launch, needs_sandbox
 from sandbox_shim.bundle import load
 from sandbox_shim.errors import BundleInvalid, ShimError
 from sandbox_shim.hardening import tenant
 
-needs_sandbox = pytest.mark.skipif(shutil.which("bwrap") is None or os.geteuid() != 0,
-                                   reason="needs bwrap and root (cgroups, namespaces)")
-
-RUNNERS = ["cli", "lib"]
-TAG = f"t{os.getpid()}"
 VALUE = "s3cr3t-VALUE-never-echoed-7d41"
 CREDENTIAL_NAMES = ["AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "GITHUB_TOKEN", "api_key", "DB_PASSWORD",
                     "DB_PASS", "PGPASSFILE", "MYSQL_PWD", "OAUTH_CLIENT", "HTTP_AUTHORIZATION", "SESSION_ID",
                     "SSH_PRIVATE", "GOOGLE_APPLICATION_CREDENTIALS", "AWS_CREDS", "my_Secret", "COOKIE_JAR",
                     "SSL_PASSPHRASE", "REQUEST_SIGNATURE"]
 HARMLESS_NAMES = ["PATH", "HOME", "TERM", "LANG", "PWD", "OLDPWD", "TZ", "PYTHONUNBUFFERED", "HOSTNAME"]
-
-
-@dataclass
-class Result:
-    code: int | None  # exit status of the sandbox; None when refused
-    out: str  # what the probe wrote to /storage/out
-    refused: str  # the refusal message ("" when it ran)
-    err: str = ""
-
-
-def launch(how: str, root: Path, bundle: Path, sid: str, caller_env: dict[str, str] | None = None) -> Result:
-    """Run ``bundle`` to completion through the CLI (``run``) or the library, the caller's environment
-    holding ``caller_env`` too; collect /storage/out."""
-    sid = f"{sid}-{TAG}"  # ids name cgroups host-wide: keep them apart from other runs on this host
-    out = bundle / "storage" / "out"
-    if out.exists():
-        out.unlink()
-    extra = caller_env or {}
-    if how == "cli":
-        r = run_shim(root, "run", "--bundle", str(bundle), sid, env=dict(os.environ, **extra))
-        refused = r.stderr if "invalid bundle" in r.stderr else ""
-        return Result(None if refused else r.returncode, out.read_text() if out.exists() else "", refused,
-                      r.stdout + r.stderr)
-    from sandbox_shim import api
-    from sandbox_shim.mechanism import Sandbox
-
-    mech = api.default_mechanism(str(root))
-    saved = dict(os.environ)
-    os.environ.update(extra)
-    try:
-        try:
-            st = api.provision(mech, Sandbox(sid, str(bundle)))
-        except BundleInvalid as e:
-            return Result(None, "", str(e))
-        try:
-            api.start(mech, sid)
-            code = wait_pid(st.pid)
-        finally:
-            api.destroy(mech, sid, force=True)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    return Result(code, out.read_text() if out.exists() else "", "")
 
 
 # "; true": without it busybox sh exec's tr, and an environ file opened before exec(2) reads empty

@@ -10,7 +10,7 @@ import importlib
 
 import click
 
-from .output import DEFAULT_ROOT, Globals
+from .output import DEFAULT_ROOT, Globals, attach_telemetry
 
 #: module name under sandbox_shim.cli -> attribute holding the click command
 COMMANDS: list[str] = [
@@ -51,6 +51,7 @@ def cli(
 ) -> None:
     """sandbox-shim: run OCI bundles as sandboxes with the host's own isolation."""
     ctx.obj = Globals(root=root, log=log_file, log_format=log_format, debug=debug)
+    attach_telemetry(ctx.obj)
 
 
 for _entry in COMMANDS:

@@ -17,7 +17,7 @@ import signal as _signal
 import sys
 
 from ..errors import ShimError, UsageError
-from .output import Globals, fail, log
+from .output import Globals, attach_telemetry, fail, log
 
 _VALUE_FLAGS = {
     "create": {"-b": "bundle", "--bundle": "bundle", "--pid-file": "pid_file",
@@ -133,6 +133,7 @@ def main(argv: list[str]) -> int:
     g = Globals()
     try:
         g, verb, opts, pos = parse(argv)
+        attach_telemetry(g)
         if not pos:
             raise UsageError(f"{verb} needs a container id", f"usage: sandbox-shim {verb} [flags] ID")
         max_pos = 2 if verb == "kill" else 1

@@ -73,3 +73,20 @@ def emit_json(obj: Any) -> None:
     """Print ``obj`` as indented JSON on stdout."""
     sys.stdout.write(json.dumps(obj, indent=2) + "\n")
     sys.stdout.flush()
+
+
+def attach_telemetry(g: Globals) -> None:
+    """With ``--debug --log FILE --log-format json``, write every library event (``telemetry.py``) to
+    the log as a ``debug`` record.  Only with ``--debug``: podman reads the whole ``--log`` file as one
+    JSON object when a command fails, so it must hold nothing but the error unless asked."""
+    if not (g.debug and g.log and g.log_format == "json"):
+        return
+    from .. import telemetry
+
+    def handler(event: tuple[str, str, str], measurements: dict[str, int],
+                metadata: dict[str, Any]) -> None:
+        meta = {k: v for k, v in metadata.items() if v is not None}
+        log(g, "debug", ".".join(event), **measurements, **meta)
+
+    telemetry.attach("cli-log", handler)
+
