@@ -85,3 +85,22 @@ def test_refusal_raises_before_anything_is_made(make_bundle, state_root: Path) -
         sandbox_shim.provision(mech, sandbox_shim.Sandbox("ref", str(b)))
     assert [r.name for r in ei.value.reports] == ["job-object"]
     assert not (state_root / "ref").exists() and cgroup_dirs("ref") == []
+
+
+def test_cli_json_log_carries_telemetry_only_with_debug(make_bundle, state_root: Path, tmp_path: Path) -> None:
+    import json
+
+    from conftest import run_shim
+
+    b = make_bundle()
+    quiet, loud = tmp_path / "quiet.log", tmp_path / "loud.log"
+    assert run_shim(state_root, "--log", str(quiet), "--log-format", "json", "create", "--bundle", str(b),
+                    "t1").returncode == 0
+    assert not quiet.exists() or quiet.read_text() == ""  # podman parses this file whole on error
+    assert run_shim(state_root, "--debug", "--log", str(loud), "--log-format", "json", "delete", "--force",
+                    "t1").returncode == 0
+    recs = [json.loads(line) for line in loud.read_text().splitlines()]
+    names = [r["msg"] for r in recs if r["level"] == "debug"]
+    assert "sandbox_shim.destroy.start" in names and "sandbox_shim.destroy.stop" in names
+    stop = next(r for r in recs if r["msg"] == "sandbox_shim.destroy.stop")
+    assert stop["duration"] > 0 and stop["sandbox_id"] == "t1" and stop["time"].endswith("Z")
