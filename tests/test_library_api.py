@@ -87,7 +87,8 @@ def test_refusal_raises_before_anything_is_made(make_bundle, state_root: Path) -
     assert not (state_root / "ref").exists() and cgroup_dirs("ref") == []
 
 
-def test_cli_json_log_carries_telemetry_only_with_debug(make_bundle, state_root: Path, tmp_path: Path) -> None:
+def test_cli_json_log_carries_telemetry_only_with_debug(make_bundle, state_root: Path,
+                                                        tmp_path: Path) -> None:
     import json
 
     from conftest import run_shim
