@@ -123,6 +123,8 @@ def cgroup_dirs(sandbox_id: str) -> list[str]:
     """Every cgroup directory named after ``sandbox_id`` under our default parent, in any hierarchy."""
     import glob
 
-    return glob.glob(f"/sys/fs/cgroup/*/sandbox-shim/{sandbox_id}") + glob.glob(
-        f"/sys/fs/cgroup/sandbox-shim/{sandbox_id}"
-    )
+    found = []
+    for pattern in ("/sys/fs/cgroup/*/sandbox-shim/*/{}", "/sys/fs/cgroup/sandbox-shim/*/{}",
+                    "/sys/fs/cgroup/*/sandbox-shim/{}", "/sys/fs/cgroup/sandbox-shim/{}"):
+        found += glob.glob(pattern.format(glob.escape(sandbox_id)))
+    return found

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import base_config
+from conftest import base_config, cgroup_dirs
 from sandbox_shim import api
 from sandbox_shim.control import facts
 from sandbox_shim.errors import CouldNotRun, LimitExceeded
@@ -62,9 +62,7 @@ def procs_with(marker: str) -> list[int]:
 
 
 def no_cgroup_left(sid: str) -> bool:
-    return not any(os.path.isdir(f"/sys/fs/cgroup/{c}/sandbox-shim/{sid}")
-                   for c in ("memory", "pids", "cpu", "cpuacct", "freezer")) and \
-        not os.path.isdir(f"/sys/fs/cgroup/unified/sandbox-shim/{sid}")
+    return cgroup_dirs(sid) == []
 
 
 @pytest.fixture

@@ -61,7 +61,8 @@ def rfc3339(t: float) -> str:
 
 
 def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
-              console_socket: str | None = None, preserve_fds: int = 0) -> Status:
+              console_socket: str | None = None, preserve_fds: int = 0,
+              stdio: tuple[int, int, int] | None = None) -> Status:
     """OCI create: validate, plan, check capabilities, make resources, hold the process before user code.
 
     Then the prestart, createRuntime and createContainer hooks run (``hooks``); a failing one
@@ -72,6 +73,8 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
         pid_file: where to write the pid (digits only, atomically), or None.
         console_socket: unix socket path to send the pty master to (``process.terminal``), or None.
         preserve_fds: how many fds from 3 up the workload inherits (runc ``--preserve-fds``).
+        stdio: (stdin, stdout, stderr) fds for the sandbox, or None for this process's own (OCI create
+            hands the caller's stdio to the container).
     Returns:
         the ``created`` status.
     Raises:
@@ -93,11 +96,12 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
         sandbox.bundle = spec.bundle
         sandbox.private["dir"] = d
         sandbox.private["on_cgroup"] = lambda info: store.write_cgroup_index(sandbox.id, info)
-        sandbox.private.update(console_socket=console_socket, preserve_fds=preserve_fds)
+        sandbox.private.update(console_socket=console_socket, preserve_fds=preserve_fds, stdio=stdio)
         try:
             store.write(rec)
             mechanism.provision(sandbox, plan)
             sandbox.private.pop("on_cgroup", None)
+            sandbox.private.pop("stdio", None)
             init = sandbox.private["init_pid"]
             doc = hooks.state_doc(sandbox.id, "creating", init, spec.bundle, spec.annotations)
             for phase in ("prestart", "createRuntime", "createContainer"):

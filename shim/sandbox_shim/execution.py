@@ -26,11 +26,9 @@ import os
 import select
 import signal as _signal
 import subprocess
-import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import api
@@ -133,34 +131,6 @@ def execute(mechanism: Any, sandbox_id: str, command: tuple[str, Sequence[str]],
 
 # -- a bundle's own process ---------------------------------------------------------------------------
 
-_stdio_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _stdio(out_fd: int, err_fd: int) -> Iterator[None]:
-    """Point this process's fds 0/1/2 at /dev/null, ``out_fd``, ``err_fd`` while bwrap is spawned.
-
-    The mechanism gives bwrap the caller's stdio; this is how a library caller captures a bundle's
-    output without a terminal.  Serialised by a lock; other threads' writes to fd 1/2 in the window
-    would land in the capture.
-    """
-    with _stdio_lock:
-        for f in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                f.flush()
-        saved = [os.dup(i) for i in (0, 1, 2)]
-        null = os.open(os.devnull, os.O_RDONLY)
-        try:
-            for i, fd in enumerate((null, out_fd, err_fd)):
-                os.dup2(fd, i)
-            yield
-        finally:
-            for i, fd in enumerate(saved):
-                os.dup2(fd, i)
-                os.close(fd)
-            os.close(null)
-
-
 def _wait_exit(mechanism: Any, sb: Sandbox, pid: int, deadline: float | None) -> int | None:
     """Wait for bwrap's monitor ``pid`` until ``deadline`` (monotonic): its exit status, None on timeout."""
     try:
@@ -243,9 +213,8 @@ def run_bundle(mechanism: Any, sandbox_id: str, bundle: str | os.PathLike[str],
     """
     preflight(os.fspath(bundle))
     sb = Sandbox(sandbox_id, os.fspath(bundle))
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        with _stdio(out.fileno(), err.fileno()):
-            api.provision(mechanism, sb)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, open(os.devnull, "rb") as null:
+        api.provision(mechanism, sb, stdio=(null.fileno(), out.fileno(), err.fileno()))
         try:
             rec = api._store(mechanism).read(sandbox_id)
             sb = api._sandbox(rec, api._store(mechanism))

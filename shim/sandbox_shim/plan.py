@@ -100,7 +100,7 @@ def _mount(i: int, m: dict[str, Any], bundle: str) -> tuple[Mount | None, str | 
     return None, f"/mounts/{i}: mount type {kind!r} is not supported; skipped"
 
 
-def make_plan(spec: Spec, sandbox_id: str) -> Plan:
+def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim") -> Plan:
     """Build the tenant ``Plan`` for ``spec`` (the only profile bundles run under).
 
     Rules: namespaces listed are new (with ``path``: joined), absent ones shared (runtime-spec
@@ -150,7 +150,8 @@ def make_plan(spec: Spec, sandbox_id: str) -> Plan:
     if spec.settings.requires:
         required += [r for r in spec.settings.requires if r not in required]
 
-    cgroups_path = linux.get("cgroupsPath") or f"/sandbox-shim/{sandbox_id}"
+    # without a cgroupsPath: under ``cgroup_parent`` (per state root, so two roots' ids never collide)
+    cgroups_path = linux.get("cgroupsPath") or f"{cgroup_parent}/{sandbox_id}"
     if not cgroups_path.startswith("/"):
         cgroups_path = "/sandbox-shim/" + cgroups_path
 

@@ -15,9 +15,8 @@ import os
 import shutil
 import signal as _signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,26 +39,6 @@ def _repo_script(name: str) -> str | None:
         if cand.is_file():
             return str(cand)
     return None
-
-
-@contextlib.contextmanager
-def captured_stdio(out_fd: int, err_fd: int) -> Iterator[None]:
-    """Point fds 0/1/2 at /dev/null, ``out_fd``, ``err_fd`` while a sandbox is created: the Linux
-    mechanism hands the creating process's stdio to the sandbox (OCI create without a console)."""
-    for f in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            f.flush()
-    saved = [os.dup(i) for i in (0, 1, 2)]
-    null = os.open(os.devnull, os.O_RDONLY)
-    try:
-        for i, fd in enumerate((null, out_fd, err_fd)):
-            os.dup2(fd, i)
-        yield
-    finally:
-        for i, fd in enumerate(saved):
-            os.dup2(fd, i)
-            os.close(fd)
-        os.close(null)
 
 
 class ApiTarget(ConformanceTarget):
@@ -229,8 +208,8 @@ class ApiTarget(ConformanceTarget):
         out = os.path.join(self.workdir, f"{sandbox_id}.out")
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            with captured_stdio(fd, fd):
-                api.provision(self.mechanism, Sandbox(sandbox_id, bundle.path))
+            with open(os.devnull, "rb") as null:
+                api.provision(self.mechanism, Sandbox(sandbox_id, bundle.path), stdio=(null.fileno(), fd, fd))
             self._out[sandbox_id] = out
             self._pids.add(api.status(self.mechanism, sandbox_id).pid)
         finally:

@@ -49,9 +49,13 @@ class LinuxMechanism:
 
     def make_plan(self, spec: Spec, sandbox_id: str) -> Plan:
         """The tenant Plan for ``spec``; raises ``CapabilityUnavailable`` if this host lacks what it needs."""
+        import hashlib
+
         from ...plan import make_plan
 
-        plan = make_plan(spec, sandbox_id)
+        root = getattr(self, "root", None) or ""
+        tag = hashlib.sha256(root.encode()).hexdigest()[:10]  # ids are unique per state root only
+        plan = make_plan(spec, sandbox_id, cgroup_parent=f"/sandbox-shim/{tag}")
         self.require(plan.required)
         return plan
 
@@ -142,7 +146,7 @@ class LinuxMechanism:
                 # bwrap starts inside the sandbox's cgroup, so the cgroup namespace it makes is rooted
                 # there and its child never runs outside it (one migration, paid before exec)
                 proc = _spawn([bwrap, "--args", str(fds["args"]), *argv[sep:]], [*fds.values(), *preserved],
-                              pty[1] if pty else None, joins,
+                              (pty[1],) * 3 if pty else priv.get("stdio"), joins,
                               [os.path.join(x, "cgroup.procs") for x in cg.dirs() if os.path.isdir(x)])
             finally:
                 for _, jfd in joins:
@@ -331,13 +335,14 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
-def _spawn(argv: list[str], fds: list[int], tty: int | None = None,
+def _spawn(argv: list[str], fds: list[int], stdio_fds: tuple[int, ...] | None = None,
            joins: list[tuple[str, int]] | None = None, cgroup_procs: list[str] | None = None,
            ) -> subprocess.Popen[bytes]:
     """Start bwrap with ``fds`` (kept at their numbers) in a minimal environment.
 
     Args:
-        tty: a pty slave to use as stdin/stdout/stderr (terminal sandboxes), else our stdio.
+        stdio_fds: (stdin, stdout, stderr) for bwrap and so the sandbox — a pty slave thrice for a
+            terminal sandbox, the library caller's choice, or None for this process's own.
         joins: ``(type, fd)`` namespaces to setns(2) into in the child before exec (namespaces.enter).
         cgroup_procs: ``cgroup.procs`` files the child writes itself into before exec (cgroups(7)).
     Raises:
@@ -347,7 +352,7 @@ def _spawn(argv: list[str], fds: list[int], tty: int | None = None,
 
     from . import namespaces
 
-    stdio = {"stdin": tty, "stdout": tty, "stderr": tty} if tty is not None else {}
+    stdio = dict(zip(("stdin", "stdout", "stderr"), stdio_fds, strict=True)) if stdio_fds else {}
     procs = [os.fsencode(p) for p in cgroup_procs or []]
 
     def preexec() -> None:  # between fork and exec: plain syscalls only
