@@ -46,8 +46,8 @@ class Box:
         return int(text) if text else 0
 
     def cgroup(self) -> Any:
-        store = api._store(self.mech)
-        return self.mech.cgroup(api._sandbox(store.read(self.id), store))
+        store = api.store_of(self.mech)
+        return self.mech.cgroup(api.sandbox_of(store.read(self.id), store))
 
 
 @pytest.fixture
@@ -142,8 +142,8 @@ def test_usage_moves_in_the_right_direction(box: Box) -> None:
 @linux_root
 def test_ps_lists_the_sandbox_processes(box: Box) -> None:
     api.start(box.mech, box.id)
-    store = api._store(box.mech)
-    wpid = box.mech.workload_pid(api._sandbox(store.read(box.id), store))
+    store = api.store_of(box.mech)
+    wpid = box.mech.workload_pid(api.sandbox_of(store.read(box.id), store))
     assert wpid in control.ps(box.mech, box.id)
     r = cli(box.mech.root, "ps", "--format", "json", box.id)
     assert wpid in json.loads(r.stdout)
@@ -172,8 +172,8 @@ def test_stop_kills_a_workload_that_ignores_sigterm(make_bundle: Any, state_root
     script = "trap '' TERM; trap 'echo got-term' USR1; while :; do sleep 0.2; done"
     bundle = make_bundle(base_config(["sh", "-c", script]))
     api.provision(mech, Sandbox("stubborn", str(bundle)))
-    store = api._store(mech)
-    sb = api._sandbox(store.read("stubborn"), store)
+    store = api.store_of(mech)
+    sb = api.sandbox_of(store.read("stubborn"), store)
     cg = mech.cgroup(sb)
     try:
         api.start(mech, "stubborn")

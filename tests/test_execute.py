@@ -60,8 +60,8 @@ class Running:
         self.mech, self.id, self.bundle, self.marker = mech, sid, bundle, marker
 
     def cgroup(self) -> Any:
-        store = api._store(self.mech)
-        return self.mech.cgroup(api._sandbox(store.read(self.id), store))
+        store = api.store_of(self.mech)
+        return self.mech.cgroup(api.sandbox_of(store.read(self.id), store))
 
 
 @pytest.fixture

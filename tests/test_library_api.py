@@ -65,8 +65,8 @@ def test_provision_start_status_usage_stop_destroy(make_bundle, state_root: Path
 def mech_sandbox(mech, sid: str):
     from sandbox_shim import api
 
-    store = api._store(mech)
-    return api._sandbox(store.read(sid), store)
+    store = api.store_of(mech)
+    return api.sandbox_of(store.read(sid), store)
 
 
 def test_capabilities_report_is_probed(state_root: Path) -> None:

@@ -135,8 +135,8 @@ def test_fork_bomb_is_contained(make_bundle: Any, state_root: Path) -> None:
     bundle = make_bundle(config(["sh", "-c", "b(){ b | b & }; b; sleep 600"], pids=32))
     host_before = len([e for e in os.listdir("/proc") if e.isdigit()])
     api.provision(mech, Sandbox("bomb", str(bundle)))
-    store = api._store(mech)
-    cg = mech.cgroup(api._sandbox(store.read("bomb"), store))
+    store = api.store_of(mech)
+    cg = mech.cgroup(api.sandbox_of(store.read("bomb"), store))
     dirs = cg.dirs()
     try:
         api.start(mech, "bomb")

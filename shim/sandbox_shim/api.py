@@ -42,14 +42,16 @@ def default_mechanism(root: str | None = None) -> Any:
     return mech
 
 
-def _store(mechanism: Any) -> StateStore:
+def store_of(mechanism: Any) -> StateStore:
+    """The state store a mechanism keeps its sandboxes in (its ``root``)."""
     return StateStore(getattr(mechanism, "root", None))
 
 
 _IDENTITY = ("pid", "pid_start", "init_pid", "init_start")
 
 
-def _sandbox(rec: Record, store: StateStore) -> Sandbox:
+def sandbox_of(rec: Record, store: StateStore) -> Sandbox:
+    """The ``Sandbox`` a mechanism works on, rebuilt from a stored record (identity from the record)."""
     priv = dict(rec.private)
     priv["dir"] = store.dir(rec.id)
     priv.update({k: getattr(rec, k) for k in _IDENTITY})  # identity lives in the record, once
@@ -88,7 +90,7 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
     plan = mechanism.make_plan(spec, sandbox.id)  # the platform's plan; refusal happens in there
     required = list(getattr(plan, "required", None) or getattr(plan, "requires", None) or [])
     plan_hooks = getattr(plan, "hooks", None) or {}
-    store = _store(mechanism)
+    store = store_of(mechanism)
     with store.new(sandbox.id) as d:
         rec = Record(id=sandbox.id, bundle=spec.bundle, created=rfc3339(time.time()),
                      annotations=spec.annotations, mechanism=mechanism.name, required=required,
@@ -146,7 +148,7 @@ def _drop_cgroups(store: StateStore, sandbox_id: str) -> None:
 def observed_status(mechanism: Any, rec: Record, store: StateStore) -> str:
     """The OCI status as observed now (the stored one corrected by what the kernel says)."""
     if rec.status in ("created", "running"):
-        sb = _sandbox(rec, store)
+        sb = sandbox_of(rec, store)
         if not mechanism.alive(sb):
             return "stopped"
         if rec.status == "running" and mechanism.paused(sb):
@@ -156,14 +158,14 @@ def observed_status(mechanism: Any, rec: Record, store: StateStore) -> str:
 
 def _status(mechanism: Any, rec: Record, store: StateStore) -> Status:
     now = observed_status(mechanism, rec, store)
-    exit_status = mechanism.exit_status(_sandbox(rec, store)) if now == "stopped" else None
+    exit_status = mechanism.exit_status(sandbox_of(rec, store)) if now == "stopped" else None
     return Status(id=rec.id, status=now, pid=rec.pid if now != "stopped" else 0, bundle=rec.bundle,
                   annotations=rec.annotations, exit_status=exit_status, created=rec.created or None)
 
 
 def status(mechanism: Any, sandbox_id: str) -> Status:
     """OCI state of ``sandbox_id``.  Raises ``SandboxNotFound``."""
-    store = _store(mechanism)
+    store = store_of(mechanism)
     return _status(mechanism, store.read(sandbox_id), store)
 
 
@@ -175,13 +177,13 @@ def start(mechanism: Any, sandbox_id: str) -> Status:
     """
     from . import hooks
 
-    store = _store(mechanism)
+    store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
         now = observed_status(mechanism, rec, store)
         st.require(sandbox_id, now, "start")
         mechanism.require(rec.required)
         hk = (rec.private.get("plan") or {}).get("hooks")
-        sb = _sandbox(rec, store)
+        sb = sandbox_of(rec, store)
         try:
             hooks.run(hk, "startContainer", hooks.state_doc(rec.id, "created", rec.init_pid, rec.bundle,
                                                             rec.annotations), rec.init_pid, rec.bundle)
@@ -202,17 +204,17 @@ def start(mechanism: Any, sandbox_id: str) -> Status:
 
 def signal(mechanism: Any, sandbox_id: str, signum: int, all_processes: bool = False) -> None:
     """Deliver ``signum`` (runtime-spec "kill").  Raises ``InvalidState`` unless created/running/paused."""
-    store = _store(mechanism)
+    store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
         st.require(sandbox_id, observed_status(mechanism, rec, store), "kill")
-        mechanism.signal(_sandbox(rec, store), signum, all_processes)
+        mechanism.signal(sandbox_of(rec, store), signum, all_processes)
 
 
 def stop(mechanism: Any, sandbox_id: str, grace: float = 10.0) -> Status:
     """SIGTERM, wait up to ``grace`` seconds, then SIGKILL every process of the cgroup; resources stay."""
-    store = _store(mechanism)
+    store = store_of(mechanism)
     rec = store.read(sandbox_id)
-    sb = _sandbox(rec, store)
+    sb = sandbox_of(rec, store)
     if observed_status(mechanism, rec, store) in st.ACTIVE:
         if mechanism.paused(sb):
             mechanism.cgroup(sb).freeze(False)
@@ -235,7 +237,7 @@ def destroy(mechanism: Any, sandbox_id: str, force: bool = False) -> None:
     Without ``force`` a created, running or paused sandbox is refused (``InvalidState``).  With it,
     an unknown id is not an error, and cgroups recorded for an id whose state dir is gone are removed.
     """
-    store = _store(mechanism)
+    store = store_of(mechanism)
     try:
         cm = store.locked(sandbox_id)
         rec = cm.__enter__()
@@ -250,7 +252,7 @@ def destroy(mechanism: Any, sandbox_id: str, force: bool = False) -> None:
         if not st.can_delete(now, force):
             st.require(sandbox_id, now, "delete")
         if rec.private:
-            mechanism.destroy(_sandbox(rec, store))
+            mechanism.destroy(sandbox_of(rec, store))
         _drop_cgroups(store, sandbox_id)
         store.remove(sandbox_id)
     finally:
@@ -263,8 +265,8 @@ def destroy(mechanism: Any, sandbox_id: str, force: bool = False) -> None:
 
 def usage(mechanism: Any, sandbox_id: str) -> Usage:
     """Resource usage from the sandbox's cgroup."""
-    store = _store(mechanism)
-    return mechanism.usage(_sandbox(store.read(sandbox_id), store))
+    store = store_of(mechanism)
+    return mechanism.usage(sandbox_of(store.read(sandbox_id), store))
 
 
 def list_running(mechanism: Any) -> list[Status]:
@@ -272,7 +274,7 @@ def list_running(mechanism: Any) -> list[Status]:
     but the kernel still shows (``source="observed"``, see ``reconcile``), sorted by id."""
     from .reconcile import lost_sandboxes
 
-    store = _store(mechanism)
+    store = store_of(mechanism)
     out = []
     for sid in store.ids():
         with contextlib.suppress(ShimError):

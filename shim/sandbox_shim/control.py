@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import state as st
-from .api import _sandbox, _store, observed_status
+from .api import observed_status, sandbox_of, store_of
 from .errors import InvalidState, LaunchFailed, ShimError, UsageError
 
 #: v1 memory.limit_in_bytes reads this (PAGE_COUNTER_MAX pages, rounded) when there is no limit
@@ -121,18 +121,18 @@ def pause(mechanism: Any, sandbox_id: str) -> None:
     Raises:
         SandboxNotFound; InvalidState unless running; LaunchFailed if the freezer is missing or stuck.
     """
-    store = _store(mechanism)
+    store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
         st.require(sandbox_id, observed_status(mechanism, rec, store), "pause")
-        _cgroup(mechanism, _sandbox(rec, store)).freeze(True)
+        _cgroup(mechanism, sandbox_of(rec, store)).freeze(True)
 
 
 def resume(mechanism: Any, sandbox_id: str) -> None:
     """Thaw a paused sandbox.  Raises SandboxNotFound; InvalidState unless paused; LaunchFailed."""
-    store = _store(mechanism)
+    store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
         st.require(sandbox_id, observed_status(mechanism, rec, store), "resume")
-        _cgroup(mechanism, _sandbox(rec, store)).freeze(False)
+        _cgroup(mechanism, sandbox_of(rec, store)).freeze(False)
 
 
 _UPDATABLE = {"memory": {"limit", "reservation", "swap"}, "pids": {"limit"},
@@ -161,20 +161,20 @@ def update(mechanism: Any, sandbox_id: str, resources: dict[str, Any]) -> None:
             if key not in ("cpus", "mems") and not (isinstance(val, int) and val > 0):
                 raise UsageError(f"{section}.{key} must be a positive integer (got {val!r})",
                                  "removing a limit (-1) is not supported by update")
-    store = _store(mechanism)
+    store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
         now = observed_status(mechanism, rec, store)
         if now not in st.ACTIVE:
             raise InvalidState(sandbox_id, now, "update", "created, running or paused")
-        _cgroup(mechanism, _sandbox(rec, store)).apply(Limits.from_oci(resources))
+        _cgroup(mechanism, sandbox_of(rec, store)).apply(Limits.from_oci(resources))
 
 
 def ps(mechanism: Any, sandbox_id: str) -> list[int]:
     """Host pids of the sandbox's processes (exec'd ones included), sorted.  bwrap's monitor shares
     the cgroup but is the runtime's, not the sandbox's: it is left out."""
-    store = _store(mechanism)
+    store = store_of(mechanism)
     rec = store.read(sandbox_id)
-    cg = mechanism.cgroup(_sandbox(rec, store))
+    cg = mechanism.cgroup(sandbox_of(rec, store))
     return sorted(p for p in cg.pids() if p != rec.pid) if cg is not None else []
 
 
@@ -183,8 +183,8 @@ def stats(mechanism: Any, sandbox_id: str) -> dict[str, Any]:
 
     Units as runc's: cpu usage in nanoseconds, memory in bytes; a limit of 0 means unlimited.
     """
-    store = _store(mechanism)
-    cg = _cgroup(mechanism, _sandbox(store.read(sandbox_id), store))
+    store = store_of(mechanism)
+    cg = _cgroup(mechanism, sandbox_of(store.read(sandbox_id), store))
     return _stats_event(sandbox_id, facts(cg))
 
 
@@ -201,9 +201,9 @@ def _stats_event(sandbox_id: str, f: Facts) -> dict[str, Any]:
 def events(mechanism: Any, sandbox_id: str, interval: float = 5.0) -> Iterator[dict[str, Any]]:
     """Yield a stats event every ``interval`` seconds, and ``{"type": "oom", "id"}`` when the OOM
     killer acts, until the sandbox stops (runc ``events``).  Raises SandboxNotFound."""
-    store = _store(mechanism)
+    store = store_of(mechanism)
     rec = store.read(sandbox_id)
-    sb = _sandbox(rec, store)
+    sb = sandbox_of(rec, store)
     cg = _cgroup(mechanism, sb)
     seen_ooms = facts(cg).oom_kills
     while True:

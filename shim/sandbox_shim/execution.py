@@ -91,9 +91,9 @@ def execute(mechanism: Any, sandbox_id: str, command: tuple[str, Sequence[str]],
         UsageError, SandboxNotFound, InvalidState, LaunchFailed.
     """
     cmd, args = command
-    store = api._store(mechanism)
+    store = api.store_of(mechanism)
     rec = store.read(sandbox_id)
-    cg = mechanism.cgroup(api._sandbox(rec, store))
+    cg = mechanism.cgroup(api.sandbox_of(rec, store))
     before = facts(cg) if cg else Facts()
     pipe = subprocess.PIPE if capture else None
     s = spawn(mechanism, sandbox_id, [cmd, *args], env=env, cwd=cwd,
@@ -216,8 +216,8 @@ def run_bundle(mechanism: Any, sandbox_id: str, bundle: str | os.PathLike[str],
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, open(os.devnull, "rb") as null:
         api.provision(mechanism, sb, stdio=(null.fileno(), out.fileno(), err.fileno()))
         try:
-            rec = api._store(mechanism).read(sandbox_id)
-            sb = api._sandbox(rec, api._store(mechanism))
+            rec = api.store_of(mechanism).read(sandbox_id)
+            sb = api.sandbox_of(rec, api.store_of(mechanism))
             cg = mechanism.cgroup(sb)
             wall = (rec.private.get("plan") or {}).get("wall_clock")
             limit = min((t for t in (timeout, wall) if t), default=None)

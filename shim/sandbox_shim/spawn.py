@@ -137,10 +137,10 @@ def spawn(mechanism: Any, sandbox_id: str, argv: Sequence[str], *, env: dict[str
         errors, _ = check_env([f"{k}={v}" for k, v in env.items()])
         if errors:
             raise BundleInvalid(errors, what="exec environment")
-    store = api._store(mechanism)
+    store = api.store_of(mechanism)
     with store.locked(sandbox_id) as rec, contextlib.ExitStack() as undo:
         st.require(sandbox_id, api.observed_status(mechanism, rec, store), "exec")
-        sb = api._sandbox(rec, store)
+        sb = api.sandbox_of(rec, store)
         proc = rec.private.get("process")
         wpid = mechanism.workload_pid(sb)
         if not proc or not wpid:

@@ -265,8 +265,8 @@ class ApiTarget(ConformanceTarget):
     def host_pid(self, sandbox_id: str) -> int:
         from .. import api
 
-        store = api._store(self.mechanism)
-        sb = api._sandbox(store.read(sandbox_id), store)
+        store = api.store_of(self.mechanism)
+        sb = api.sandbox_of(store.read(sandbox_id), store)
         return int(self.mechanism.workload_pid(sb))
 
     def close(self) -> None:
