@@ -21,6 +21,10 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0 or 
                                 Path("/usr/bin/bwrap").exists(), reason="needs Linux, root and bwrap")
 
 HEAVY = ("click", "jsonschema", "fastjsonschema", "psutil", "pyroute2", "pyseccomp", "ctypes")
+# standard-library modules that cost milliseconds and that no lifecycle verb needs on its own path:
+# typing, dataclasses (with inspect, ast, dis, tokenize under it), shutil (with bz2, lzma), and
+# subprocess and tempfile (running hooks only)
+STDLIB_UNUSED = ("typing", "dataclasses", "inspect", "ast", "shutil", "bz2", "lzma", "subprocess", "tempfile")
 
 WRAPPER = """
 import atexit, json, sys
@@ -58,6 +62,25 @@ def test_lifecycle_verbs_load_nothing_heavy(tmp_path: Path, state_root: Path,
     assert wait_pid(int(pid_file.read_text())) == 137
     found["delete"] = heavy(loaded(tmp_path, state_root, "delete", "s1"))
     assert found == {"state": [], "start": [], "kill": [], "delete": []}
+
+
+def test_lifecycle_verbs_skip_costly_stdlib_modules(tmp_path: Path, state_root: Path,
+                                                    make_bundle: BundleFactory) -> None:
+    """No typing, dataclasses, shutil; no subprocess/tempfile either (a bundle without hooks)."""
+    bundle = make_bundle(args=["sleep", "30"])
+    pid_file = tmp_path / "pid"
+    created = run_shim(state_root, "create", "--bundle", str(bundle), "--pid-file", str(pid_file), "s3")
+    assert created.returncode == 0, created.stderr
+    mods = {"state": loaded(tmp_path, state_root, "state", "s3"),
+            "start": loaded(tmp_path, state_root, "start", "s3"),
+            "kill": loaded(tmp_path, state_root, "kill", "s3", "KILL")}
+    assert wait_pid(int(pid_file.read_text())) == 137
+    mods["delete"] = loaded(tmp_path, state_root, "delete", "s3")
+    found = {verb: sorted(m for m in names if m in STDLIB_UNUSED) for verb, names in mods.items()}
+    assert found == {"state": [], "start": [], "kill": [], "delete": []}
+    # the control: the wrapper does see what a verb imports (our own modules, and json for state.json)
+    assert {"sandbox_shim.api", "sandbox_shim.state", "json"} <= mods["state"]
+    assert not (state_root / "s3").exists()  # delete removed the state directory all the same
 
 
 def test_start_reads_the_capability_cache_and_loads_no_ctypes(tmp_path: Path, state_root: Path,

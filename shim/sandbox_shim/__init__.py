@@ -15,8 +15,9 @@ Errors: see ``sandbox_shim.errors``.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+TYPE_CHECKING = False  # typing is not imported at run time: the CLI's lifecycle verbs stay cheap
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 
@@ -55,6 +56,8 @@ def __getattr__(name: str) -> Any:
     if target is None:
         raise AttributeError(f"module 'sandbox_shim' has no attribute {name!r}")
     mod, _, attr = target.partition(":")
+    from importlib import import_module
+
     value = getattr(import_module(f"{__name__}.{mod}"), attr or name)
     globals()[name] = value
     return value

@@ -8,16 +8,17 @@ The CLI (``sandbox_shim.cli``) is a thin layer over these functions.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal as _signal
 import time
-from typing import Any
 
 from . import state as st
 from .errors import LaunchFailed, ShimError
 from .mechanism import Sandbox, Status, Usage
 from .state import Record, StateStore
+
+TYPE_CHECKING = False  # typing is not loaded at run time: the CLI's lifecycle verbs stay cheap
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def default_mechanism(root: str | None = None) -> Any:
@@ -82,6 +83,8 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
     Raises:
         BundleInvalid, CapabilityUnavailable, SandboxExists, LaunchFailed (``HookFailed``), CouldNotRun.
     """
+    import contextlib
+
     from . import hooks
     from .bundle import load
 
@@ -212,6 +215,8 @@ def signal(mechanism: Any, sandbox_id: str, signum: int, all_processes: bool = F
 
 def stop(mechanism: Any, sandbox_id: str, grace: float = 10.0) -> Status:
     """SIGTERM, wait up to ``grace`` seconds, then SIGKILL every process of the cgroup; resources stay."""
+    import signal as _signal
+
     store = store_of(mechanism)
     rec = store.read(sandbox_id)
     sb = sandbox_of(rec, store)
@@ -272,6 +277,8 @@ def usage(mechanism: Any, sandbox_id: str) -> Usage:
 def list_running(mechanism: Any) -> list[Status]:
     """Every sandbox under the state root with its observed status, plus sandboxes the store has lost
     but the kernel still shows (``source="observed"``, see ``reconcile``), sorted by id."""
+    import contextlib
+
     from .reconcile import lost_sandboxes
 
     store = store_of(mechanism)

@@ -9,16 +9,18 @@ confinement changes).  The probes themselves live in the ``sandbox_shim.probes``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Callable
 
 from .errors import CapabilityUnavailable
 
+TYPE_CHECKING = False  # no typing or dataclasses at run time: ``start`` loads this module
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
 
-@dataclass(frozen=True)
+
 class Capability:
-    """One probed capability.
+    """One probed capability (immutable, hashable, compared by value).
 
     Attributes:
         name: dotted name, e.g. ``namespace.network``, ``cgroup.memory``, ``bwrap``, ``seccomp``.
@@ -28,14 +30,41 @@ class Capability:
         measured_by: how it was measured (the syscall or command tried).
     """
 
-    name: str
-    available: bool
-    mechanism: str
-    detail: str
-    measured_by: str
+    __match_args__ = ("name", "available", "mechanism", "detail", "measured_by")
+
+    def __init__(self, name: str, available: bool, mechanism: str, detail: str, measured_by: str) -> None:
+        d = self.__dict__
+        d["name"], d["available"], d["mechanism"], d["detail"] = name, available, mechanism, detail
+        d["measured_by"] = measured_by
+
+    def _key(self) -> tuple[str, bool, str, str, str]:
+        return (self.name, self.available, self.mechanism, self.detail, self.measured_by)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__match_args__)
+        return f"{type(self).__qualname__}({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        from dataclasses import FrozenInstanceError  # what a frozen dataclass raises
+
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        from dataclasses import FrozenInstanceError
+
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """``{name, available, mechanism, detail, measured_by}``."""
+        return {k: getattr(self, k) for k in self.__match_args__}
 
 
 Probe = Callable[[], Capability]

@@ -26,14 +26,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-from typing import Any
 
 from .errors import LaunchFailed
+
+TYPE_CHECKING = False  # start and delete import this module: typing and subprocess load only to run a hook
+if TYPE_CHECKING:
+    from typing import Any
 
 REQUIRED = ("prestart", "createRuntime", "createContainer", "startContainer")
 WARN_ONLY = ("poststart", "poststop")
@@ -79,6 +78,8 @@ def _command(phase: str, hook: dict[str, Any], ns_pid: int) -> tuple[list[str], 
     args = list(hook.get("args") or [path])
     if phase not in ("createContainer", "startContainer") or not ns_pid:
         return args, path
+    import shutil
+
     nsenter = shutil.which("nsenter", path="/usr/bin:/bin:/usr/sbin:/sbin")
     if not nsenter:
         raise HookFailed(f"{phase} hook {path}: nsenter(1) is needed to run it in the sandbox's namespaces",
@@ -92,6 +93,10 @@ def _command(phase: str, hook: dict[str, Any], ns_pid: int) -> tuple[list[str], 
 
 def _run_one(phase: str, hook: dict[str, Any], state: dict[str, Any], ns_pid: int, cwd: str) -> str | None:
     """Run one hook; return None on success or a one-line description of the failure."""
+    import signal
+    import subprocess
+    import tempfile
+
     path = hook.get("path", "")
     try:
         argv, exe = _command(phase, hook, ns_pid)

@@ -8,16 +8,43 @@ in ``sandbox_shim.api`` drive a mechanism; the CLI drives the library.  Results 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-
+TYPE_CHECKING = False  # typing is not imported at run time: every lifecycle verb imports this module
 if TYPE_CHECKING:
+    from typing import Any, Protocol, runtime_checkable
+
     from .capability import Capability
     from .plan import Plan
+else:
+    # ``Mechanism`` below becomes a typing.Protocol on first use (``__getattr__`` at the end)
+    Protocol = object
+
+    def runtime_checkable(cls: type) -> type:
+        return cls
+
+# The result types are plain classes with a dataclass's shape (keyword or positional construction,
+# ``==`` by value, the same ``repr``): ``dataclasses`` (and ``inspect`` under it) costs the CLI's
+# lifecycle verbs ~5 ms per call, and they build a ``Sandbox`` or a ``Status`` on every call.
+_NEW: Any = object()  # a mutable default: a fresh dict or list per instance
 
 
-@dataclass
-class Sandbox:
+class _Value:
+    """``repr`` and ``==`` over ``__match_args__`` (the fields, in order), as ``@dataclass`` makes them."""
+
+    __match_args__: tuple[str, ...] = ()
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__match_args__)
+        return f"{type(self).__qualname__}({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return tuple(getattr(self, k) for k in self.__match_args__) == \
+            tuple(getattr(other, k) for k in self.__match_args__)
+
+
+class Sandbox(_Value):
     """A sandbox as the library sees it.
 
     Attributes:
@@ -28,15 +55,18 @@ class Sandbox:
         private: mechanism-private state (pids, cgroup paths, ...), JSON-serialisable.
     """
 
-    id: str
-    bundle: str
-    owner_ref: str | None = None
-    context: dict[str, Any] = field(default_factory=dict)
-    private: dict[str, Any] = field(default_factory=dict)
+    __match_args__ = ("id", "bundle", "owner_ref", "context", "private")
+
+    def __init__(self, id: str, bundle: str, owner_ref: str | None = None,
+                 context: dict[str, Any] = _NEW, private: dict[str, Any] = _NEW) -> None:
+        self.id = id
+        self.bundle = bundle
+        self.owner_ref = owner_ref
+        self.context = {} if context is _NEW else context
+        self.private = {} if private is _NEW else private
 
 
-@dataclass
-class Usage:
+class Usage(_Value):
     """Resource usage of a sandbox, from its cgroup (or psutil where no cgroup serves).
 
     Attributes:
@@ -47,17 +77,22 @@ class Usage:
         io_read_bytes / io_write_bytes: block I/O, bytes, where the host gives it (else None).
     """
 
-    memory_bytes: int | None = None
-    memory_peak_bytes: int | None = None
-    cpu_user_us: int | None = None
-    cpu_system_us: int | None = None
-    pids: int | None = None
-    io_read_bytes: int | None = None
-    io_write_bytes: int | None = None
+    __match_args__ = ("memory_bytes", "memory_peak_bytes", "cpu_user_us", "cpu_system_us", "pids",
+                      "io_read_bytes", "io_write_bytes")
+
+    def __init__(self, memory_bytes: int | None = None, memory_peak_bytes: int | None = None,
+                 cpu_user_us: int | None = None, cpu_system_us: int | None = None, pids: int | None = None,
+                 io_read_bytes: int | None = None, io_write_bytes: int | None = None) -> None:
+        self.memory_bytes = memory_bytes
+        self.memory_peak_bytes = memory_peak_bytes
+        self.cpu_user_us = cpu_user_us
+        self.cpu_system_us = cpu_system_us
+        self.pids = pids
+        self.io_read_bytes = io_read_bytes
+        self.io_write_bytes = io_write_bytes
 
 
-@dataclass
-class Completion:
+class Completion(_Value):
     """A program that ran and ended.
 
     Attributes:
@@ -68,12 +103,16 @@ class Completion:
         usage: resource usage at the end, where measured.
     """
 
-    exit_status: int | None
-    signal: int | None
-    stdout: bytes
-    stderr: bytes
-    duration: float
-    usage: Usage | None = None
+    __match_args__ = ("exit_status", "signal", "stdout", "stderr", "duration", "usage")
+
+    def __init__(self, exit_status: int | None, signal: int | None, stdout: bytes, stderr: bytes,
+                 duration: float, usage: Usage | None = None) -> None:
+        self.exit_status = exit_status
+        self.signal = signal
+        self.stdout = stdout
+        self.stderr = stderr
+        self.duration = duration
+        self.usage = usage
 
     @property
     def shell_status(self) -> int:
@@ -81,25 +120,31 @@ class Completion:
         return self.exit_status if self.exit_status is not None else 128 + (self.signal or 0)
 
 
-@dataclass
-class Status:
+class Status(_Value):
     """OCI state of a sandbox (runtime-spec "State").
 
     Attributes:
         id, status (creating|created|running|paused|stopped), pid (0 when none), bundle, annotations.
         exit_status: the process's exit status once stopped (128+n for a signal), else None.
+        source: "state" (from the state store) or "observed" (found in the kernel only, ``reconcile``).
     """
 
-    id: str
-    status: str
-    pid: int
-    bundle: str
-    annotations: dict[str, str]
-    oci_version: str = "1.0.2"
-    exit_status: int | None = None
-    created: str | None = None
-    source: str = "state"  # "state": from the state store; "observed": found in the kernel only (reconcile)
-    pids: list[int] = field(default_factory=list)
+    __match_args__ = ("id", "status", "pid", "bundle", "annotations", "oci_version", "exit_status",
+                      "created", "source", "pids")
+
+    def __init__(self, id: str, status: str, pid: int, bundle: str, annotations: dict[str, str],
+                 oci_version: str = "1.0.2", exit_status: int | None = None, created: str | None = None,
+                 source: str = "state", pids: list[int] = _NEW) -> None:
+        self.id = id
+        self.status = status
+        self.pid = pid
+        self.bundle = bundle
+        self.annotations = annotations
+        self.oci_version = oci_version
+        self.exit_status = exit_status
+        self.created = created
+        self.source = source
+        self.pids = [] if pids is _NEW else pids
 
     def to_oci(self) -> dict[str, Any]:
         """The OCI state JSON (``ociVersion, id, status, pid, bundle, annotations``)."""
@@ -148,3 +193,21 @@ class Mechanism(Protocol):
     def destroy(self, sandbox: Sandbox) -> None:
         """OCI delete: kill what is left and remove every resource made.  Never capability-gated."""
         ...
+
+
+if not TYPE_CHECKING:
+    _MECHANISM_BODY = Mechanism  # the class statement above, as a plain class
+    del Mechanism, Protocol, runtime_checkable
+
+    def __getattr__(name: str) -> object:
+        """``Mechanism``, made a ``runtime_checkable`` ``typing.Protocol`` on first use (PEP 562):
+        importing ``typing`` costs each lifecycle verb ~2 ms, and none of them needs the protocol."""
+        if name != "Mechanism":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import types
+        import typing
+
+        body = {k: v for k, v in vars(_MECHANISM_BODY).items() if k not in ("__dict__", "__weakref__")}
+        proto = types.new_class("Mechanism", (typing.Protocol,), exec_body=lambda ns: ns.update(body))
+        globals()["Mechanism"] = typing.runtime_checkable(proto)
+        return globals()["Mechanism"]

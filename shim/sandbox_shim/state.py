@@ -18,10 +18,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from .errors import InvalidState, SandboxExists, SandboxNotFound, StateCorrupt, UsageError
 
@@ -31,6 +27,11 @@ ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}$")  # one file name, wit
 MARKER = ".sandbox-shim"
 
 ACTIVE = ("created", "running", "paused")
+
+TYPE_CHECKING = False  # no typing or dataclasses at run time: every lifecycle verb imports this module
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 
 def can_start(status: str) -> bool:
@@ -116,28 +117,45 @@ def same_process(pid: int, start: int | None) -> bool:
     return proc_start_time(pid) == start and proc_state(pid) not in (None, "Z", "X")
 
 
-@dataclass
 class Record:
-    """What is stored for a sandbox (``state.json``)."""
+    """What is stored for a sandbox (``state.json``): one attribute per key of ``FIELDS``."""
 
-    id: str
-    bundle: str
-    status: str = "creating"
-    pid: int = 0
-    pid_start: int | None = None
-    init_pid: int = 0
-    init_start: int | None = None
-    created: str = ""
-    annotations: dict[str, str] = field(default_factory=dict)
-    mechanism: str = "linux"
-    required: list[str] = field(default_factory=list)
-    private: dict[str, Any] = field(default_factory=dict)
-    owner_ref: str | None = None
-    context: dict[str, Any] = field(default_factory=dict)
+    FIELDS = ("id", "bundle", "status", "pid", "pid_start", "init_pid", "init_start", "created",
+              "annotations", "mechanism", "required", "private", "owner_ref", "context")
+
+    def __init__(self, id: str, bundle: str, status: str = "creating", pid: int = 0,
+                 pid_start: int | None = None, init_pid: int = 0, init_start: int | None = None,
+                 created: str = "", annotations: dict[str, str] | None = None, mechanism: str = "linux",
+                 required: list[str] | None = None, private: dict[str, Any] | None = None,
+                 owner_ref: str | None = None, context: dict[str, Any] | None = None) -> None:
+        self.id = id
+        self.bundle = bundle
+        self.status = status
+        self.pid = pid
+        self.pid_start = pid_start
+        self.init_pid = init_pid
+        self.init_start = init_start
+        self.created = created
+        self.annotations: dict[str, str] = {} if annotations is None else annotations
+        self.mechanism = mechanism
+        self.required: list[str] = [] if required is None else required
+        self.private: dict[str, Any] = {} if private is None else private
+        self.owner_ref = owner_ref
+        self.context: dict[str, Any] = {} if context is None else context
+
+    def __repr__(self) -> str:
+        return f"Record({', '.join(f'{k}={getattr(self, k)!r}' for k in self.FIELDS)})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Record:
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known = {k: v for k, v in d.items() if k in cls.FIELDS}
         return cls(**known)
 
 
@@ -216,12 +234,13 @@ class StateStore:
 
     def write(self, rec: Record) -> None:
         """Replace ``state.json`` atomically."""
-        write_atomic(os.path.join(self.dir(rec.id), "state.json"), json.dumps(asdict(rec)))
+        doc = {k: getattr(rec, k) for k in rec.FIELDS}
+        write_atomic(os.path.join(self.dir(rec.id), "state.json"), json.dumps(doc))
 
     def remove(self, sandbox_id: str) -> None:
         """Remove ``ROOT/ID`` entirely (idempotent) — only a directory this store made."""
         if self.is_ours(sandbox_id):
-            shutil.rmtree(self.dir(sandbox_id), ignore_errors=True)
+            _rmtree(self.dir(sandbox_id))
 
     def ids(self) -> list[str]:
         """Ids with a state directory, sorted."""
@@ -245,6 +264,24 @@ class StateStore:
     def drop_cgroup_index(self, sandbox_id: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.cgroup_index(sandbox_id))
+
+
+def _rmtree(d: str) -> None:
+    """``shutil.rmtree(d, ignore_errors=True)``, without loading shutil (and bz2, lzma under it) for the
+    usual state directory: plain files only.  Anything else (a subdirectory, an error) goes to rmtree."""
+    try:
+        with os.scandir(d) as it:
+            entries = list(it)
+        if not any(e.is_dir(follow_symlinks=False) for e in entries):
+            for e in entries:
+                os.unlink(e.path)
+            os.rmdir(d)
+            return
+    except OSError:
+        pass
+    import shutil
+
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def write_atomic(path: str, text: str, mode: int = 0o600) -> None:

@@ -17,17 +17,20 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+
+TYPE_CHECKING = False  # typing stays unloaded at run time: every lifecycle verb imports this module
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    F = TypeVar("F", bound=Callable[..., Any])
 
 CALLS = ("provision", "start", "stop", "destroy", "signal", "status", "usage", "execute", "list_running")
 PHASES = ("start", "stop", "exception")
 
 Event = tuple[str, str, str]
-Handler = Callable[[Event, dict[str, int], dict[str, Any]], None]
+Handler = Callable[[Event, dict[str, int], dict[str, "Any"]], None]
 
 _handlers: dict[str, Handler] = {}
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def attach(handler_id: str, handler: Handler) -> None:

@@ -10,22 +10,38 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
-from typing import Any, NoReturn
 
 from ..errors import ShimError
+
+TYPE_CHECKING = False  # no typing (nor dataclasses) at run time: every lifecycle verb loads this module
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 DEFAULT_ROOT = "/run/sandbox-shim"
 
 
-@dataclass
 class Globals:
     """Global flags (runc grammar): ``--root``, ``--log``, ``--log-format``, ``--debug``."""
 
-    root: str = DEFAULT_ROOT
-    log: str | None = None
-    log_format: str = "text"
-    debug: bool = False
+    __match_args__ = ("root", "log", "log_format", "debug")
+
+    def __init__(self, root: str = DEFAULT_ROOT, log: str | None = None, log_format: str = "text",
+                 debug: bool = False) -> None:
+        self.root = root
+        self.log = log
+        self.log_format = log_format
+        self.debug = debug
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__match_args__)
+        return f"{type(self).__qualname__}({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.__match_args__)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable and compared by value, like a dataclass
 
 
 def rfc3339_now() -> str:

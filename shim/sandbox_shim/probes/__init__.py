@@ -15,8 +15,6 @@ and a cache hit on a lifecycle verb never loads ctypes or runs a program.
 
 from __future__ import annotations
 
-from importlib import import_module
-
 _LAZY: dict[str, str] = {
     "NAMESPACES": "kernel", "UNSHARE": "kernel", "probe_namespace": "kernel",
     "probe_no_new_privs": "kernel", "probe_seccomp": "kernel", "probe_landlock": "kernel",
@@ -33,6 +31,8 @@ __all__ = sorted(_LAZY)
 
 def load_all() -> None:
     """Import the modules that register probes with ``capability.register``."""
+    from importlib import import_module
+
     import_module(f"{__name__}.kernel")
     import_module(f"{__name__}.host")
 
@@ -41,6 +41,8 @@ def __getattr__(name: str) -> object:
     mod = _LAZY.get(name)
     if mod is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
     value = getattr(import_module(f"{__name__}.{mod}"), name)
     globals()[name] = value
     return value

@@ -16,22 +16,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import signal as _signal
 import time
-from typing import TYPE_CHECKING, Any
 
-from ...capability import Capability
 from ...errors import LaunchFailed
 from ...mechanism import Sandbox, Status, Usage
 from ...state import proc_start_time, same_process
 from . import process as procs
 from .cgroups import Limits, manager
 
+TYPE_CHECKING = False  # typing is not loaded at run time: the lifecycle verbs stay cheap
 if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load them
     import subprocess
+    from typing import Any
 
     from ...bundle import Spec
+    from ...capability import Capability
     from ...plan import Plan
 
 READY_TIMEOUT = 30.0  # seconds bwrap may take to set up mounts
@@ -153,6 +153,8 @@ class LinuxMechanism:
                     os.close(jfd)
             undo.callback(_kill_quietly, proc)
             child = _wait_ready(proc, status_file, fds["block"])
+            import resource
+
             for name, soft, hard in plan.rlimits:
                 resource.prlimit(child, getattr(resource, name), (soft, hard))
             if plan.network == "isolated":

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not loaded at run time: the lifecycle verbs import this module
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def read_status_file(path: str) -> list[dict[str, Any]]:

@@ -12,30 +12,49 @@ import errno
 import os
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any
 
 from ....errors import LaunchFailed
 from ....mechanism import Usage
 
+TYPE_CHECKING = False  # no typing or dataclasses at run time: the lifecycle verbs load this module
+if TYPE_CHECKING:
+    from typing import Any
 
-@dataclass
+
 class Limits:
     """Resource limits from OCI ``linux.resources`` (runtime-spec config-linux.md "Control groups").
 
     Units: bytes for memory; microseconds for cpu quota/period; a count for pids.
     ``memory_swap`` is memory+swap (the OCI meaning), as v1's ``memory.memsw.limit_in_bytes``.
+    Compared by value; every field defaults to None (no limit).
     """
 
-    memory_limit: int | None = None
-    memory_swap: int | None = None
-    memory_reservation: int | None = None
-    pids_limit: int | None = None
-    cpu_shares: int | None = None
-    cpu_quota: int | None = None
-    cpu_period: int | None = None
-    cpu_cpus: str | None = None
-    cpu_mems: str | None = None
+    __match_args__ = ("memory_limit", "memory_swap", "memory_reservation", "pids_limit", "cpu_shares",
+                      "cpu_quota", "cpu_period", "cpu_cpus", "cpu_mems")
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __init__(self, memory_limit: int | None = None, memory_swap: int | None = None,
+                 memory_reservation: int | None = None, pids_limit: int | None = None,
+                 cpu_shares: int | None = None, cpu_quota: int | None = None, cpu_period: int | None = None,
+                 cpu_cpus: str | None = None, cpu_mems: str | None = None) -> None:
+        self.memory_limit = memory_limit
+        self.memory_swap = memory_swap
+        self.memory_reservation = memory_reservation
+        self.pids_limit = pids_limit
+        self.cpu_shares = cpu_shares
+        self.cpu_quota = cpu_quota
+        self.cpu_period = cpu_period
+        self.cpu_cpus = cpu_cpus
+        self.cpu_mems = cpu_mems
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__match_args__)
+        return f"{type(self).__qualname__}({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.__match_args__)
 
     @classmethod
     def from_oci(cls, resources: dict[str, Any] | None) -> Limits:

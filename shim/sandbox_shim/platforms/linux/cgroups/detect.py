@@ -8,7 +8,6 @@ them — a hybrid host (v1 controllers plus a cgroup2 mount holding only e.g. hu
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .base import CgroupManager
@@ -18,9 +17,8 @@ CORE = ("memory", "pids")
 V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "cpuset", "freezer")
 
 
-@dataclass(frozen=True)
 class Layout:
-    """Cgroup mounts on this host.
+    """Cgroup mounts on this host (immutable, compared by value).
 
     Attributes:
         v2_mount: the cgroup2 mount point, or None.
@@ -28,9 +26,31 @@ class Layout:
         v1_mounts: v1 controller name -> mount point (a co-mounted pair such as ``cpu,cpuacct`` maps both).
     """
 
-    v2_mount: str | None = None
-    v2_controllers: frozenset[str] = frozenset()
-    v1_mounts: dict[str, str] = field(default_factory=dict)
+    __match_args__ = ("v2_mount", "v2_controllers", "v1_mounts")
+
+    def __init__(self, v2_mount: str | None = None, v2_controllers: frozenset[str] = frozenset(),
+                 v1_mounts: dict[str, str] | None = None) -> None:
+        d = self.__dict__
+        d["v2_mount"], d["v2_controllers"] = v2_mount, v2_controllers
+        d["v1_mounts"] = {} if v1_mounts is None else v1_mounts
+
+    def __repr__(self) -> str:
+        return f"Layout(v2_mount={self.v2_mount!r}, v2_controllers={self.v2_controllers!r}, " \
+               f"v1_mounts={self.v1_mounts!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.v2_mount, self.v2_controllers, self.v1_mounts) == \
+            (other.v2_mount, other.v2_controllers, other.v1_mounts)  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:  # as a frozen dataclass: raises TypeError, ``v1_mounts`` being a dict
+        return hash((self.v2_mount, self.v2_controllers, self.v1_mounts))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        from dataclasses import FrozenInstanceError  # what a frozen dataclass raises
+
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
     @property
     def version(self) -> int:
