@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .errors import CapabilityUnavailable
+from .values import FrozenValue
 
 TYPE_CHECKING = False  # no typing or dataclasses at run time: ``start`` loads this module
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-class Capability:
+class Capability(FrozenValue):
     """One probed capability (immutable, hashable, compared by value).
 
     Attributes:
@@ -33,34 +34,8 @@ class Capability:
     __match_args__ = ("name", "available", "mechanism", "detail", "measured_by")
 
     def __init__(self, name: str, available: bool, mechanism: str, detail: str, measured_by: str) -> None:
-        d = self.__dict__
-        d["name"], d["available"], d["mechanism"], d["detail"] = name, available, mechanism, detail
-        d["measured_by"] = measured_by
-
-    def _key(self) -> tuple[str, bool, str, str, str]:
-        return (self.name, self.available, self.mechanism, self.detail, self.measured_by)
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__match_args__)
-        return f"{type(self).__qualname__}({fields})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._key() == other._key()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __setattr__(self, name: str, value: object) -> None:
-        from dataclasses import FrozenInstanceError  # what a frozen dataclass raises
-
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        from dataclasses import FrozenInstanceError
-
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
+        self._set(name=name, available=available, mechanism=mechanism, detail=detail,
+                  measured_by=measured_by)
 
     def to_dict(self) -> dict[str, Any]:
         """``{name, available, mechanism, detail, measured_by}``."""

@@ -8,6 +8,8 @@ put into any message.
 
 from __future__ import annotations
 
+from .values import FrozenValue
+
 TYPE_CHECKING = False  # typing and dataclasses stay unloaded: every lifecycle verb imports this module
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -50,7 +52,7 @@ class UsageError(ShimError):
     kind = "usage"
 
 
-class BundleProblem:
+class BundleProblem(FrozenValue):
     """One problem found in a bundle (immutable, hashable, compared by value).
 
     Attributes:
@@ -63,33 +65,7 @@ class BundleProblem:
     __match_args__ = ("pointer", "message", "rule", "hint")
 
     def __init__(self, pointer: str, message: str, rule: str, hint: str = "") -> None:
-        d = self.__dict__
-        d["pointer"], d["message"], d["rule"], d["hint"] = pointer, message, rule, hint
-
-    def _key(self) -> tuple[str, str, str, str]:
-        return (self.pointer, self.message, self.rule, self.hint)
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__match_args__)
-        return f"{type(self).__qualname__}({fields})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._key() == other._key()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __setattr__(self, name: str, value: object) -> None:
-        from dataclasses import FrozenInstanceError  # what a frozen dataclass raises
-
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        from dataclasses import FrozenInstanceError
-
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
+        self._set(pointer=pointer, message=message, rule=rule, hint=hint)
 
     def line(self) -> str:
         where = self.pointer or "/"

@@ -8,6 +8,8 @@ in ``sandbox_shim.api`` drive a mechanism; the CLI drives the library.  Results 
 
 from __future__ import annotations
 
+from .values import Value
+
 TYPE_CHECKING = False  # typing is not imported at run time: every lifecycle verb imports this module
 if TYPE_CHECKING:
     from typing import Any, Protocol, runtime_checkable
@@ -21,30 +23,12 @@ else:
     def runtime_checkable(cls: type) -> type:
         return cls
 
-# The result types are plain classes with a dataclass's shape (keyword or positional construction,
-# ``==`` by value, the same ``repr``): ``dataclasses`` (and ``inspect`` under it) costs the CLI's
-# lifecycle verbs ~5 ms per call, and they build a ``Sandbox`` or a ``Status`` on every call.
+# The result types are ``values.Value`` classes: a dataclass's shape without importing dataclasses.
 _NEW: Any = object()  # a mutable default: a fresh dict or list per instance
 
 
-class _Value:
-    """``repr`` and ``==`` over ``__match_args__`` (the fields, in order), as ``@dataclass`` makes them."""
 
-    __match_args__: tuple[str, ...] = ()
-    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__match_args__)
-        return f"{type(self).__qualname__}({fields})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return tuple(getattr(self, k) for k in self.__match_args__) == \
-            tuple(getattr(other, k) for k in self.__match_args__)
-
-
-class Sandbox(_Value):
+class Sandbox(Value):
     """A sandbox as the library sees it.
 
     Attributes:
@@ -66,7 +50,7 @@ class Sandbox(_Value):
         self.private = {} if private is _NEW else private
 
 
-class Usage(_Value):
+class Usage(Value):
     """Resource usage of a sandbox, from its cgroup (or psutil where no cgroup serves).
 
     Attributes:
@@ -92,7 +76,7 @@ class Usage(_Value):
         self.io_write_bytes = io_write_bytes
 
 
-class Completion(_Value):
+class Completion(Value):
     """A program that ran and ended.
 
     Attributes:
@@ -120,7 +104,7 @@ class Completion(_Value):
         return self.exit_status if self.exit_status is not None else 128 + (self.signal or 0)
 
 
-class Status(_Value):
+class Status(Value):
     """OCI state of a sandbox (runtime-spec "State").
 
     Attributes:

@@ -20,6 +20,7 @@ import os
 import re
 
 from .errors import InvalidState, SandboxExists, SandboxNotFound, StateCorrupt, UsageError
+from .values import Value
 
 DEFAULT_ROOT = "/run/sandbox-shim"
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}$")  # one file name, with room for suffixes
@@ -117,11 +118,12 @@ def same_process(pid: int, start: int | None) -> bool:
     return proc_start_time(pid) == start and proc_state(pid) not in (None, "Z", "X")
 
 
-class Record:
+class Record(Value):
     """What is stored for a sandbox (``state.json``): one attribute per key of ``FIELDS``."""
 
     FIELDS = ("id", "bundle", "status", "pid", "pid_start", "init_pid", "init_start", "created",
               "annotations", "mechanism", "required", "private", "owner_ref", "context")
+    __match_args__ = FIELDS
 
     def __init__(self, id: str, bundle: str, status: str = "creating", pid: int = 0,
                  pid_start: int | None = None, init_pid: int = 0, init_start: int | None = None,
@@ -142,16 +144,6 @@ class Record:
         self.private: dict[str, Any] = {} if private is None else private
         self.owner_ref = owner_ref
         self.context: dict[str, Any] = {} if context is None else context
-
-    def __repr__(self) -> str:
-        return f"Record({', '.join(f'{k}={getattr(self, k)!r}' for k in self.FIELDS)})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return all(getattr(self, k) == getattr(other, k) for k in self.FIELDS)
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Record:

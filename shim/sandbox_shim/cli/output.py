@@ -12,6 +12,7 @@ import sys
 import time
 
 from ..errors import ShimError
+from ..values import Value
 
 TYPE_CHECKING = False  # no typing (nor dataclasses) at run time: every lifecycle verb loads this module
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 DEFAULT_ROOT = "/run/sandbox-shim"
 
 
-class Globals:
+class Globals(Value):
     """Global flags (runc grammar): ``--root``, ``--log``, ``--log-format``, ``--debug``."""
 
     __match_args__ = ("root", "log", "log_format", "debug")
@@ -31,17 +32,6 @@ class Globals:
         self.log = log
         self.log_format = log_format
         self.debug = debug
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__match_args__)
-        return f"{type(self).__qualname__}({fields})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return all(getattr(self, k) == getattr(other, k) for k in self.__match_args__)
-
-    __hash__ = None  # type: ignore[assignment]  # mutable and compared by value, like a dataclass
 
 
 def rfc3339_now() -> str:

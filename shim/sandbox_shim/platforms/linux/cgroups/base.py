@@ -15,13 +15,14 @@ from abc import ABC, abstractmethod
 
 from ....errors import LaunchFailed
 from ....mechanism import Usage
+from ....values import Value
 
 TYPE_CHECKING = False  # no typing or dataclasses at run time: the lifecycle verbs load this module
 if TYPE_CHECKING:
     from typing import Any
 
 
-class Limits:
+class Limits(Value):
     """Resource limits from OCI ``linux.resources`` (runtime-spec config-linux.md "Control groups").
 
     Units: bytes for memory; microseconds for cpu quota/period; a count for pids.
@@ -31,7 +32,6 @@ class Limits:
 
     __match_args__ = ("memory_limit", "memory_swap", "memory_reservation", "pids_limit", "cpu_shares",
                       "cpu_quota", "cpu_period", "cpu_cpus", "cpu_mems")
-    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     def __init__(self, memory_limit: int | None = None, memory_swap: int | None = None,
                  memory_reservation: int | None = None, pids_limit: int | None = None,
@@ -46,15 +46,6 @@ class Limits:
         self.cpu_period = cpu_period
         self.cpu_cpus = cpu_cpus
         self.cpu_mems = cpu_mems
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__match_args__)
-        return f"{type(self).__qualname__}({fields})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return all(getattr(self, k) == getattr(other, k) for k in self.__match_args__)
 
     @classmethod
     def from_oci(cls, resources: dict[str, Any] | None) -> Limits:

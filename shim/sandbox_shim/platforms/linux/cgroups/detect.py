@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
+from ....values import FrozenValue
 from .base import CgroupManager
 
 #: controllers whose absence makes a host unsuitable for resource limits
@@ -17,7 +18,7 @@ CORE = ("memory", "pids")
 V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "cpuset", "freezer")
 
 
-class Layout:
+class Layout(FrozenValue):
     """Cgroup mounts on this host (immutable, compared by value).
 
     Attributes:
@@ -30,27 +31,8 @@ class Layout:
 
     def __init__(self, v2_mount: str | None = None, v2_controllers: frozenset[str] = frozenset(),
                  v1_mounts: dict[str, str] | None = None) -> None:
-        d = self.__dict__
-        d["v2_mount"], d["v2_controllers"] = v2_mount, v2_controllers
-        d["v1_mounts"] = {} if v1_mounts is None else v1_mounts
-
-    def __repr__(self) -> str:
-        return f"Layout(v2_mount={self.v2_mount!r}, v2_controllers={self.v2_controllers!r}, " \
-               f"v1_mounts={self.v1_mounts!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return (self.v2_mount, self.v2_controllers, self.v1_mounts) == \
-            (other.v2_mount, other.v2_controllers, other.v1_mounts)  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:  # as a frozen dataclass: raises TypeError, ``v1_mounts`` being a dict
-        return hash((self.v2_mount, self.v2_controllers, self.v1_mounts))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        from dataclasses import FrozenInstanceError  # what a frozen dataclass raises
-
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        self._set(v2_mount=v2_mount, v2_controllers=v2_controllers,
+                  v1_mounts={} if v1_mounts is None else v1_mounts)
 
     @property
     def version(self) -> int:
