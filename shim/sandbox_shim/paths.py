@@ -40,32 +40,8 @@ def resolve_in_root(root: str, path: str) -> str:
     Raises:
         OSError(ELOOP): more than ``MAX_SYMLINKS`` links on the way.
     """
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    resolved: list[str] = []
-    hops = 0
-    while parts:
-        part = parts.pop(0)
-        if part == "..":
-            if resolved:
-                resolved.pop()
-            continue
-        host = os.path.join(root, *resolved, part)
-        try:
-            st = os.lstat(host)
-        except FileNotFoundError:
-            resolved.append(part)
-            continue
-        if stat.S_ISLNK(st.st_mode):
-            hops += 1
-            if hops > MAX_SYMLINKS:
-                raise OSError(errno.ELOOP, "too many symbolic links", path)
-            target = os.readlink(host)
-            if target.startswith("/"):
-                resolved = []
-            parts = [p for p in target.split("/") if p not in ("", ".")] + parts
-            continue
-        resolved.append(part)
-    return os.path.join(root, *resolved)
+    inner, _ = View(root).resolve(path)  # the rootfs alone: the same walk bwrap's tree gets
+    return os.path.join(root, inner.lstrip("/")) if inner != "/" else root
 
 
 def bind_source(bundle: str, source: str) -> str:
