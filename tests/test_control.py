@@ -250,8 +250,8 @@ def test_v2_freeze_waits_for_cgroup_events(fake_v2: Path) -> None:
     def kernel() -> None:  # the kernel reports "frozen 1" a little after cgroup.freeze is written
         time.sleep(0.3)
         assert (d / "cgroup.freeze").read_text() == "1"
+        done_at.append(time.monotonic())  # before the write: freeze may return as soon as it lands
         (d / "cgroup.events").write_text("populated 1\nfrozen 1\n")
-        done_at.append(time.monotonic())
 
     t = threading.Thread(target=kernel)
     t0 = time.monotonic()

@@ -94,7 +94,7 @@ class V2Manager(CgroupManager):
     def freeze(self, frozen: bool) -> None:
         write(os.path.join(self.dir, "cgroup.freeze"), "1" if frozen else "0")
         deadline = time.monotonic() + 5
-        while keyed(read(os.path.join(self.dir, "cgroup.events"))).get("frozen", int(frozen)) != int(frozen):
+        while keyed(read(os.path.join(self.dir, "cgroup.events"))).get("frozen") != int(frozen):
             if time.monotonic() > deadline:
                 raise LaunchFailed(f"cgroup {self.dir} did not {'freeze' if frozen else 'thaw'}")
             time.sleep(0.005)
