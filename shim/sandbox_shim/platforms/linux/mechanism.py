@@ -1,9 +1,9 @@
 """The Linux mechanism: bwrap builds the sandbox, cgroups limit it, bwrap's monitor waits on it.
 
-create (``provision``): make the cgroup, a FIFO and a status file in the state dir, spawn bwrap with
-``--block-fd`` (the FIFO, opened read-write so it never reads EOF) and ``--json-status-fd`` (the status
-file).  When bwrap's child sits in read(2) on the block fd, all mounts are done and no user code has
-run: the child is moved into its cgroup, rlimits are set with prlimit(2), and create returns.  bwrap's
+create (``provision``): make the cgroup, a FIFO and a status file in the state dir, spawn bwrap inside
+the cgroup (``launch.py``) with ``--block-fd`` (the FIFO, opened read-write so it never reads EOF) and
+``--json-status-fd`` (the status file).  When bwrap's child sits in read(2) on the block fd, all mounts
+are done and no user code has run: rlimits are set with prlimit(2), and create returns.  bwrap's
 outer process (the monitor) is the pid reported and written to ``--pid-file``: it stays a child of
 the caller and exits with the sandbox's status (128+n for a signal).  No Python process stays.
 
@@ -27,15 +27,11 @@ from .cgroups import Limits, manager
 
 TYPE_CHECKING = False  # typing is not loaded at run time: the lifecycle verbs stay cheap
 if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load them
-    import subprocess
     from typing import Any
 
     from ...bundle import Spec
     from ...capability import Capability
     from ...plan import Plan
-
-READY_TIMEOUT = 30.0  # seconds bwrap may take to set up mounts
-
 
 class LinuxMechanism:
     """bubblewrap + cgroups.  ``state_dir`` of each sandbox is given in ``sandbox.private['dir']``."""
@@ -76,15 +72,24 @@ class LinuxMechanism:
             BundleInvalid: a path cannot be placed safely inside the rootfs.
         """
         from .bwrap import Fds, build_args, bwrap_path
+        from .launch import (
+            check_sysctl_plan,
+            kill_quietly,
+            memfd,
+            preserved_fds,
+            seccomp_programs,
+            spawn_bwrap,
+            wait_ready,
+        )
 
         priv = sandbox.private
         d = priv["dir"]
         bwrap = bwrap_path()
         if not bwrap:
             raise LaunchFailed("bwrap not found", "install bubblewrap (apt-get install bubblewrap)")
-        _check_sysctl(plan)
+        check_sysctl_plan(plan)
         console_socket = priv.pop("console_socket", None)
-        preserved = _preserved_fds(int(priv.pop("preserve_fds", 0) or 0))
+        preserved = preserved_fds(int(priv.pop("preserve_fds", 0) or 0))
         if plan.terminal and not console_socket:
             raise LaunchFailed("process.terminal is true but no --console-socket was given",
                                "pass --console-socket, or set process.terminal to false")
@@ -121,7 +126,7 @@ class LinuxMechanism:
                 with open(path, "wb") as fh:
                     fh.write(bpf)
                 seccomp_files.append(path)
-                fds[f"seccomp{i}"] = _memfd("seccomp", bpf)
+                fds[f"seccomp{i}"] = memfd("seccomp", bpf)
                 undo.callback(os.close, fds[f"seccomp{i}"])
             argv = build_args(plan, Fds(fds["block"], fds["status"],
                                         [fds[f"seccomp{i}"] for i in range(len(seccomp_files))]))
@@ -136,7 +141,7 @@ class LinuxMechanism:
                 pty = console.open_pty()
                 undo.callback(os.close, pty[0])
                 undo.callback(os.close, pty[1])
-            fds["args"] = _memfd("bwrap-args", b"".join(x.encode() + b"\0" for x in argv[:sep]))
+            fds["args"] = memfd("bwrap-args", b"".join(x.encode() + b"\0" for x in argv[:sep]))
             undo.callback(os.close, fds["args"])
 
             from . import namespaces
@@ -145,14 +150,15 @@ class LinuxMechanism:
             try:
                 # bwrap starts inside the sandbox's cgroup, so the cgroup namespace it makes is rooted
                 # there and its child never runs outside it (one migration, paid before exec)
-                proc = _spawn([bwrap, "--args", str(fds["args"]), *argv[sep:]], [*fds.values(), *preserved],
-                              (pty[1],) * 3 if pty else priv.get("stdio"), joins,
-                              [os.path.join(x, "cgroup.procs") for x in cg.dirs() if os.path.isdir(x)])
+                procs_files = [os.path.join(x, "cgroup.procs") for x in cg.dirs() if os.path.isdir(x)]
+                proc = spawn_bwrap([bwrap, "--args", str(fds["args"]), *argv[sep:]],
+                                   [*fds.values(), *preserved], (pty[1],) * 3 if pty else priv.get("stdio"),
+                                   joins, procs_files)
             finally:
                 for _, jfd in joins:
                     os.close(jfd)
-            undo.callback(_kill_quietly, proc)
-            child = _wait_ready(proc, status_file, fds["block"])
+            undo.callback(kill_quietly, proc)
+            child = wait_ready(proc, status_file, fds["block"])
             import resource
 
             for name, soft, hard in plan.rlimits:
@@ -305,126 +311,3 @@ def remove_cgroups(info: dict[str, Any]) -> None:
     """Kill and remove the cgroups recorded in ``info`` (``{"version", "path", "created"}``)."""
     cg = manager(info["path"], info["version"])
     cg.remove([d for d in info.get("created", []) if os.path.isdir(d)])
-
-
-def seccomp_programs(plan: Plan) -> list[bytes]:
-    """BPF programs for the sandbox, in load order: the tenant filter, then the bundle's own section.
-
-    With ``sandbox-shim.allow-nested-userns`` the tenant filter leaves out its namespace rules
-    (unshare, setns, clone/clone3 with namespace flags).
-    """
-    from .seccomp import compile_bpf, default_tenant_section
-
-    tenant = default_tenant_section()
-    if plan.allow_nested_userns:
-        ns_calls = {"unshare", "clone", "clone3", "setns"}
-        rules = []
-        for rule in tenant["syscalls"]:
-            names = [n for n in rule["names"] if n not in ns_calls]
-            if names:
-                rules.append({**rule, "names": names})
-        tenant = {**tenant, "syscalls": rules}
-    programs = [compile_bpf(tenant)]
-    if plan.seccomp is not None:
-        programs.append(compile_bpf(plan.seccomp))
-    return programs
-
-
-def _memfd(name: str, data: bytes) -> int:
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
-    os.write(fd, data)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
-
-
-def _spawn(argv: list[str], fds: list[int], stdio_fds: tuple[int, ...] | None = None,
-           joins: list[tuple[str, int]] | None = None, cgroup_procs: list[str] | None = None,
-           ) -> subprocess.Popen[bytes]:
-    """Start bwrap with ``fds`` (kept at their numbers) in a minimal environment.
-
-    Args:
-        stdio_fds: (stdin, stdout, stderr) for bwrap and so the sandbox — a pty slave thrice for a
-            terminal sandbox, the library caller's choice, or None for this process's own.
-        joins: ``(type, fd)`` namespaces to setns(2) into in the child before exec (namespaces.enter).
-        cgroup_procs: ``cgroup.procs`` files the child writes itself into before exec (cgroups(7)).
-    Raises:
-        LaunchFailed: bwrap could not be started, or a namespace could not be joined.
-    """
-    import subprocess
-
-    from . import namespaces
-
-    stdio = dict(zip(("stdin", "stdout", "stderr"), stdio_fds, strict=True)) if stdio_fds else {}
-    procs = [os.fsencode(p) for p in cgroup_procs or []]
-
-    def preexec() -> None:  # between fork and exec: plain syscalls only
-        for path in procs:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")  # "0" moves the writing process (cgroup-v2.rst, cgroup-v1 tasks)
-            finally:
-                os.close(fd)
-        if joins:
-            namespaces.enter(joins)
-    try:
-        return subprocess.Popen(argv, pass_fds=tuple(fds), env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-                                close_fds=True, preexec_fn=preexec, **stdio)  # type: ignore[call-overload]
-    except subprocess.SubprocessError as e:  # raised for an exception in preexec_fn (cgroup, setns)
-        raise LaunchFailed(f"cannot join the sandbox's cgroup or the namespaces listed with a path: {e}",
-                           "runtime-spec config-linux.md namespaces: give a live namespace") from e
-    except OSError as e:
-        raise LaunchFailed(f"cannot run {argv[0]}: {e.strerror}", "install bubblewrap") from e
-
-
-def _preserved_fds(count: int) -> list[int]:
-    """fds 3 .. 3+count-1 (``--preserve-fds``), checked open; they reach the workload at those numbers."""
-    out = list(range(3, 3 + count))
-    for fd in out:
-        try:
-            os.fstat(fd)
-        except OSError as e:
-            raise LaunchFailed(f"--preserve-fds {count}: fd {fd} is not open", "pass fewer fds") from e
-    return out
-
-
-def _check_sysctl(plan: Plan) -> None:
-    from .namespaces import check_sysctl
-
-    ns = [{"type": t} for t in [*plan.unshare, *plan.join]]
-    check_sysctl({"linux": {"sysctl": plan.sysctl, "namespaces": ns}})
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], status_file: str, block_fd: int) -> int:
-    """Wait until bwrap's child blocks on the FIFO; return its pid.
-
-    Raises:
-        LaunchFailed: bwrap exited first (its own message went to the sandbox's stderr).
-    """
-    child: list[int] = []
-
-    def ready() -> bool:
-        if proc.poll() is not None:
-            return True
-        if not child:
-            pid = procs.status_field(status_file, "child-pid")
-            if pid is None:
-                return False
-            child.append(int(pid))
-        return procs.blocked_on_fd(child[0], block_fd)
-
-    ok = procs.wait_for(ready, READY_TIMEOUT)
-    if proc.poll() is not None or not ok or not child:
-        rc = proc.poll()
-        raise LaunchFailed(
-            f"bwrap failed to set up the sandbox (exit status {rc})" if rc is not None
-            else f"bwrap did not finish setting up within {READY_TIMEOUT:.0f} s",
-            "see bwrap's message above; check mounts, rootfs and namespaces in config.json")
-    return child[0]
-
-
-def _kill_quietly(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(OSError):
-        proc.kill()
-    with contextlib.suppress(Exception):
-        proc.wait(timeout=5)
-    time.sleep(0)
