@@ -170,3 +170,14 @@ def test_spec_writes_a_valid_default_and_refuses_overwrite(tmp_path: Path, rootf
     assert load(str(b)).config["process"]["noNewPrivileges"] is True
     r2 = run_shim(tmp_path, "spec", "--bundle", str(b))
     assert r2.returncode == 2 and "--force" in r2.stderr
+
+
+def test_unsupported_mount_type_is_refused_not_skipped(make_bundle) -> None:
+    cfg = base_config()
+    b = make_bundle(cfg, name="ok")
+    assert load(str(b)).config["mounts"]  # control: the supported mounts validate
+    cfg["mounts"].append({"destination": "/data", "type": "overlay", "source": "overlay",
+                          "options": ["lowerdir=/a"]})
+    with pytest.raises(BundleInvalid) as ei:
+        load(str(make_bundle(cfg, name="bad")))
+    assert [p.pointer for p in ei.value.problems] == [f"/mounts/{len(cfg['mounts']) - 1}/type"]

@@ -15,9 +15,7 @@ Errors: see ``sandbox_shim.errors``.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing is not imported at run time: the CLI's lifecycle verbs stay cheap
-if TYPE_CHECKING:
-    from typing import Any
+from ._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -50,18 +48,4 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    target = _EXPORTS.get(name)
-    if target is None:
-        raise AttributeError(f"module 'sandbox_shim' has no attribute {name!r}")
-    mod, _, attr = target.partition(":")
-    from importlib import import_module
-
-    value = getattr(import_module(f"{__name__}.{mod}"), attr or name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

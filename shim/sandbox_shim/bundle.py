@@ -265,6 +265,14 @@ def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:
 def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> list[BundleProblem]:
     """Semantic checks past the schema: seccomp names, unsupported namespaces, security fields."""
     out: list[BundleProblem] = []
+    from .plan import MOUNT_TYPES
+
+    for i, m in enumerate(cfg.get("mounts") or []):
+        kind = m.get("type")
+        if kind and kind not in MOUNT_TYPES and not {"bind", "rbind"} & set(m.get("options") or []):
+            # a mount that cannot be made is refused, never silently left out
+            out.append(BundleProblem(f"/mounts/{i}/type", f"mount type {kind!r} is not supported",
+                                     "sandbox-shim: mounts", "use one of " + ", ".join(MOUNT_TYPES)))
     linux = cfg.get("linux") or {}
     for i, ns in enumerate(linux.get("namespaces") or []):
         if ns.get("type") == "time":

@@ -71,7 +71,6 @@ class Plan:
     hooks: dict[str, list[dict[str, Any]]]
     annotations: dict[str, str]
     required: list[str]
-    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-serialisable data (``--print-plan``); env values are replaced by ``***``."""
@@ -80,7 +79,12 @@ class Plan:
         return d
 
 
-def _mount(i: int, m: dict[str, Any], bundle: str) -> tuple[Mount | None, str | None]:
+#: OCI mount types the Linux plan renders (``bundle`` refuses others at validation)
+MOUNT_TYPES = ("bind", "proc", "tmpfs", "mqueue", "sysfs", "cgroup", "cgroup2", "devpts")
+
+
+def _mount(m: dict[str, Any], bundle: str) -> Mount | None:
+    """The ``Mount`` for one OCI mount entry; None for devpts (bwrap's /dev already has one)."""
     from .paths import bind_source
 
     opts = list(m.get("options") or [])
@@ -88,16 +92,14 @@ def _mount(i: int, m: dict[str, Any], bundle: str) -> tuple[Mount | None, str | 
     ro = "ro" in opts
     dest = m["destination"]
     if kind == "bind" or {"bind", "rbind"} & set(opts):
-        return Mount("bind", dest, bind_source(bundle, m.get("source") or ""), ro, opts), None
+        return Mount("bind", dest, bind_source(bundle, m.get("source") or ""), ro, opts)
     if kind == "proc":
-        return Mount("proc", dest, options=opts), None
+        return Mount("proc", dest, options=opts)
     if kind == "tmpfs" and dest == "/dev":
-        return Mount("dev", dest, options=opts), None
+        return Mount("dev", dest, options=opts)
     if kind in ("tmpfs", "mqueue", "sysfs", "cgroup", "cgroup2"):
-        return Mount("cgroup" if kind == "cgroup2" else kind, dest, readonly=ro, options=opts), None
-    if kind == "devpts":
-        return None, f"/mounts/{i}: devpts is provided inside /dev by the /dev mount"
-    return None, f"/mounts/{i}: mount type {kind!r} is not supported; skipped"
+        return Mount("cgroup" if kind == "cgroup2" else kind, dest, readonly=ro, options=opts)
+    return None
 
 
 def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim") -> Plan:
@@ -113,7 +115,6 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim")
     proc = spec.process
     linux = spec.linux
     user = proc.get("user") or {}
-    warnings: list[str] = []
 
     unshare: list[str] = []
     join: dict[str, str] = {}
@@ -123,13 +124,7 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim")
         elif ns["type"] not in unshare:
             unshare.append(ns["type"])
 
-    mounts: list[Mount] = []
-    for i, m in enumerate(cfg.get("mounts") or []):
-        mount, warn = _mount(i, m, spec.bundle)
-        if mount:
-            mounts.append(mount)
-        if warn:
-            warnings.append(warn)
+    mounts = [mt for mt in (_mount(m, spec.bundle) for m in cfg.get("mounts") or []) if mt is not None]
 
     caps = proc.get("capabilities") or {}
     effective = sorted(
@@ -187,5 +182,4 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim")
         hooks={k: list(v) for k, v in (cfg.get("hooks") or {}).items()},
         annotations=spec.annotations,
         required=required,
-        warnings=warnings,
     )

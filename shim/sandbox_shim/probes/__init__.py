@@ -15,6 +15,8 @@ and a cache hit on a lifecycle verb never loads ctypes or runs a program.
 
 from __future__ import annotations
 
+from .._lazy import lazy_exports
+
 _LAZY: dict[str, str] = {
     "NAMESPACES": "kernel", "UNSHARE": "kernel", "probe_namespace": "kernel",
     "probe_no_new_privs": "kernel", "probe_seccomp": "kernel", "probe_landlock": "kernel",
@@ -37,16 +39,4 @@ def load_all() -> None:
     import_module(f"{__name__}.host")
 
 
-def __getattr__(name: str) -> object:
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f"{__name__}.{mod}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
