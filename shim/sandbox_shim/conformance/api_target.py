@@ -41,6 +41,21 @@ def _repo_script(name: str) -> str | None:
     return None
 
 
+def _run_outside(argv: list[str], timeout: float, **kw: object) -> ProbeResult:
+    """Run ``argv`` (a control or confinement probe, not through the mechanism) and classify it:
+    completed (exit status or signal) or, past ``timeout`` seconds, LimitExceeded(wall_clock)."""
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                           **kw)  # type: ignore[call-overload]
+    except subprocess.TimeoutExpired as e:
+        return ProbeResult(None, _text(e.stdout or b""), _text(e.stderr or b""), LIMIT_EXCEEDED,
+                           limit_kind="wall_clock", duration=timeout)
+    code = p.returncode
+    return ProbeResult(code if code >= 0 else None, _text(p.stdout), _text(p.stderr), COMPLETED,
+                       signal=-code if code < 0 else None, duration=time.monotonic() - t0)
+
+
 class ApiTarget(ConformanceTarget):
     """The target for a mechanism driven by ``sandbox_shim.api`` (default: this platform's).
 
@@ -167,16 +182,7 @@ class ApiTarget(ConformanceTarget):
         for c in caps:
             args += ["--cap-add", c]
         cmd = list(argv) if argv is not None else ["sh", "-c", script]
-        t0 = time.monotonic()
-        try:
-            p = subprocess.run([*args, "--", *cmd], capture_output=True, timeout=timeout,
-                               stdin=subprocess.DEVNULL, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
-        except subprocess.TimeoutExpired as e:
-            return ProbeResult(None, _text(e.stdout or b""), _text(e.stderr or b""), LIMIT_EXCEEDED,
-                               limit_kind="wall_clock", duration=timeout)
-        code = p.returncode
-        return ProbeResult(code if code >= 0 else None, _text(p.stdout), _text(p.stderr), COMPLETED,
-                           signal=-code if code < 0 else None, duration=time.monotonic() - t0)
+        return _run_outside([*args, "--", *cmd], timeout, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
 
     def confine_probe(self, script: str, permit_path: str, timeout: float = 30.0) -> ProbeResult:
         from ..errors import CannotEnforce
@@ -189,16 +195,7 @@ class ApiTarget(ConformanceTarget):
                                        env={"PATH": "/usr/bin:/bin"})
         except CannotEnforce as e:
             raise ToolMissing(f"confinement cannot be built here: {e.line()}") from e
-        t0 = time.monotonic()
-        try:
-            p = subprocess.run([spec["cmd"], *spec["args"]], env=spec["env"], cwd=spec["cd"],
-                               capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired as e:
-            return ProbeResult(None, _text(e.stdout or b""), _text(e.stderr or b""), LIMIT_EXCEEDED,
-                               limit_kind="wall_clock", duration=timeout)
-        code = p.returncode
-        return ProbeResult(code if code >= 0 else None, _text(p.stdout), _text(p.stderr), COMPLETED,
-                           signal=-code if code < 0 else None, duration=time.monotonic() - t0)
+        return _run_outside([spec["cmd"], *spec["args"]], timeout, env=spec["env"], cwd=spec["cd"])
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def create(self, sandbox_id: str, bundle: BundleHandle) -> None:
