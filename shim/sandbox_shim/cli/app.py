@@ -16,6 +16,7 @@ from .output import DEFAULT_ROOT, Globals, attach_telemetry
 COMMANDS: list[str] = [
     "bundle_cmds:spec",
     "bundle_cmds:validate",
+    "image_cmds:bundle",
     "lifecycle_click:run",
     "lifecycle_click:list_cmd",
     "confine:command",

@@ -1,0 +1,146 @@
+"""The layer cache: one unpacked snapshot per image content, shared by every bundle made from it.
+
+Layout under the state root (``--root``): ``ROOT/.images/snapshots/<key>/rootfs`` where ``key`` is the
+sha256 of the image's ChainID (image-spec config.md "Layer ChainID": the diff-ids folded in order) and
+of the unpack options that change the result (``keep_setuid``, ownership applied or not).  A snapshot is
+built in ``ROOT/.images/tmp/`` and renamed into place only when every layer verified; a half-built one
+is never used.  The cache directories are mode 0700.
+
+Bundles get the snapshot's tree (``materialize``) by the cheapest means that keeps sandboxes apart:
+
+* **reflink** (``FICLONE``, btrfs/XFS): a private copy-on-write copy, any rootfs;
+* **hard link**, only for a read-only rootfs on the same file system: the bundle's files *are* the
+  cache's inodes, so a writable rootfs would let one sandbox change another's files;
+* **copy** otherwise.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+
+FICLONE = 0x40049409  # linux/fs.h _IOW(0x94, 9, int)
+
+
+def chain_id(diff_ids: list[str]) -> str:
+    """ChainID of the layer stack (image-spec config.md): ``sha256:<hex>``."""
+    chain = diff_ids[0] if diff_ids else "sha256:" + hashlib.sha256(b"").hexdigest()
+    for d in diff_ids[1:]:
+        chain = "sha256:" + hashlib.sha256(f"{chain} {d}".encode()).hexdigest()
+    return chain
+
+
+def snapshot_key(diff_ids: list[str], keep_setuid: bool, chown: bool) -> str:
+    """The cache key (64 hex) for an image's layers unpacked with these options."""
+    opts = f"{chain_id(diff_ids)} setuid={int(keep_setuid)} chown={int(chown)} v1"
+    return hashlib.sha256(opts.encode()).hexdigest()
+
+
+class Cache:
+    """``ROOT/.images``: ``lookup`` a finished snapshot, ``building`` a temp dir, ``commit`` it."""
+
+    def __init__(self, root: str) -> None:
+        self.dir = os.path.join(root, ".images")
+        for d in (root, self.dir, os.path.join(self.dir, "snapshots"), os.path.join(self.dir, "tmp")):
+            os.makedirs(d, mode=0o700, exist_ok=True)
+
+    def snapshot(self, key: str) -> str:
+        return os.path.join(self.dir, "snapshots", key)
+
+    def lookup(self, key: str) -> str | None:
+        """The rootfs of a finished snapshot, or None."""
+        path = os.path.join(self.snapshot(key), "rootfs")
+        return path if os.path.isdir(path) and not os.path.islink(path) else None
+
+    def building(self) -> str:
+        """A fresh temp directory to build a snapshot in (``DIR/rootfs`` made, mode 0755)."""
+        tmp = tempfile.mkdtemp(dir=os.path.join(self.dir, "tmp"))
+        os.mkdir(os.path.join(tmp, "rootfs"), 0o755)
+        return tmp
+
+    def commit(self, tmp: str, key: str) -> str:
+        """Rename ``tmp`` into place; if another build won the race, keep theirs.  Returns its rootfs."""
+        try:
+            os.rename(tmp, self.snapshot(key))
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return os.path.join(self.snapshot(key), "rootfs")
+
+
+@dataclass
+class Materialized:
+    """How a bundle's rootfs was made: ``method`` (reflink, hardlink, copy), files, bytes copied."""
+
+    method: str
+    files: int = 0
+    bytes_copied: int = 0
+
+
+def materialize(src: str, dst: str, readonly: bool) -> Materialized:
+    """Reproduce the tree ``src`` (a snapshot rootfs, ours) at ``dst`` (made here; must not exist):
+    modes, owners, mtimes, symlinks and hard links kept.  See the module docstring for the method."""
+    os.mkdir(dst, 0o700)
+    same_fs = os.stat(src).st_dev == os.stat(dst).st_dev
+    res = Materialized("hardlink" if readonly and same_fs else "reflink")
+    seen: dict[tuple[int, int], str] = {}
+    dirs: list[tuple[str, os.stat_result]] = []
+    for top, subdirs, files in os.walk(src):
+        rel = os.path.relpath(top, src)
+        out = dst if rel == "." else os.path.join(dst, rel)
+        dirs.append((out, os.lstat(top)))
+        for name in subdirs + files:
+            s_path, d_path = os.path.join(top, name), os.path.join(out, name)
+            st = os.lstat(s_path)
+            if stat.S_ISDIR(st.st_mode):
+                os.mkdir(d_path, 0o700)
+            elif stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(s_path), d_path)
+                _owner(d_path, st, link=True)
+            elif stat.S_ISREG(st.st_mode):
+                res.files += 1
+                ino = (st.st_dev, st.st_ino)
+                if res.method == "hardlink":
+                    os.link(s_path, d_path, follow_symlinks=False)
+                elif st.st_nlink > 1 and ino in seen:
+                    os.link(seen[ino], d_path, follow_symlinks=False)
+                else:
+                    _copy(s_path, d_path, st, res)
+                    seen[ino] = d_path
+    for path, st in reversed(dirs):  # children first, so a 0555 directory is filled before it closes
+        _owner(path, st, link=False)
+        os.chmod(path, stat.S_IMODE(st.st_mode))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return res
+
+
+def _owner(path: str, st: os.stat_result, link: bool) -> None:
+    if os.geteuid() == 0:
+        os.chown(path, st.st_uid, st.st_gid, follow_symlinks=not link)
+
+
+def _copy(src: str, dst: str, st: os.stat_result, res: Materialized) -> None:
+    with open(src, "rb") as fi:
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            cloned = False
+            if res.method == "reflink":
+                try:
+                    fcntl.ioctl(fd, FICLONE, fi.fileno())
+                    cloned = True
+                except OSError:
+                    res.method = "copy"  # this file system cannot: copy the rest without trying again
+            if not cloned:
+                with os.fdopen(os.dup(fd), "wb") as fo:
+                    shutil.copyfileobj(fi, fo, 1 << 20)
+                res.bytes_copied += st.st_size
+            if os.geteuid() == 0:
+                os.fchown(fd, st.st_uid, st.st_gid)
+            os.fchmod(fd, stat.S_IMODE(st.st_mode))
+            os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+        finally:
+            os.close(fd)

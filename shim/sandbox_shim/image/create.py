@@ -1,0 +1,207 @@
+"""``create_bundle``: image reference -> bundle directory (``config.json``, ``rootfs/``, ``storage/``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+from .blobs import Bounded, Limits, Verified, decompressor, sniff
+from .cache import Cache, Materialized, materialize, snapshot_key
+from .config_gen import generate
+from .errors import ImageInvalid
+from .layer import Applier, LayerReport
+from .rootdir import RootDir
+from .source import Image, resolve
+
+PROGRESS_MIN_BYTES = 16 * 1024 * 1024  # layers at least this large (compressed) report progress
+
+
+@dataclass
+class Options:
+    """What ``bundle create --image`` was asked for (see the CLI's help for each)."""
+
+    args: str | None = None
+    env: list[str] = field(default_factory=list)
+    readonly: bool = True
+    storage: str | None = None
+    keep_setuid: bool = False
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass
+class Result:
+    """What was made: the bundle dir, whether the cache already held the layers, how the rootfs
+    was populated, the warnings, and seconds spent."""
+
+    bundle: str
+    cached: bool
+    rootfs: Materialized
+    warnings: list[str]
+    seconds: float
+
+
+def create_bundle(reference: str, bundle_dir: str, state_root: str, opts: Options,
+                  progress: Callable[[str], None] | None = None) -> Result:
+    """Write ``bundle_dir`` from the image ``reference`` (``TRANSPORT:REF``, see ``source.py``).
+
+    ``bundle_dir`` must be missing or empty.  Layers are unpacked once into the cache under
+    ``state_root`` and shared (``cache.py``).  The config.json is validated as ``sandbox-shim
+    validate`` would; on any error nothing of the bundle is left behind.
+    Raises ImageInvalid (image, limits, hostile entries), BundleInvalid (the generated config),
+    UsageError (``bundle_dir`` not empty).
+    """
+    from ..errors import UsageError
+
+    t0 = time.monotonic()
+    say = progress or (lambda s: None)
+    bundle_dir = os.path.abspath(bundle_dir)
+    if os.path.lexists(bundle_dir) and (not os.path.isdir(bundle_dir) or os.listdir(bundle_dir)):
+        raise UsageError(f"{bundle_dir} exists and is not an empty directory", "give a new directory")
+    made_dir = not os.path.exists(bundle_dir)
+    with ExitStack() as stack:
+        image = resolve(reference, stack)
+        _check_platform(image)
+        cache = Cache(state_root)
+        key = snapshot_key([la.diff_id for la in image.layers], opts.keep_setuid, os.geteuid() == 0)
+        snap = cache.lookup(key)
+        report = LayerReport()
+        cached = snap is not None
+        if snap is None:
+            snap = _unpack(image, cache, key, opts, report, say)
+        try:
+            os.makedirs(bundle_dir, exist_ok=True)
+            mat = materialize(snap, os.path.join(bundle_dir, "rootfs"), opts.readonly)
+            root = RootDir(os.path.join(bundle_dir, "rootfs"))
+            try:
+                cfg, warnings = generate(image.config, root, opts.args, opts.env, opts.readonly, opts.storage)
+            finally:
+                root.close()
+            if opts.storage is None:
+                os.makedirs(os.path.join(bundle_dir, "storage"), exist_ok=True)
+            else:
+                os.makedirs(opts.storage, exist_ok=True)
+            with open(os.path.join(bundle_dir, "config.json"), "w", encoding="utf-8") as fh:
+                json.dump(cfg, fh, indent=2)
+                fh.write("\n")
+            from ..bundle import load
+
+            load(bundle_dir, launch=False)
+        except BaseException:
+            _remove_made(bundle_dir, made_dir)
+            raise
+    return Result(bundle_dir, cached, mat, report.warnings() + warnings, time.monotonic() - t0)
+
+
+def _remove_made(bundle_dir: str, made_dir: bool) -> None:
+    if made_dir:
+        shutil.rmtree(bundle_dir, ignore_errors=True)
+        return
+    for name in ("rootfs", "storage", "config.json"):
+        p = os.path.join(bundle_dir, name)
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+        elif os.path.lexists(p):
+            os.unlink(p)
+
+
+def _check_platform(image: Image) -> None:
+    from .source import host_arch
+
+    arch, os_name = image.config.get("architecture"), image.config.get("os")
+    if os_name not in (None, "linux") or arch not in (None, host_arch()):
+        raise ImageInvalid(f"{image.reference}: built for {os_name}/{arch}, this host is linux/{host_arch()}",
+                           "use an image built for this host")
+
+
+def _unpack(image: Image, cache: Cache, key: str, opts: Options, report: LayerReport,
+            say: Callable[[str], None]) -> str:
+    tmp = cache.building()
+    try:
+        root = RootDir(os.path.join(tmp, "rootfs"))
+        try:
+            applier = Applier(root, keep_setuid=opts.keep_setuid, report=report)
+            total = [0]
+            for i, layer in enumerate(image.layers):
+                what = f"layer {i + 1}/{len(image.layers)} ({layer.diff_id[:19]})"
+                _apply_one(image, layer, applier, opts.limits, total, what, say)
+        finally:
+            root.close()
+        with open(os.path.join(tmp, "image.json"), "w", encoding="utf-8") as fh:
+            json.dump({"reference": image.reference, "diff_ids": [la.diff_id for la in image.layers]}, fh)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return cache.commit(tmp, key)
+
+
+def _apply_one(image: Image, layer: object, applier: Applier, limits: Limits, total: list[int], what: str,
+               say: Callable[[str], None]) -> None:
+    from .source import Layer
+
+    assert isinstance(layer, Layer)
+    raw = image.store.open(layer.desc)
+    try:
+        verified = Verified(raw, layer.desc, what) if layer.desc.size >= 0 else None
+        src = verified if verified is not None else raw
+        buffered = _Peek(src)
+        compression = layer.compression or sniff(buffered.peek(4))
+        bounded = Bounded(decompressor(buffered, compression, what), limits, total, what)  # type: ignore[arg-type]
+        tick = _ticker(what, layer.desc.size, lambda: verified.n if verified else 0, say)
+        applier.apply(bounded, what, tick if layer.desc.size >= PROGRESS_MIN_BYTES else None)
+        bounded.drain()
+        if verified is not None:
+            verified.finish()
+        if "sha256:" + bounded.h.hexdigest() != layer.diff_id:
+            raise ImageInvalid(f"{what}: uncompressed content does not match the config's diff_id",
+                               "the image was altered; fetch it again")
+        if layer.desc.size >= PROGRESS_MIN_BYTES:
+            say(f"{what}: done, {bounded.n // (1 << 20)} MiB unpacked")
+    finally:
+        raw.close()
+
+
+class _Peek:
+    """A read-only stream with one ``peek`` (for magic bytes) before reading."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.head = b""
+
+    def peek(self, n: int) -> bytes:
+        self.head = self.inner.read(n)  # type: ignore[attr-defined]
+        return self.head
+
+    def read(self, n: int = -1) -> bytes:
+        if self.head:
+            out, self.head = self.head, b""
+            if n < 0:
+                return out + self.inner.read()  # type: ignore[attr-defined,no-any-return]
+            return out if len(out) >= n else out + self.inner.read(n - len(out))  # type: ignore[attr-defined]
+        return self.inner.read(n)  # type: ignore[attr-defined,no-any-return]
+
+    def readable(self) -> bool:
+        return True
+
+
+def _ticker(what: str, size: int, done: Callable[[], int], say: Callable[[str], None]) -> Callable[[], None]:
+    last = [time.monotonic()]
+
+    def tick() -> None:
+        now = time.monotonic()
+        if now - last[0] >= 1.0:
+            last[0] = now
+            say(f"{what}: {done() // (1 << 20)} of {size // (1 << 20)} MiB")
+
+    return tick
+
+
+def stderr_progress(line: str) -> None:
+    """The CLI's progress sink: one line on stderr."""
+    sys.stderr.write(f"sandbox-shim: {line}\n")
+    sys.stderr.flush()
