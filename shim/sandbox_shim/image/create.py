@@ -153,8 +153,13 @@ def _apply_one(image: Image, layer: object, applier: Applier, limits: Limits, to
         compression = layer.compression or sniff(buffered.peek(4))
         bounded = Bounded(decompressor(buffered, compression, what), limits, total, what)  # type: ignore[arg-type]
         tick = _ticker(what, layer.desc.size, lambda: verified.n if verified else 0, say)
-        applier.apply(bounded, what, tick if layer.desc.size >= PROGRESS_MIN_BYTES else None)
-        bounded.drain()
+        try:
+            applier.apply(bounded, what, tick if layer.desc.size >= PROGRESS_MIN_BYTES else None)
+            bounded.drain()
+        except ImageInvalid:
+            if verified is not None:
+                verified.finish()  # an altered blob is reported as such, not as the damage it caused
+            raise
         if verified is not None:
             verified.finish()
         if "sha256:" + bounded.h.hexdigest() != layer.diff_id:

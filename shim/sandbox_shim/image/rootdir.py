@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import posixpath
 import shutil
 import stat
 import struct
@@ -26,6 +27,7 @@ from .errors import ImageInvalid
 _SYS_OPENAT2 = 437  # the same number on every Linux architecture (include/uapi/asm-generic/unistd.h)
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_IN_ROOT = 0x10
+MAX_SYMLINKS = 40  # as the kernel's path walk (path_resolution(7))
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _openat2_state: list[bool] = []  # probed once per process: [available]
 
@@ -124,7 +126,7 @@ class RootDir:
             os.close(fd)
             raise
 
-    def parent(self, parts: list[str], create: bool) -> int | None:
+    def parent(self, parts: list[str], create: bool, hops: int = 0) -> int | None:
         """fd of the directory holding ``parts[-1]``; missing directories are made (mode 0755, owned
         by the caller) when ``create``, else None.  Raises ImageInvalid when a non-directory is in the way."""
         dirs = parts[:-1]
@@ -143,9 +145,15 @@ class RootDir:
                 pfd = self._open_dir(dirs[: i - 1])
                 try:
                     os.mkdir(dirs[i - 1], 0o755, dir_fd=pfd)
-                except FileExistsError:  # a dangling symlink: its target is outside what exists
-                    raise ImageInvalid(f"layer path {'/'.join(parts)!r} goes through a dangling link",
-                                       "the image's layers conflict; rebuild it") from None
+                except FileExistsError:  # a dangling symlink: make its target, inside the root
+                    if hops >= MAX_SYMLINKS:
+                        raise ImageInvalid(f"layer path {'/'.join(parts)!r}: too many symlinks",
+                                           "the image's layers conflict; rebuild it") from None
+                    link = os.readlink(dirs[i - 1], dir_fd=pfd)
+                    base = "" if link.startswith("/") else "/".join(dirs[: i - 1])
+                    target = posixpath.normpath("/" + base + "/" + link)  # '..' stops at the root
+                    rest = [p for p in target.split("/") if p] + dirs[i:] + parts[-1:]
+                    return self.parent(rest, create, hops + 1)
                 finally:
                     os.close(pfd)
             except NotADirectoryError as e:
