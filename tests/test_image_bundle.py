@@ -179,3 +179,17 @@ def test_archives(tmp_path: Path, busybox_layer: bytes, state_root: Path) -> Non
     bad = write_docker_archive(tmp_path / "bad.tar", layers, image_config([layers[1], layers[0]], Cmd=["x"]))
     with pytest.raises(ImageInvalid, match="diff_id"):
         create_bundle(f"docker-archive:{bad}", str(tmp_path / "bad"), str(tmp_path / "s2"), Options())
+
+
+def test_lifecycle_verbs_do_not_load_the_image_package(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    def loaded(*args: str) -> str:
+        r = subprocess.run([sys.executable, "-X", "importtime", "-m", "sandbox_shim", "--root",
+                            str(tmp_path / "s"), *args], capture_output=True, text=True)
+        return r.stderr
+
+    assert "sandbox_shim.image" in loaded("bundle", "create", "--image", "oci:/nonexistent", str(tmp_path / "x"))
+    for verb in (["state", "nope"], ["delete", "--force", "nope"], ["kill", "nope", "TERM"]):
+        assert "sandbox_shim.image" not in loaded(*verb), verb
