@@ -190,6 +190,7 @@ def test_lifecycle_verbs_do_not_load_the_image_package(tmp_path: Path) -> None:
                             str(tmp_path / "s"), *args], capture_output=True, text=True)
         return r.stderr
 
-    assert "sandbox_shim.image" in loaded("bundle", "create", "--image", "oci:/nonexistent", str(tmp_path / "x"))
+    made = loaded("bundle", "create", "--image", "oci:/nonexistent", str(tmp_path / "x"))
+    assert "sandbox_shim.image" in made  # control: the probe sees the package when it is loaded
     for verb in (["state", "nope"], ["delete", "--force", "nope"], ["kill", "nope", "TERM"]):
         assert "sandbox_shim.image" not in loaded(*verb), verb

@@ -242,3 +242,31 @@ def _stream(data: bytes):  # type: ignore[no-untyped-def]
     import io
 
     return io.BytesIO(data)
+
+
+def test_sparse_members_and_entry_flood_refused(tmp_path: Path) -> None:
+    sparse_map = b"1\n0\n1\n".ljust(512, b"\0")  # GNU sparse 1.0: one 1-byte region, then a 1 TiB hole
+    ti, data = entry("sparse", data=sparse_map + b"x")
+    ti.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": "sparse",
+                      "GNU.sparse.realsize": str(1 << 40)}
+    with pytest.raises(ImageInvalid, match="sparse files are not supported"):
+        make(tmp_path, build(tmp_path, [tar_bytes([(ti, data)])]))
+    rootfs = tmp_path / "r"
+    rootfs.mkdir()
+    root = RootDir(str(rootfs))
+    try:
+        flood = tar_bytes([entry(f"f{i}") for i in range(20)])
+        Applier(root, max_entries=20).apply(_stream(flood), "t")  # control: at the limit
+        with pytest.raises(ImageInvalid, match="more than 19 entries"):
+            Applier(root, max_entries=19).apply(_stream(flood), "t")
+    finally:
+        root.close()
+
+
+def test_failed_create_leaves_no_partial_bundle(tmp_path: Path) -> None:
+    layers = [tar_bytes([entry("f", data=b"1")])]
+    ref = build(tmp_path, layers, config=image_config(layers))  # no Entrypoint/Cmd: refused after unpack
+    with pytest.raises(ImageInvalid, match="neither Entrypoint nor Cmd"):
+        create_bundle(ref, str(tmp_path / "b"), str(tmp_path / "s"), Options())
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".b.")] == []
+    assert not (tmp_path / "b").exists()

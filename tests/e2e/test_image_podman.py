@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import run_shim
 
 IMAGE = "localhost/sandbox-shim-image-e2e:latest"

@@ -16,6 +16,7 @@ Bundles get the snapshot's tree (``materialize``) by the cheapest means that kee
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -105,8 +106,14 @@ def materialize(src: str, dst: str, readonly: bool) -> Materialized:
                 res.files += 1
                 ino = (st.st_dev, st.st_ino)
                 if res.method == "hardlink":
-                    os.link(s_path, d_path, follow_symlinks=False)
-                elif st.st_nlink > 1 and ino in seen:
+                    try:
+                        os.link(s_path, d_path, follow_symlinks=False)
+                        continue
+                    except OSError as e:  # EXDEV: two mounts of one file system; EMLINK: too many links
+                        if e.errno not in (errno.EXDEV, errno.EMLINK):
+                            raise
+                        res.method = "reflink"
+                if st.st_nlink > 1 and ino in seen:
                     os.link(seen[ino], d_path, follow_symlinks=False)
                 else:
                     _copy(s_path, d_path, st, res)

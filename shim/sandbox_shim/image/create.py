@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -63,7 +64,6 @@ def create_bundle(reference: str, bundle_dir: str, state_root: str, opts: Option
     bundle_dir = os.path.abspath(bundle_dir)
     if os.path.lexists(bundle_dir) and (not os.path.isdir(bundle_dir) or os.listdir(bundle_dir)):
         raise UsageError(f"{bundle_dir} exists and is not an empty directory", "give a new directory")
-    made_dir = not os.path.exists(bundle_dir)
     with ExitStack() as stack:
         image = resolve(reference, stack)
         _check_platform(image)
@@ -74,40 +74,36 @@ def create_bundle(reference: str, bundle_dir: str, state_root: str, opts: Option
         cached = snap is not None
         if snap is None:
             snap = _unpack(image, cache, key, opts, report, say)
+        # built beside DIR and renamed into place (rename(2) replaces an empty directory): a crash
+        # leaves a ".NAME.partial-*" directory, never a DIR that looks like a bundle
+        parent, name = os.path.split(bundle_dir)
+        os.makedirs(parent, exist_ok=True)
+        work = tempfile.mkdtemp(prefix=f".{name}.partial-", dir=parent)
+        made_storage = opts.storage is not None and not os.path.exists(opts.storage)
         try:
-            os.makedirs(bundle_dir, exist_ok=True)
-            mat = materialize(snap, os.path.join(bundle_dir, "rootfs"), opts.readonly)
-            root = RootDir(os.path.join(bundle_dir, "rootfs"))
+            mat = materialize(snap, os.path.join(work, "rootfs"), opts.readonly)
+            root = RootDir(os.path.join(work, "rootfs"))
             try:
                 cfg, warnings = generate(image.config, root, opts.args, opts.env, opts.readonly, opts.storage)
             finally:
                 root.close()
-            if opts.storage is None:
-                os.makedirs(os.path.join(bundle_dir, "storage"), exist_ok=True)
-            else:
-                os.makedirs(opts.storage, exist_ok=True)
-            with open(os.path.join(bundle_dir, "config.json"), "w", encoding="utf-8") as fh:
+            os.makedirs(opts.storage or os.path.join(work, "storage"), exist_ok=True)
+            with open(os.path.join(work, "config.json"), "w", encoding="utf-8") as fh:
                 json.dump(cfg, fh, indent=2)
                 fh.write("\n")
             from ..bundle import load
 
-            load(bundle_dir, launch=False)
+            load(work, launch=False)
+            umask = os.umask(0o022)
+            os.umask(umask)
+            os.chmod(work, 0o777 & ~umask)
+            os.rename(work, bundle_dir)
         except BaseException:
-            _remove_made(bundle_dir, made_dir)
+            shutil.rmtree(work, ignore_errors=True)
+            if made_storage and opts.storage:
+                shutil.rmtree(opts.storage, ignore_errors=True)
             raise
     return Result(bundle_dir, cached, mat, report.warnings() + warnings, time.monotonic() - t0)
-
-
-def _remove_made(bundle_dir: str, made_dir: bool) -> None:
-    if made_dir:
-        shutil.rmtree(bundle_dir, ignore_errors=True)
-        return
-    for name in ("rootfs", "storage", "config.json"):
-        p = os.path.join(bundle_dir, name)
-        if os.path.isdir(p) and not os.path.islink(p):
-            shutil.rmtree(p, ignore_errors=True)
-        elif os.path.lexists(p):
-            os.unlink(p)
 
 
 def _check_platform(image: Image) -> None:

@@ -11,7 +11,9 @@
   gets ``/dev`` from the runtime); extended attributes, file capabilities (``security.capability``)
   included.
 * Every path is resolved inside the rootfs (``rootdir.RootDir``); ``..`` components are refused.
-* tar's extension headers (PAX, GNU long names) above 1 MiB are refused before they are read into memory.
+* tar's extension headers (PAX, GNU long names) above 1 MiB are refused before they are read into memory;
+  sparse members are refused (their holes are not bounded by the stream's size); at most
+  ``MAX_ENTRIES`` entries per layer.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .rootdir import RootDir, remove_at, split_entry
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
 EXT_HEADER_LIMIT = 1 << 20
+MAX_ENTRIES = 1_000_000  # per layer: bounds the memory the opaque-directory bookkeeping needs
 _EXT_TYPES = {tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
               tarfile.SOLARIS_XHDTYPE}
 
@@ -73,6 +76,7 @@ class Applier:
 
     root: RootDir
     keep_setuid: bool = False
+    max_entries: int = MAX_ENTRIES
     report: LayerReport = field(default_factory=LayerReport)
     _chown: bool = field(default_factory=lambda: os.geteuid() == 0)
 
@@ -81,7 +85,13 @@ class Applier:
         created: set[tuple[str, ...]] = set()
         try:
             tf = tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo)  # type: ignore[call-overload]
-            for m in tf:
+            n = 0
+            while (m := tf.next()) is not None:
+                tf.members.clear()  # stream mode keeps every header otherwise: memory would grow per entry
+                n += 1
+                if n > self.max_entries:
+                    raise ImageInvalid(f"{what}: more than {self.max_entries} entries",
+                                       "this is not an ordinary image")
                 self._entry(tf, m, created)
                 self.report.entries += 1
                 if progress:
@@ -119,6 +129,8 @@ class Applier:
         if m.ischr() or m.isblk() or m.isfifo():
             self.report.skipped_devices.append("/" + "/".join(parts))
             return
+        if m.issparse():  # holes are not in the stream: a sparse member could write terabytes of zeros
+            raise ImageInvalid(f"layer entry {m.name!r}: sparse files are not supported", "rebuild the image")
         if not (m.isreg() or m.isdir() or m.issym() or m.islnk()):
             raise ImageInvalid(f"layer entry {m.name!r}: unsupported tar type {m.type!r}",
                                "rebuild the image")
