@@ -270,3 +270,11 @@ def test_failed_create_leaves_no_partial_bundle(tmp_path: Path) -> None:
         create_bundle(ref, str(tmp_path / "b"), str(tmp_path / "s"), Options())
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".b.")] == []
     assert not (tmp_path / "b").exists()
+
+
+def test_deep_paths_refused(tmp_path: Path) -> None:
+    ok = "/".join(["d"] * 200)
+    assert (make(tmp_path, build(tmp_path, [tar_bytes([entry(ok, data=b"1")])], "ctl"), "ctl") / ok).exists()
+    deep = "/".join(["d"] * 201)
+    with pytest.raises(ImageInvalid, match="more than 200 path components"):
+        make(tmp_path, build(tmp_path, [tar_bytes([entry(deep, data=b"1")])]))

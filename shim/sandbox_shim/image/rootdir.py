@@ -16,7 +16,6 @@ import ctypes
 import errno
 import os
 import posixpath
-import shutil
 import stat
 import struct
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ _SYS_OPENAT2 = 437  # the same number on every Linux architecture (include/uapi/
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_IN_ROOT = 0x10
 MAX_SYMLINKS = 40  # as the kernel's path walk (path_resolution(7))
+MAX_DEPTH = 200  # path components of one entry: keeps every walk of the tree (removal, copies) shallow
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _openat2_state: list[bool] = []  # probed once per process: [available]
 
@@ -72,11 +72,15 @@ def split_entry(name: str) -> list[str]:
     """The components of a layer entry name, relative to the rootfs.
 
     Leading ``/`` and ``./`` are dropped (image-spec layer.md: paths are relative to the root); a ``..``
-    component is refused, as is a NUL byte.  ``[]`` is the root itself.  Raises ImageInvalid.
+    component is refused, as are a NUL byte and more than ``MAX_DEPTH`` components.  ``[]`` is the
+    root itself.  Raises ImageInvalid.
     """
     if "\x00" in name:
         raise ImageInvalid(f"layer entry {name!r} holds a NUL byte", "rebuild the image")
     parts = [p for p in name.split("/") if p not in ("", ".")]
+    if len(parts) > MAX_DEPTH:
+        raise ImageInvalid(f"layer entry {name[:60]!r}...: more than {MAX_DEPTH} path components",
+                           "this is not an ordinary image")
     if ".." in parts:
         raise ImageInvalid(f"layer entry {name!r} has a '..' component (it would leave the rootfs)",
                            "use an image whose layers name paths inside the root only")
@@ -196,12 +200,18 @@ class RootDir:
 
 def remove_at(pfd: int, name: str) -> None:
     """Remove ``name`` in the directory ``pfd`` whatever it is, never following a link (a directory
-    with ``shutil.rmtree``'s fd-based walk).  A missing name is not an error."""
+    is emptied through its own fd, opened ``O_NOFOLLOW``).  A missing name is not an error."""
     try:
         st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
     except FileNotFoundError:
         return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(name, dir_fd=pfd)
-    else:
+    if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=pfd)
+        return
+    fd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=pfd)  # never a link: it was lstat'd a directory
+    try:
+        for child in os.listdir(fd):
+            remove_at(fd, child)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=pfd)
