@@ -194,3 +194,22 @@ def test_lifecycle_verbs_do_not_load_the_image_package(tmp_path: Path) -> None:
     assert "sandbox_shim.image" in made  # control: the probe sees the package when it is loaded
     for verb in (["state", "nope"], ["delete", "--force", "nope"], ["kill", "nope", "TERM"]):
         assert "sandbox_shim.image" not in loaded(*verb), verb
+
+
+def test_image_on_a_cached_base_unpacks_only_its_own_layers(tmp_path: Path) -> None:
+    base = [tar_bytes([entry("etc/base", data=b"base"), entry("etc/over", data=b"old")])]
+    top = base + [tar_bytes([entry("etc/over", data=b"new"), entry("etc/.wh.base")])]
+    state = str(tmp_path / "s")
+    a = create_bundle(f"oci:{write_layout(tmp_path / 'a', base, image_config(base, Cmd=['/x']))}",
+                      str(tmp_path / "ba"), state, Options())
+    assert a.reused_layers == 0 and not a.cached
+    b = create_bundle(f"oci:{write_layout(tmp_path / 'b', top, image_config(top, Cmd=['/x']))}",
+                      str(tmp_path / "bb"), state, Options())
+    assert b.reused_layers == 1 and not b.cached
+    assert (tmp_path / "bb/rootfs/etc/over").read_bytes() == b"new"
+    assert not (tmp_path / "bb/rootfs/etc/base").exists()
+    # the base image's snapshot and bundle are untouched by the upper layer's changes
+    assert (tmp_path / "ba/rootfs/etc/over").read_bytes() == b"old"
+    assert (tmp_path / "ba/rootfs/etc/base").read_bytes() == b"base"
+    again = create_bundle(f"oci:{tmp_path / 'a'}", str(tmp_path / "ba2"), state, Options())
+    assert again.cached and (tmp_path / "ba2/rootfs/etc/over").read_bytes() == b"old"

@@ -57,4 +57,6 @@ def create(g: Globals, reference: str, args: str | None, env: tuple[str, ...], r
         for w in res.warnings:
             click.echo(f"warning: {w}", err=True)
     how = "cached layers" if res.cached else "layers unpacked"
+    if res.reused_layers:
+        how += f", {res.reused_layers} lower from the cache"
     click.echo(f"wrote {res.bundle} ({how}; rootfs by {res.rootfs.method}; {res.seconds:.2f}s)")

@@ -4,7 +4,8 @@ Layout under the state root (``--root``): ``ROOT/.images/snapshots/<key>/rootfs`
 sha256 of the image's ChainID (image-spec config.md "Layer ChainID": the diff-ids folded in order) and
 of the unpack options that change the result (``keep_setuid``, ownership applied or not).  A snapshot is
 built in ``ROOT/.images/tmp/`` and renamed into place only when every layer verified; a half-built one
-is never used.  The cache directories are mode 0700.
+is never used.  An image whose lower layers are another cached image's whole stack starts from a private
+copy of that snapshot and unpacks only its own layers.  The cache directories are mode 0700.
 
 Bundles get the snapshot's tree (``materialize``) by the cheapest means that keeps sandboxes apart:
 
@@ -58,10 +59,11 @@ class Cache:
         path = os.path.join(self.snapshot(key), "rootfs")
         return path if os.path.isdir(path) and not os.path.islink(path) else None
 
-    def building(self) -> str:
-        """A fresh temp directory to build a snapshot in (``DIR/rootfs`` made, mode 0755)."""
+    def building(self, with_rootfs: bool = True) -> str:
+        """A fresh temp directory to build a snapshot in (``DIR/rootfs`` made, mode 0755, if asked)."""
         tmp = tempfile.mkdtemp(dir=os.path.join(self.dir, "tmp"))
-        os.mkdir(os.path.join(tmp, "rootfs"), 0o755)
+        if with_rootfs:
+            os.mkdir(os.path.join(tmp, "rootfs"), 0o755)
         return tmp
 
     def commit(self, tmp: str, key: str) -> str:

@@ -37,11 +37,13 @@ class Options:
 
 @dataclass
 class Result:
-    """What was made: the bundle dir, whether the cache already held the layers, how the rootfs
-    was populated, the warnings, and seconds spent."""
+    """What was made: the bundle dir, whether the cache already held the image's snapshot, how many
+    lower layers came from another image's snapshot, how the rootfs was populated, the warnings, and
+    seconds spent."""
 
     bundle: str
     cached: bool
+    reused_layers: int
     rootfs: Materialized
     warnings: list[str]
     seconds: float
@@ -103,7 +105,8 @@ def create_bundle(reference: str, bundle_dir: str, state_root: str, opts: Option
             if made_storage and opts.storage:
                 shutil.rmtree(opts.storage, ignore_errors=True)
             raise
-    return Result(bundle_dir, cached, mat, report.warnings() + warnings, time.monotonic() - t0)
+    return Result(bundle_dir, cached, report.reused_layers, mat, report.warnings() + warnings,
+                  time.monotonic() - t0)
 
 
 def _check_platform(image: Image) -> None:
@@ -117,13 +120,25 @@ def _check_platform(image: Image) -> None:
 
 def _unpack(image: Image, cache: Cache, key: str, opts: Options, report: LayerReport,
             say: Callable[[str], None]) -> str:
-    tmp = cache.building()
+    diff_ids = [la.diff_id for la in image.layers]
+    chown = os.geteuid() == 0
+    # an image built on a cached one (its first k layers are that image's layers): start from its snapshot
+    base = next(((k, snap) for k in range(len(diff_ids) - 1, 0, -1)
+                 if (snap := cache.lookup(snapshot_key(diff_ids[:k], opts.keep_setuid, chown)))), (0, None))
+    tmp = cache.building(with_rootfs=base[1] is None)
     try:
+        if base[1] is not None:
+            # hard links are safe here: applying a layer never writes into an existing file (a file entry
+            # unlinks and creates; only directories, which are made anew, get metadata changed)
+            materialize(base[1], os.path.join(tmp, "rootfs"), readonly=True)
+            report.reused_layers = base[0]
         root = RootDir(os.path.join(tmp, "rootfs"))
         try:
             applier = Applier(root, keep_setuid=opts.keep_setuid, report=report)
             total = [0]
             for i, layer in enumerate(image.layers):
+                if i < base[0]:
+                    continue
                 what = f"layer {i + 1}/{len(image.layers)} ({layer.diff_id[:19]})"
                 _apply_one(image, layer, applier, opts.limits, total, what, say)
         finally:

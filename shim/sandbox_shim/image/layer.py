@@ -51,6 +51,7 @@ class LayerReport:
     """What applying layers did: counts of entries, and warnings (one line each, counted per kind)."""
 
     entries: int = 0
+    reused_layers: int = 0
     skipped_devices: list[str] = field(default_factory=list)
     setuid_dropped: int = 0
     chown_failed: int = 0
