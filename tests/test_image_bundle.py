@@ -73,7 +73,7 @@ def test_config_from_image(tmp_path: Path) -> None:
     cfg = image_config([layer], Entrypoint=["/bin/app"], Cmd=["--serve"], Env=["PATH=/opt/bin", "A=1",
                        "API_TOKEN=hidden-value"], WorkingDir="/srv", User="app:staff",
                        ExposedPorts={"9000/udp": {}, "8080/tcp": {}, "443/tcp": {}},
-                       Labels={"org.example.team": "x", "sandbox-shim.network": "host"},
+                       Labels={"org.example.team": "x", "sandbox-shim.network": "host", "run.oci.x": "1"},
                        Volumes={"/data": {}})
     out = tmp_path / "b"
     res = create_bundle(f"oci:{write_layout(tmp_path / 'img', [layer], cfg)}", str(out), str(tmp_path / "s"),
@@ -87,7 +87,7 @@ def test_config_from_image(tmp_path: Path) -> None:
     assert c["root"] == {"path": "rootfs", "readonly": True}
     joined = "\n".join(res.warnings)
     assert "API_TOKEN dropped" in joined and "hidden-value" not in joined
-    assert "sandbox-shim.network dropped" in joined and "Volumes" in joined
+    assert "sandbox-shim.network dropped" in joined and "run.oci.x dropped" in joined and "Volumes" in joined
     # overrides
     out2 = tmp_path / "b2"
     create_bundle(f"oci:{tmp_path / 'img'}", str(out2), str(tmp_path / "s"),

@@ -10,8 +10,8 @@ Mapping (the image's ``config`` object):
   the image's own ``/etc/passwd`` and ``/etc/group``, read inside the rootfs (``RootDir.read_file``);
   a name that is not there is refused;
 * ``ExposedPorts`` -> annotation ``sandbox-shim.port`` (the lowest TCP port);
-* ``Labels`` -> annotations, except keys under ``sandbox-shim.`` (an image cannot set sandbox settings;
-  dropped with a warning);
+* ``Labels`` -> annotations, except keys under ``RUNTIME_PREFIXES`` (``sandbox-shim.``, crun's
+  ``run.oci.``, ``io.kubernetes.``, ...: an image cannot set runtime settings; dropped with a warning);
 * ``Volumes``, ``StopSignal``, ``Healthcheck`` and ``OnBuild`` have no place in a runtime bundle: a
   warning names each one present.
 """
@@ -27,6 +27,9 @@ from .errors import ImageInvalid
 from .rootdir import RootDir
 
 NAME_FILE_LIMIT = 1 << 20
+#: annotation prefixes that runtimes and orchestrators read as settings (ours; crun's ``run.oci.``;
+#: Kubernetes' and containerd's): an image label must not arrive there
+RUNTIME_PREFIXES = ("sandbox-shim.", "run.oci.", "io.kubernetes.", "io.containerd.", "io.podman.")
 
 
 def _strings(v: Any, where: str) -> list[str]:
@@ -127,8 +130,8 @@ def generate(image_config: dict[str, Any], root: RootDir, args: str | None, env:
         for k, v in labels.items():
             if not isinstance(k, str) or not isinstance(v, str):
                 continue
-            if k.startswith("sandbox-shim."):
-                warnings.append(f"image label {k} dropped: an image cannot set sandbox settings")
+            if k.startswith(RUNTIME_PREFIXES):
+                warnings.append(f"image label {k} dropped: an image cannot set runtime settings")
             else:
                 ann[k] = v
     ports = sorted(int(p.split("/")[0]) for p in (c.get("ExposedPorts") or {})
