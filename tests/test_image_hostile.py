@@ -278,3 +278,22 @@ def test_deep_paths_refused(tmp_path: Path) -> None:
     deep = "/".join(["d"] * 201)
     with pytest.raises(ImageInvalid, match="more than 200 path components"):
         make(tmp_path, build(tmp_path, [tar_bytes([entry(deep, data=b"1")])]))
+
+
+def test_abandoned_builds_are_swept_live_ones_kept(tmp_path: Path) -> None:
+    import fcntl
+
+    from sandbox_shim.image.cache import Cache
+
+    cache = Cache(str(tmp_path / "s"))
+    stale = Path(cache.dir) / "tmp" / "stale"
+    (stale / "rootfs").mkdir(parents=True)  # what a build killed with SIGKILL leaves
+    live = Path(cache.building())  # held by this process
+    other = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
+    with pytest.raises(BlockingIOError):  # control: the lock is really held
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(other)
+    Cache(str(tmp_path / "s"))
+    assert not stale.exists() and live.exists()
+    cache.abandon(str(live))
+    assert not live.exists()

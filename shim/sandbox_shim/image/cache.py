@@ -50,6 +50,25 @@ class Cache:
         self.dir = os.path.join(root, ".images")
         for d in (root, self.dir, os.path.join(self.dir, "snapshots"), os.path.join(self.dir, "tmp")):
             os.makedirs(d, mode=0o700, exist_ok=True)
+        self._held: dict[str, int] = {}
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Remove builds whose builder is gone (killed mid-unpack): a live builder holds ``flock(2)``
+        on its directory, so a lock we can take is an abandoned build's."""
+        tmp = os.path.join(self.dir, "tmp")
+        for name in os.listdir(tmp):
+            try:
+                fd = os.open(os.path.join(tmp, name), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+            os.close(fd)
 
     def snapshot(self, key: str) -> str:
         return os.path.join(self.dir, "snapshots", key)
@@ -60,11 +79,25 @@ class Cache:
         return path if os.path.isdir(path) and not os.path.islink(path) else None
 
     def building(self, with_rootfs: bool = True) -> str:
-        """A fresh temp directory to build a snapshot in (``DIR/rootfs`` made, mode 0755, if asked)."""
+        """A fresh temp directory to build a snapshot in (``DIR/rootfs`` made, mode 0755, if asked),
+        locked until ``commit`` or ``abandon``."""
         tmp = tempfile.mkdtemp(dir=os.path.join(self.dir, "tmp"))
+        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._held[tmp] = fd
         if with_rootfs:
             os.mkdir(os.path.join(tmp, "rootfs"), 0o755)
         return tmp
+
+    def abandon(self, tmp: str) -> None:
+        """Remove a build that failed."""
+        shutil.rmtree(tmp, ignore_errors=True)
+        self._release(tmp)
+
+    def _release(self, tmp: str) -> None:
+        fd = self._held.pop(tmp, None)
+        if fd is not None:
+            os.close(fd)
 
     def commit(self, tmp: str, key: str) -> str:
         """Rename ``tmp`` into place; if another build won the race, keep theirs.  Returns its rootfs."""
@@ -72,6 +105,7 @@ class Cache:
             os.rename(tmp, self.snapshot(key))
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
+        self._release(tmp)
         return os.path.join(self.snapshot(key), "rootfs")
 
 

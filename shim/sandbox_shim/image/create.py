@@ -146,7 +146,7 @@ def _unpack(image: Image, cache: Cache, key: str, opts: Options, report: LayerRe
         with open(os.path.join(tmp, "image.json"), "w", encoding="utf-8") as fh:
             json.dump({"reference": image.reference, "diff_ids": [la.diff_id for la in image.layers]}, fh)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        cache.abandon(tmp)
         raise
     return cache.commit(tmp, key)
 
