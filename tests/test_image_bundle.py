@@ -213,3 +213,14 @@ def test_image_on_a_cached_base_unpacks_only_its_own_layers(tmp_path: Path) -> N
     assert (tmp_path / "ba/rootfs/etc/base").read_bytes() == b"base"
     again = create_bundle(f"oci:{tmp_path / 'a'}", str(tmp_path / "ba2"), state, Options())
     assert again.cached and (tmp_path / "ba2/rootfs/etc/over").read_bytes() == b"old"
+
+
+def test_progress_on_large_layers(tmp_path: Path) -> None:
+    big = tar_bytes([entry("data", data=os.urandom(17 << 20))])  # incompressible: > 16 MiB as stored
+    small = tar_bytes([entry("f", data=b"1")])
+    layers = [small, big]
+    ref = f"oci:{write_layout(tmp_path / 'img', layers, image_config(layers, Cmd=['/x']))}"
+    lines: list[str] = []
+    create_bundle(ref, str(tmp_path / "b"), str(tmp_path / "s"), Options(), progress=lines.append)
+    assert [ln for ln in lines if ln.startswith("layer 2/2") and "done, 17 MiB unpacked" in ln], lines
+    assert not [ln for ln in lines if ln.startswith("layer 1/2")]  # small layers stay quiet

@@ -18,7 +18,6 @@ Bundles get the snapshot's tree (``materialize``) by the cheapest means that kee
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import os
 import shutil
@@ -56,6 +55,8 @@ class Cache:
     def _sweep(self) -> None:
         """Remove builds whose builder is gone (killed mid-unpack): a live builder holds ``flock(2)``
         on its directory, so a lock we can take is an abandoned build's."""
+        import fcntl
+
         tmp = os.path.join(self.dir, "tmp")
         for name in os.listdir(tmp):
             try:
@@ -81,6 +82,8 @@ class Cache:
     def building(self, with_rootfs: bool = True) -> str:
         """A fresh temp directory to build a snapshot in (``DIR/rootfs`` made, mode 0755, if asked),
         locked until ``commit`` or ``abandon``."""
+        import fcntl
+
         tmp = tempfile.mkdtemp(dir=os.path.join(self.dir, "tmp"))
         fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -167,6 +170,8 @@ def _owner(path: str, st: os.stat_result, link: bool) -> None:
 
 
 def _copy(src: str, dst: str, st: os.stat_result, res: Materialized) -> None:
+    import fcntl
+
     with open(src, "rb") as fi:
         fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:

@@ -61,6 +61,9 @@ def create_bundle(reference: str, bundle_dir: str, state_root: str, opts: Option
     """
     from ..errors import UsageError
 
+    if not hasattr(os, "O_DIRECTORY"):
+        raise UsageError("bundle create --image needs a POSIX host (directory file descriptors)",
+                         "run it on Linux (or macOS) and copy the bundle")
     t0 = time.monotonic()
     say = progress or (lambda s: None)
     bundle_dir = os.path.abspath(bundle_dir)

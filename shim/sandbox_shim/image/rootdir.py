@@ -28,7 +28,8 @@ RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_IN_ROOT = 0x10
 MAX_SYMLINKS = 40  # as the kernel's path walk (path_resolution(7))
 MAX_DEPTH = 200  # path components of one entry: keeps every walk of the tree (removal, copies) shallow
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+# getattr: the module imports on every OS (Windows lacks these flags; bundle create refuses there)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 _openat2_state: list[bool] = []  # probed once per process: [available]
 
 
