@@ -10,8 +10,14 @@ Landlock must be applied *inside* the sandbox, after bwrap has set up the mounts
 Landlock-restricted process may not call ``mount(2)`` or ``pivot_root(2)`` (kernel doc, "Current
 limitations": file system topology modification).
 
-Only file-system access is handled; network access (ABI 4+) and IPC scoping (ABI 6+) are left
-unhandled, so TCP connect/bind, signals and abstract sockets stay as the outer layer leaves them.
+File-system access is handled, and from ABI 6 the IPC scopes (``LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET``:
+no connecting to an abstract unix socket made outside the domain; ``LANDLOCK_SCOPE_SIGNAL``: no
+signals to processes outside it) when asked.  Network access rights (ABI 4+) are left unhandled:
+egress is the outer layer's business (its own network namespace when an allow-list is given).
+
+Start-up cost matters (it runs once per confined command): only ``ctypes``, ``os``, ``struct`` and
+``sys`` are imported on the restrict-and-exec path; the forwarder's ``socket``/``threading`` only when
+``--forward`` is given.
 """
 
 from __future__ import annotations
@@ -19,7 +25,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 import struct
 import sys
 from collections.abc import Sequence
@@ -60,6 +65,11 @@ READ_WRITE = (1 << 16) - 1
 #: a device tree such as bwrap's ``--dev``: read, write and ioctl existing nodes, create nothing.
 DEVICES = READ_FILE | WRITE_FILE | READ_DIR | IOCTL_DEV
 
+# IPC scopes (ABI 6; struct landlock_ruleset_attr.scoped).
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
+SCOPE_SIGNAL = 1 << 1
+SCOPES = {"abstract-unix-socket": SCOPE_ABSTRACT_UNIX_SOCKET, "signal": SCOPE_SIGNAL}
+
 
 class LandlockError(OSError):
     """A Landlock syscall failed; ``errno`` is the kernel's, ``filename`` the path concerned if any."""
@@ -68,7 +78,7 @@ class LandlockError(OSError):
 def _syscall_numbers() -> tuple[int, int, int] | None:
     if sys.platform != "linux":
         return None
-    return _SYSCALLS.get(platform.machine())
+    return _SYSCALLS.get(os.uname().machine)
 
 
 def _libc() -> ctypes.CDLL:
@@ -119,7 +129,7 @@ def _check(libc: ctypes.CDLL, ret: int, what: str, path: str | None = None) -> i
     return ret
 
 
-def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None) -> int:
+def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None, scoped: int = 0) -> int:
     """Confine the calling thread (and everything it execs) to ``rules``; return the ABI used.
 
     Args:
@@ -127,6 +137,7 @@ def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None) -> i
             ``path`` (or on the file itself).  Rights the ABI does not know are dropped; on a
             non-directory only ``FILE_RIGHTS`` are kept.  Paths that do not exist are skipped.
         abi: the ABI to target (default: what the kernel offers).
+        scoped: a mask of ``SCOPE_*`` bits; needs ABI 6 (fails closed below it).
 
     Sets ``PR_SET_NO_NEW_PRIVS`` first (required unless CAP_SYS_ADMIN, landlock_restrict_self(2)).
     Call it in a single-threaded process right before ``execve``: only the calling thread is
@@ -139,11 +150,16 @@ def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None) -> i
     abi = abi_version() if abi is None else abi
     if nums is None or abi < 1:
         raise LandlockError(errno.EOPNOTSUPP, "landlock: not available on this kernel")
+    if scoped and abi < 6:
+        raise LandlockError(errno.EOPNOTSUPP, f"landlock: IPC scoping needs ABI 6, the kernel has {abi}")
     handled = handled_fs(abi)
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
-    attr = ctypes.create_string_buffer(struct.pack("=Q", handled))  # struct landlock_ruleset_attr (v1 size)
-    ruleset = _check(libc, libc.syscall(ctypes.c_long(nums[0]), attr, ctypes.c_size_t(8),
+    if scoped:  # struct landlock_ruleset_attr {handled_access_fs, handled_access_net, scoped} (ABI 6 size)
+        attr = ctypes.create_string_buffer(struct.pack("=QQQ", handled, 0, scoped))
+    else:  # the ABI 1 size: handled_access_fs only
+        attr = ctypes.create_string_buffer(struct.pack("=Q", handled))
+    ruleset = _check(libc, libc.syscall(ctypes.c_long(nums[0]), attr, ctypes.c_size_t(len(attr.raw)),
                                         ctypes.c_uint32(0)), "landlock_create_ruleset")
     try:
         for path, access in rules:
@@ -173,16 +189,89 @@ def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None) -> i
 
 
 def helper_argv(python: str, script: str, read_only: Sequence[str], read_write: Sequence[str],
-                devices: Sequence[str], program: str, args: Sequence[str]) -> list[str]:
+                devices: Sequence[str], program: str, args: Sequence[str], *,
+                scopes: Sequence[str] = (), forward: str | None = None,
+                landlock: bool = True) -> list[str]:
     """argv that runs this file as a script: apply Landlock, then exec ``program`` with ``args``.
 
-    ``args`` excludes argv[0]; the program receives ``program`` as argv[0].
+    ``args`` excludes argv[0]; the program receives ``program`` as argv[0].  ``scopes`` are names in
+    ``SCOPES``; ``forward`` is ``PORT=SOCKET`` (serve ``127.0.0.1:PORT`` by connecting to the unix
+    socket ``SOCKET``); ``landlock=False`` only forwards (no rules are applied).
     """
-    out = [python, "-I", "-S", script]
+    out = [python, "-I", "-S", "-B", script]
+    if not landlock:
+        out.append("--no-landlock")
     for flag, paths in (("--ro", read_only), ("--rw", read_write), ("--dev", devices)):
         for p in paths:
             out += [flag, p]
+    for name in scopes:
+        out += ["--scope", name]
+    if forward:
+        out += ["--forward", forward]
     return [*out, "--", program, *args]
+
+
+def _serve_forward(listener: object, target: str) -> None:
+    """Forwarder body: every connection to ``listener`` is bridged to the unix socket ``target``."""
+    import socket
+    import threading
+
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def bridge(conn: socket.socket) -> None:
+        try:
+            up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            up.connect(target)
+        except OSError:
+            conn.close()
+            return
+        t = threading.Thread(target=pump, args=(up, conn), daemon=True)
+        t.start()
+        pump(conn, up)
+        t.join()
+        conn.close()
+        up.close()
+
+    assert isinstance(listener, socket.socket)
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=bridge, args=(conn,), daemon=True).start()
+
+
+def _start_forwarder(spec: str) -> None:
+    """Listen on ``127.0.0.1:PORT`` now (so the program never races it), then leave the serving to a
+    grandchild re-parented to the sandbox's init: the program gets no child it did not make."""
+    import socket
+
+    port, _, target = spec.partition("=")
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", int(port)))
+    listener.listen(64)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if os.fork() == 0:
+                os.setsid()
+                for fd in (0, 1):
+                    os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+                _serve_forward(listener, target)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    listener.close()
 
 
 def _initial_environ() -> dict[bytes, bytes] | None:
@@ -210,12 +299,23 @@ def main(argv: Sequence[str]) -> int:
     """
     rules: list[tuple[str, int]] = []
     rights = {"--ro": READ_ONLY, "--rw": READ_WRITE, "--dev": DEVICES}
+    scoped, forward, apply = 0, None, True
     i = 0
     while i < len(argv) and argv[i] != "--":
-        if argv[i] not in rights or i + 1 >= len(argv):
+        if argv[i] == "--no-landlock":
+            apply = False
+            i += 1
+            continue
+        ok = i + 1 < len(argv) and (argv[i] in rights or argv[i] in ("--forward", "--scope"))
+        if not ok or (argv[i] == "--scope" and argv[i + 1] not in SCOPES):
             sys.stderr.write(f"landlock: bad argument {argv[i]!r}\n")
             return 126
-        rules.append((argv[i + 1], rights[argv[i]]))
+        if argv[i] == "--scope":
+            scoped |= SCOPES[argv[i + 1]]
+        elif argv[i] == "--forward":
+            forward = argv[i + 1]
+        else:
+            rules.append((argv[i + 1], rights[argv[i]]))
         i += 2
     cmd = list(argv[i + 1:])
     if not cmd:
@@ -223,9 +323,13 @@ def main(argv: Sequence[str]) -> int:
         return 126
     env = _initial_environ()
     try:
-        restrict_self(rules)
+        if apply:
+            restrict_self(rules, scoped=scoped)
+        if forward:
+            _start_forwarder(forward)
     except OSError as e:
-        sys.stderr.write(f"sandbox-shim confine: landlock layer could not be applied: {e}; not running\n")
+        what = "landlock layer" if apply else "egress forwarder"
+        sys.stderr.write(f"sandbox-shim confine: {what} could not be applied: {e}; not running\n")
         return 126
     try:
         if "/" in cmd[0]:
