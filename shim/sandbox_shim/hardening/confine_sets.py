@@ -25,11 +25,13 @@ from __future__ import annotations
 import os
 import pwd
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from ..errors import CannotEnforce
 from . import readset
+
+TYPE_CHECKING = False  # start-up cost: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 LINUX_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 LINUX_ETC = (
@@ -47,14 +49,18 @@ PROTECTED = (
 )
 
 
-@dataclass(frozen=True)
 class Sets:
     """Resolved absolute paths.  ``read_only`` is sorted, without entries under another (non-link)
     entry; links are listed as links (recreated inside, not followed)."""
 
-    read_only: tuple[str, ...]
-    read_write: tuple[str, ...]
-    islands: tuple[str, ...]
+    __slots__ = ("read_only", "read_write", "islands")
+
+    def __init__(self, read_only: tuple[str, ...], read_write: tuple[str, ...],
+                 islands: tuple[str, ...]) -> None:
+        self.read_only, self.read_write, self.islands = read_only, read_write, islands
+
+    def __repr__(self) -> str:
+        return f"Sets(read_only={self.read_only!r}, read_write={self.read_write!r}, islands={self.islands!r})"
 
 
 def _within(path: str, root: str) -> bool:

@@ -23,21 +23,20 @@ Environment knob: ``SANDBOX_SHIM_BWRAP`` names the bwrap binary (default ``/usr/
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
 import sys
-import time
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 from ..capability import Capability
 from ..errors import CannotEnforce
-from . import egress as egress_mod
 from . import readset
 from .confine_sets import LINUX_ETC, LINUX_SYSTEM, PROTECTED, Sets, build_sets
-from .egress import EgressProxy
+
+TYPE_CHECKING = False  # start-up cost (confine runs per command): no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+    from .egress import EgressProxy
 
 __all__ = ["LINUX_ETC", "LINUX_SYSTEM", "PROTECTED", "LaunchSpec", "confine", "describe", "report",
            "resolve_executable", "caller_environ"]
@@ -103,7 +102,7 @@ def resolve_executable(cmd: str, path: str | None = None, cwd: str | None = None
     if "/" in cmd:
         cand: str | None = os.path.join(cwd or os.getcwd(), cmd)
     else:
-        cand = shutil.which(cmd, path=path if path is not None else os.environ.get("PATH", os.defpath))
+        cand = readset.resolve_name(cmd, path if path is not None else os.environ.get("PATH", os.defpath))
     if cand is None:
         return cmd
     real = os.path.realpath(cand)
@@ -144,6 +143,9 @@ def probe_bwrap(bwrap: str | None = None) -> Capability:
     path = _bwrap_path(bwrap)
     if path in _bwrap_cache:
         return _bwrap_cache[path]
+    import shutil
+    import subprocess
+
     measured = f"{path} --unshare-pid --unshare-ipc --cap-drop ALL --ro-bind / / --proc /proc true"
     cap: Capability | None = None
     if bwrap is None and BWRAP_ENV not in os.environ:
@@ -310,7 +312,11 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
     rw = [permit, *extras]
     start = os.path.realpath(cd) if cd is not None else permit
     exe = resolve_executable(cmd, env.get("PATH", os.defpath), start)
-    patterns = [egress_mod.check_pattern(h) for h in allow_hosts] if allow_hosts is not None else None
+    patterns = None
+    if allow_hosts is not None:
+        from .egress import check_pattern
+
+        patterns = [check_pattern(h) for h in allow_hosts]
     if report is not None:
         report = os.path.realpath(report)
         if any(_within(report, p) for p in rw):
@@ -322,6 +328,8 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
     egress: EgressProxy | None = None
     if patterns is not None:
         import tempfile
+
+        from .egress import EgressProxy
 
         egress = EgressProxy(patterns, tempfile.mkdtemp(prefix="sandbox-shim-egress-"), report, host_map,
                              tcp_port=0 if sys.platform == "darwin" else None)
@@ -348,6 +356,9 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
 
 def write_start_record(report: str, spec: LaunchSpec) -> None:
     """Append the first record of a report: the layers, and what is and is not observed."""
+    import json
+    import time
+
     observed = ["egress denials (proxy)"] if spec.egress is not None else []
     unobserved = ["file-system denials: bwrap leaves the path absent or read-only and Landlock returns "
                   "EACCES to the caller; neither writes a log this profile can read",

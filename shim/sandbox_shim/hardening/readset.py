@@ -26,19 +26,17 @@ tool, not ``~``.  Stdlib only; no subprocess (start-up cost matters: ``confine``
 
 from __future__ import annotations
 
-import glob
-import json
 import os
-import re
-import shutil
 import struct
-from collections.abc import Mapping
+
+TYPE_CHECKING = False  # start-up cost: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 #: trees granted whole (read-only) on Linux; what lies below them needs no per-file grant
 SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 DEFAULT_LIB_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
                     "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
-_PY_NAME = re.compile(r"^python(\d(\.\d+)?)?$")
 _MAX_DEPTH = 8
 
 
@@ -161,6 +159,19 @@ def elf_dynamic(path: str) -> tuple[str | None, list[str], list[str], list[str]]
         return None
 
 
+def _glob(pattern: str) -> list[str]:
+    """``DIR/*SUFFIX`` by listing (the common ld.so.conf include); anything else through ``glob``."""
+    d, name = os.path.split(pattern)
+    if name.startswith("*") and not any(c in name[1:] + d for c in "*?["):
+        try:
+            return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(name[1:]))
+        except OSError:
+            return []
+    import glob
+
+    return sorted(glob.glob(pattern))
+
+
 def _ld_conf_dirs(conf: str = "/etc/ld.so.conf", depth: int = 0) -> list[str]:
     """Directories listed in ld.so.conf(5), ``include`` globs followed."""
     out: list[str] = []
@@ -176,7 +187,7 @@ def _ld_conf_dirs(conf: str = "/etc/ld.so.conf", depth: int = 0) -> list[str]:
         if line.startswith("include") and depth < 4:
             pattern = line.split(None, 1)[1] if " " in line else ""
             pattern = pattern if os.path.isabs(pattern) else os.path.join(os.path.dirname(conf), pattern)
-            for inc in sorted(glob.glob(pattern)):
+            for inc in _glob(pattern):
                 out += _ld_conf_dirs(inc, depth + 1)
         elif os.path.isabs(line):
             out.append(line)
@@ -218,15 +229,28 @@ def shared_objects(path: str, env: Mapping[str, str], _seen: set[str] | None = N
 
 # ---- language runtimes ---------------------------------------------------------------------------------
 
+def python_name(name: str) -> str | None:
+    """``"3.11"`` for ``python3.11``, ``""`` for ``python``/``python3``, None for anything else."""
+    if name in ("python", "python3"):
+        return ""
+    rest = name[6:] if name.startswith("python") else ""
+    major, dot, minor = rest.partition(".")
+    return rest if major.isdigit() and dot and minor.isdigit() else None
+
+
 def _python_version(real: str) -> str | None:
     """``X.Y`` for a CPython interpreter at ``real``: from its name, else the one ``lib/pythonX.Y``
     holding the ``os.py`` landmark beside it."""
-    m = re.match(r"^python(\d\.\d+)$", os.path.basename(real))
-    if m:
-        return m.group(1)
-    prefix = os.path.dirname(os.path.dirname(real))
-    found = sorted(glob.glob(os.path.join(prefix, "lib", "python3.*", "os.py")))
-    return os.path.basename(os.path.dirname(found[-1]))[6:] if found else None
+    ver = python_name(os.path.basename(real))
+    if ver:
+        return ver
+    lib = os.path.join(os.path.dirname(os.path.dirname(real)), "lib")
+    try:
+        found = sorted(n for n in os.listdir(lib) if python_name(n)
+                       and os.path.isfile(os.path.join(lib, n, "os.py")))
+    except OSError:
+        return None
+    return found[-1][6:] if found else None
 
 
 def python_tree(invoked: str, env: Mapping[str, str], script: str | None = None) -> list[str]:
@@ -285,6 +309,8 @@ def node_packages(script: str) -> list[str]:
         if pkg in out or len(out) > 2000:
             continue
         out.append(pkg)
+        import json
+
         try:
             with open(os.path.join(pkg, "package.json"), encoding="utf-8") as fh:
                 meta = json.load(fh)
@@ -308,8 +334,15 @@ def node_packages(script: str) -> list[str]:
 # ---- the whole set ---------------------------------------------------------------------------------------
 
 def resolve_name(name: str, path: str) -> str | None:
-    """``name`` through the PATH-syntax ``path`` (``shutil.which``), or None."""
-    return shutil.which(name, path=path)
+    """``name`` through the PATH-syntax ``path`` as execvp(3) searches (first executable regular
+    file; an empty entry is the current directory), or None."""
+    if "/" in name:
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    for d in path.split(os.pathsep):
+        cand = os.path.join(d or ".", name)
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
 
 
 def runtime_read_set(exe: str, env: Mapping[str, str], *, invoked: str | None = None,
@@ -334,7 +367,7 @@ def runtime_read_set(exe: str, env: Mapping[str, str], *, invoked: str | None = 
     if os.path.basename(parent) == "shims" and os.path.isdir(os.path.join(root, "libexec")):
         out.append(root)  # a version manager's shim (pyenv, rbenv, nodenv): its own tree runs it
     name = os.path.basename(real)
-    if _PY_NAME.match(name) or re.match(r"^python\d\.\d+$", name):
+    if python_name(name) is not None:
         out += python_tree(exe, env, invoked)
     words = shebang(real)
     if words:
