@@ -46,8 +46,9 @@ def within(path: str, root: str) -> bool:
 
 
 def in_system(path: str) -> bool:
-    """True when ``path`` lies in one of ``SYSTEM_TREES`` (after resolving its parent)."""
-    real = os.path.realpath(path)
+    """True when ``path`` lies in one of ``SYSTEM_TREES`` (after resolving its parent; a final link
+    is not followed: a venv's ``bin/python`` pointing into ``/usr`` is still the venv's)."""
+    real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
     return any(within(real, t) for t in SYSTEM_TREES)
 
 
