@@ -168,7 +168,8 @@ def test_elf_with_its_own_shared_library(home: dict[str, Any], ll: bool, tmp_pat
     (root / "bin").mkdir(parents=True)
     src = tmp_path / "src"
     src.mkdir()
-    (src / "lib.c").write_text("#include <stdio.h>\nint say(const char *p){FILE *f=fopen(p,\"r\");char b[256];"
+    (src / "lib.c").write_text("#include <stdio.h>\nint say(const char *p){FILE *f=fopen(p,\"r\");"
+                               "char b[256];"
                                "if(!f){puts(\"ERRNO:denied\");return 3;}size_t n=fread(b,1,255,f);b[n]=0;"
                                "printf(\"MARKER:%s\\n\",b);return 0;}\n")
     (src / "main.c").write_text("int say(const char*);int main(int c,char**v){return say(v[1]);}\n")
