@@ -187,7 +187,14 @@ def probe_landlock() -> Capability:
 def report(bwrap: str | None = None) -> list[Capability]:
     """The confinement layers this host offers, as ``Capability`` reports (platform-specific)."""
     if sys.platform == "linux":
-        return [probe_bwrap(bwrap), probe_landlock()]
+        from ..platforms.linux import landlock
+
+        abi = landlock.abi_version()
+        gap = (f"Landlock ABI {abi} < 6: host abstract unix sockets stay reachable (unless --allow-host "
+               "gives the command its own network namespace)")
+        scope = Capability("confinement.landlock.scope", abi >= 6, "landlock scopes: abstract-unix-socket, "
+                           "signal", "" if abi >= 6 else gap, "landlock_create_ruleset(NULL, 0, VERSION) >= 6")
+        return [probe_bwrap(bwrap), probe_landlock(), scope]
     if sys.platform == "darwin":
         from ..platforms.darwin import seatbelt
 
