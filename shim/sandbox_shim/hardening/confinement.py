@@ -192,8 +192,9 @@ def report(bwrap: str | None = None) -> list[Capability]:
         abi = landlock.abi_version()
         gap = (f"Landlock ABI {abi} < 6: host abstract unix sockets stay reachable (unless --allow-host "
                "gives the command its own network namespace)")
-        scope = Capability("confinement.landlock.scope", abi >= 6, "landlock scopes: abstract-unix-socket, "
-                           "signal", "" if abi >= 6 else gap, "landlock_create_ruleset(NULL, 0, VERSION) >= 6")
+        scope = Capability("confinement.landlock.scope", abi >= 6,
+                           "landlock scopes: abstract-unix-socket, signal", "" if abi >= 6 else gap,
+                           "landlock_create_ruleset(NULL, 0, VERSION) >= 6")
         return [probe_bwrap(bwrap), probe_landlock(), scope]
     if sys.platform == "darwin":
         from ..platforms.darwin import seatbelt
