@@ -344,3 +344,24 @@ def test_cli_egress_through_forked_proxy(work: Path, servers: dict[str, int], tm
     time.sleep(0.5)  # the proxy child ends with the command and removes its socket directory
     leftover = [p for p in Path("/tmp").glob("sandbox-shim-egress-*") if p.stat().st_mtime > time.time() - 30]
     assert not leftover, leftover
+
+
+def test_protected_link_into_an_extra_path_is_held(work: Path, tmp_path: Path) -> None:
+    """``.git`` pointing into another read-write path: its hooks are held where they really are."""
+    extra = tmp_path / "gitdir"
+    subprocess.run(["git", "init", "-q", "--separate-git-dir", str(extra), str(work)], check=True)
+    assert (work / ".git").is_file()  # a gitfile; make it a link instead, the harder case
+    (work / ".git").unlink()
+    (work / ".git").symlink_to(extra)
+    assert probe(work, "write", extra / "description", permit_extra_subpaths=[str(extra)]) == "ok:wrote"
+    assert probe(work, "write", work / ".git" / "hooks" / "pre-commit",
+                 permit_extra_subpaths=[str(extra)]) == "denied:EROFS"
+    assert not (extra / "hooks" / "pre-commit").exists()
+
+
+def test_cli_missing_bwrap_is_exit_5(work: Path, tmp_path: Path) -> None:
+    witness = work / "ran"
+    env = {**os.environ, "SANDBOX_SHIM_BWRAP": str(tmp_path / "no-bwrap")}
+    r = cli("confine", "--permit-path", str(work), "--", "touch", str(witness), env=env)
+    assert r.returncode == 5 and "cannot enforce confinement: bwrap" in r.stderr, r.stderr
+    assert not witness.exists()

@@ -193,8 +193,16 @@ def run(argv: list[str], g: Globals | None = None) -> int:
     sys.stderr.flush()
     if spec.egress is not None:
         _serve_egress(spec)
-    os.chdir(spec["cd"])
-    os.execve(spec["cmd"], [spec["cmd"], *spec["args"]], spec["env"])
+    try:
+        os.chdir(spec["cd"])
+        os.execve(spec["cmd"], [spec["cmd"], *spec["args"]], spec["env"])
+    except OSError as e:
+        from ..errors import CouldNotRun
+
+        import errno
+
+        why = "not_found" if e.errno == errno.ENOENT else "exec_failed"
+        fail(g, CouldNotRun(why, spec["cmd"], e.strerror or ""))
     return 126  # not reached
 
 

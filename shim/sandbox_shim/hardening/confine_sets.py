@@ -100,11 +100,11 @@ def _system(linux: bool) -> list[str]:
     return out + [os.path.realpath(p) for p in out if os.path.islink(p)]
 
 
-def _protected(root: str, protect: bool, settings_file: str | None) -> list[str]:
+def _protected(root: str, protect: bool, settings_file: str | None, writable: Sequence[str]) -> list[str]:
     out: list[str] = []
     if settings_file is not None:
         real = os.path.realpath(settings_file)
-        if _within(real, root):
+        if any(_within(real, w) for w in writable):
             out.append(real)
     if not protect:
         return out
@@ -116,7 +116,7 @@ def _protected(root: str, protect: bool, settings_file: str | None) -> list[str]
         if not os.path.lexists(q):
             continue
         real = os.path.realpath(q)
-        if _within(real, root):  # a link to outside needs nothing: outside is not writable
+        if any(_within(real, w) for w in writable):  # a link to elsewhere: held if that is writable
             out.append(real)
     return out
 
@@ -167,5 +167,5 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
             raise CannotEnforce("confinement.boundary", f"{r}: its parent {boundary} lies inside the "
                                 f"runtime read set entry {cover[0]}, so siblings would be readable")
     for r in read_write:
-        islands += _protected(r, protect, settings_file)
+        islands += _protected(r, protect, settings_file, read_write)
     return Sets(tuple(dedupe(ro + extra_ro)), tuple(read_write), tuple(dedupe(islands)))
