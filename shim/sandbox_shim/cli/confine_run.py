@@ -197,9 +197,9 @@ def run(argv: list[str], g: Globals | None = None) -> int:
         os.chdir(spec["cd"])
         os.execve(spec["cmd"], [spec["cmd"], *spec["args"]], spec["env"])
     except OSError as e:
-        from ..errors import CouldNotRun
-
         import errno
+
+        from ..errors import CouldNotRun
 
         why = "not_found" if e.errno == errno.ENOENT else "exec_failed"
         fail(g, CouldNotRun(why, spec["cmd"], e.strerror or ""))
