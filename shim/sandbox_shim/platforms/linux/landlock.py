@@ -15,14 +15,16 @@ no connecting to an abstract unix socket made outside the domain; ``LANDLOCK_SCO
 signals to processes outside it) when asked.  Network access rights (ABI 4+) are left unhandled:
 egress is the outer layer's business (its own network namespace when an allow-list is given).
 
-Start-up cost matters (it runs once per confined command): only ``ctypes``, ``os``, ``struct`` and
-``sys`` are imported on the restrict-and-exec path; the forwarder's ``socket``/``threading`` only when
+Start-up cost matters (it runs once per confined command, in a second interpreter: Landlock cannot be
+applied before bwrap has made the mounts).  The restrict-and-exec path imports only ``_ctypes`` (the
+C module under ``ctypes``, without the ``ctypes`` package's class set-up), ``os``, ``struct`` and
+``sys``; the forwarder's ``socket``/``threading`` only when
 ``--forward`` is given.
 """
 
 from __future__ import annotations
 
-import ctypes
+import _ctypes
 import errno
 import os
 import struct
@@ -81,8 +83,42 @@ def _syscall_numbers() -> tuple[int, int, int] | None:
     return _SYSCALLS.get(os.uname().machine)
 
 
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+class _Long(_ctypes._SimpleCData):  # what ctypes.c_long is
+    _type_ = "l"
+
+
+class _Func(_ctypes.CFuncPtr):  # a cdecl libc function returning long, errno saved (ctypes.CDLL's kind)
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+    _restype_ = _Long
+
+
+class _Libc:
+    """``syscall(2)`` and ``prctl(2)`` from the C library; arguments are ints (passed as C ``long``),
+    ``bytes`` (passed as a pointer to their contents) or None (NULL)."""
+
+    def __init__(self) -> None:
+        self._handle = _ctypes.dlopen(None)
+        self._syscall = _Func(("syscall", self))
+        self._prctl = _Func(("prctl", self))
+
+    @staticmethod
+    def _args(args: tuple[object, ...]) -> list[object]:
+        return [_Long(a) if isinstance(a, int) else a for a in args]
+
+    def syscall(self, *args: object) -> int:
+        return int(self._syscall(*self._args(args)))
+
+    def prctl(self, *args: object) -> int:
+        return int(self._prctl(*self._args(args)))
+
+
+def _libc() -> _Libc:
+    return _Libc()
+
+
+def get_errno() -> int:
+    """errno as saved by the last call through ``_Libc``."""
+    return int(_ctypes.get_errno())
 
 
 def abi_version() -> int:
@@ -96,10 +132,7 @@ def abi_version() -> int:
     if nums is None:
         return 0
     try:
-        libc = _libc()
-        libc.syscall.restype = ctypes.c_long
-        v = libc.syscall(ctypes.c_long(nums[0]), None, ctypes.c_size_t(0),
-                         ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
+        v = _libc().syscall(nums[0], None, 0, LANDLOCK_CREATE_RULESET_VERSION)
     except (OSError, AttributeError):
         return 0
     return int(v) if v > 0 else 0
@@ -122,9 +155,9 @@ def handled_fs(abi: int) -> int:
     return mask
 
 
-def _check(libc: ctypes.CDLL, ret: int, what: str, path: str | None = None) -> int:
+def _check(libc: _Libc, ret: int, what: str, path: str | None = None) -> int:
     if ret < 0:
-        e = ctypes.get_errno()
+        e = get_errno()
         raise LandlockError(e, f"{what}: {os.strerror(e)}", path)
     return ret
 
@@ -154,13 +187,11 @@ def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None, scop
         raise LandlockError(errno.EOPNOTSUPP, f"landlock: IPC scoping needs ABI 6, the kernel has {abi}")
     handled = handled_fs(abi)
     libc = _libc()
-    libc.syscall.restype = ctypes.c_long
     if scoped:  # struct landlock_ruleset_attr {handled_access_fs, handled_access_net, scoped} (ABI 6 size)
-        attr = ctypes.create_string_buffer(struct.pack("=QQQ", handled, 0, scoped))
+        attr = struct.pack("=QQQ", handled, 0, scoped)
     else:  # the ABI 1 size: handled_access_fs only
-        attr = ctypes.create_string_buffer(struct.pack("=Q", handled))
-    ruleset = _check(libc, libc.syscall(ctypes.c_long(nums[0]), attr, ctypes.c_size_t(len(attr.raw)),
-                                        ctypes.c_uint32(0)), "landlock_create_ruleset")
+        attr = struct.pack("=Q", handled)
+    ruleset = _check(libc, libc.syscall(nums[0], attr, len(attr), 0), "landlock_create_ruleset")
     try:
         for path, access in rules:
             try:
@@ -174,14 +205,13 @@ def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None, scop
                 if not allowed:
                     continue
                 # struct landlock_path_beneath_attr { __u64 allowed_access; __s32 parent_fd; } packed
-                pb = ctypes.create_string_buffer(struct.pack("=Qi", allowed, fd))
-                _check(libc, libc.syscall(ctypes.c_long(nums[1]), ctypes.c_int(ruleset),
-                                          ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH), pb,
-                                          ctypes.c_uint32(0)), "landlock_add_rule", path)
+                pb = struct.pack("=Qi", allowed, fd)
+                _check(libc, libc.syscall(nums[1], ruleset, LANDLOCK_RULE_PATH_BENEATH, pb, 0),
+                       "landlock_add_rule", path)
             finally:
                 os.close(fd)
         _check(libc, libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
-        _check(libc, libc.syscall(ctypes.c_long(nums[2]), ctypes.c_int(ruleset), ctypes.c_uint32(0)),
+        _check(libc, libc.syscall(nums[2], ruleset, 0),
                "landlock_restrict_self")
     finally:
         os.close(ruleset)
