@@ -365,3 +365,36 @@ def test_cli_missing_bwrap_is_exit_5(work: Path, tmp_path: Path) -> None:
     r = cli("confine", "--permit-path", str(work), "--", "touch", str(witness), env=env)
     assert r.returncode == 5 and "cannot enforce confinement: bwrap" in r.stderr, r.stderr
     assert not witness.exists()
+
+
+@pytest.mark.skipif(ABI < 6, reason=f"Landlock ABI {ABI} has no IPC scoping (needs 6)")
+def test_signal_scope_in_the_landlock_layer_alone(tmp_path: Path) -> None:
+    """Inside bwrap the pid namespace already hides host processes; the Landlock layer alone must
+    also refuse to signal a process outside its domain."""
+    target = subprocess.Popen(["sleep", "30"])
+    code = ("import os, sys, errno\n"
+            "try:\n"
+            "    os.kill(int(sys.argv[1]), 0); print('MARKER:signalled')\n"
+            "except OSError as e:\n"
+            "    print('ERRNO:' + errno.errorcode[e.errno]); sys.exit(3)\n")
+    try:
+        def go(scopes: list[str]) -> str:
+            argv = landlock.helper_argv(os.path.realpath(sys.executable), landlock.__file__,
+                                        ["/usr", "/etc", "/proc", os.path.realpath(sys.base_prefix)],
+                                        [str(tmp_path)], ["/dev"], os.path.realpath(PY),
+                                        ["-c", code, str(target.pid)], scopes=scopes)
+            return outcome(subprocess.run(argv, capture_output=True, text=True, timeout=60))
+
+        assert go([]) == "ok:signalled"  # control: same layer, no scope
+        assert go(["signal"]) == "denied:EPERM"
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_unwritable_report_leaves_nothing_behind(work: Path, tmp_path: Path) -> None:
+    before = set(Path("/tmp").glob("sandbox-shim-egress-*"))
+    with pytest.raises(ValueError, match="cannot be written"):
+        confine(("true", []), permit_path=str(work), allow_hosts=["example.com"],
+                report=str(tmp_path / "no-such-dir" / "r.jsonl"))
+    assert set(Path("/tmp").glob("sandbox-shim-egress-*")) == before

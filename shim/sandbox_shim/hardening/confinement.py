@@ -358,7 +358,12 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
     spec = LaunchSpec(cmd=argv[0], args=argv[1:], env=env, cd=start)
     spec.layers, spec.not_enforced, spec.egress, spec.report = layers, tuple(not_enforced), egress, report
     if report is not None:
-        write_start_record(report, spec)
+        try:
+            write_start_record(report, spec)
+        except OSError as e:
+            if egress is not None:
+                egress.close()
+            raise ValueError(f"report {report!r} cannot be written: {e.strerror}") from e
     return spec
 
 
