@@ -27,7 +27,26 @@ import sys
 from ..errors import CannotEnforce, UsageError
 from .output import Globals, fail
 
-USAGE = (__doc__ or "").split("Parsed here", 1)[0].strip()
+USAGE = """\
+Usage: sandbox-shim confine [OPTIONS] -- CMD [ARGS]...
+
+  Run CMD with only the permit path (and extra subpaths) readable and writable, a private /tmp, the
+  runtime CMD needs read-only, and everything else (siblings, .., home directories) out of reach.
+  The environment passes through unmodified; egress is open unless --allow-host is given.
+
+Options:
+  --permit-path DIR           the one directory readable and writable (required here or in --settings)
+  --permit-extra-subpath DIR  an extra read-write directory (repeatable)
+  --permit-read PATH          an extra read-only file or directory (repeatable)
+  --allow-host HOST           egress only to HOST (name, *.domain, IP) through a proxy (repeatable)
+  --report FILE               append JSON lines of what was denied and observed
+  --allow-protected-writes    let .git/hooks, .git/config, shell rc files, ... be written
+  --settings FILE             the same options as JSON (schemas/confine-settings.schema.json)
+  --cd DIR                    where CMD starts (default: the permit path); not a boundary
+  --print-launch-spec         print the launch spec as JSON (variable names only) instead of running
+
+Exit status: CMD's own; 2 for a usage or settings error; 5 when the confinement cannot be built.
+"""
 _LISTS = {"--permit-extra-subpath": "permitExtraSubpaths", "--permit-read": "permitRead",
           "--allow-host": "allowHosts"}
 _SCALARS = {"--permit-path": "permitPath", "--report": "report", "--cd": "cd", "--settings": "settings"}
