@@ -246,12 +246,32 @@ def _linux(exe: str, args: Sequence[str], sets: Sets, cd: str, bwrap: str | None
         forward = f"{PROXY_PORT}={PROXY_SOCKET}"
     if use_ll or forward:
         python = os.path.realpath(sys.executable)
-        argv += ["--ro-bind", os.path.realpath(ll_mod.__file__), HELPER_PATH]
+        helper, inside = helper_file(os.path.realpath(ll_mod.__file__))
+        argv += ["--ro-bind", helper, inside]
         ro_inside = [p for p in (*sets.read_only, *sets.islands) if not os.path.islink(p)]
-        program = ll_mod.helper_argv(python, HELPER_PATH, ro_inside + ["/proc"], [*sets.read_write, "/tmp"],
+        program = ll_mod.helper_argv(python, inside, ro_inside + ["/proc"], [*sets.read_write, "/tmp"],
                                      ["/dev"], exe, args, scopes=scopes, forward=forward, landlock=use_ll)
     argv += ["--remount-ro", "/", "--chdir", cd, "--", *program]
     return argv, tuple(layers), not_enforced
+
+
+def helper_file(source: str) -> tuple[str, str]:
+    """The Landlock helper to bind and where: its bytecode (``__pycache__``, PEP 3147) when that is
+    fresh for this interpreter (magic number, and the source's mtime and size in the header, PEP 552
+    timestamp form), so the second interpreter need not compile it; else the source."""
+    import importlib._bootstrap_external as bx  # loaded at interpreter start-up: free
+
+    pyc = bx.cache_from_source(source)
+    try:
+        with open(pyc, "rb") as fh:
+            head = fh.read(16)
+        st = os.stat(source)
+    except (OSError, NotImplementedError):
+        return source, HELPER_PATH
+    fresh = (len(head) == 16 and head[:4] == bx.MAGIC_NUMBER and head[4:8] == b"\0\0\0\0"
+             and int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+             and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF)
+    return (pyc, HELPER_PATH + "c") if fresh else (source, HELPER_PATH)
 
 
 def _darwin(exe: str, args: Sequence[str], sets: Sets, permit: str, egress: EgressProxy | None,
