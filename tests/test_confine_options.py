@@ -398,3 +398,49 @@ def test_unwritable_report_leaves_nothing_behind(work: Path, tmp_path: Path) -> 
         confine(("true", []), permit_path=str(work), allow_hosts=["example.com"],
                 report=str(tmp_path / "no-such-dir" / "r.jsonl"))
     assert set(Path("/tmp").glob("sandbox-shim-egress-*")) == before
+
+
+def _legacy_tiocsti() -> bool:
+    try:
+        return Path("/proc/sys/dev/tty/legacy_tiocsti").read_text().strip() == "1"
+    except OSError:
+        return True  # kernels before 6.2 have no switch: TIOCSTI is always there
+
+
+INJECT = ("import fcntl, termios, sys, errno\n"
+          "try:\n"
+          "    fcntl.ioctl(0, termios.TIOCSTI, b'#')\n"
+          "    print('MARKER:injected')\n"
+          "except OSError as e:\n"
+          "    print('ERRNO:' + errno.errorcode[e.errno]); sys.exit(3)\n")
+
+
+@pytest.mark.skipif(not _legacy_tiocsti(),
+                    reason="dev.tty.legacy_tiocsti=0: the kernel refuses TIOCSTI itself")
+def test_terminal_injection_is_refused(work: Path) -> None:
+    """A confined program on the caller's terminal (its controlling tty) cannot push input into it."""
+    import pty
+
+    def on_tty(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> str:
+        master, slave = pty.openpty()
+        try:
+            def ctty() -> None:
+                os.setsid()
+                import fcntl
+                import termios
+                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+            r = subprocess.run(argv, stdin=slave, capture_output=True, text=True, timeout=60, env=env,
+                               cwd=cwd, preexec_fn=ctty)
+            return outcome(r)
+        finally:
+            os.close(master)
+            os.close(slave)
+
+    # control: a process without capabilities, owning the terminal, can inject (bwrap alone)
+    assert on_tty(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--cap-drop", "ALL", "--",
+                   PY, "-c", INJECT]) == "ok:injected"
+    spec = confine((PY, ["-c", INJECT]), permit_path=str(work))
+    assert on_tty([spec["cmd"], *spec["args"]], spec["env"], spec["cd"]) == "denied:EPERM"
+    spec = confine((PY, ["-c", INJECT]), permit_path=str(work), landlock=False)
+    assert on_tty([spec["cmd"], *spec["args"]], spec["env"], spec["cd"]) == "denied:EPERM"

@@ -10,6 +10,9 @@ Landlock must be applied *inside* the sandbox, after bwrap has set up the mounts
 Landlock-restricted process may not call ``mount(2)`` or ``pivot_root(2)`` (kernel doc, "Current
 limitations": file system topology modification).
 
+It also loads the terminal-injection filter (``tty_filter``: seccomp, no ``TIOCSTI``/``TIOCLINUX``)
+in every confinement, with or without Landlock.
+
 File-system access is handled, and from ABI 6 the IPC scopes (``LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET``:
 no connecting to an abstract unix socket made outside the domain; ``LANDLOCK_SCOPE_SIGNAL``: no
 signals to processes outside it) when asked.  Network access rights (ABI 4+) are left unhandled:
@@ -218,6 +221,64 @@ def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None, scop
     return abi
 
 
+# ---- the terminal-injection filter (seccomp(2), ioctl_tty(2)) ---------------------------------------
+
+TIOCSTI, TIOCLINUX = 0x5412, 0x541C  # push a byte into the terminal's input; console ioctls
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+#: audit arch -> ioctl syscall numbers (x86_64 incl. x32; i386; aarch64; arm) (audit.h, unistd.h)
+_IOCTL_NR = {0xC000003E: (16, 0x40000000 | 16), 0x40000003: (54,), 0xC00000B7: (29,), 0x40000028: (54,)}
+
+
+def tty_filter() -> bytes:
+    """A classic-BPF seccomp program: ``ioctl(fd, TIOCSTI | TIOCLINUX, ...)`` fails with EPERM,
+    everything else is allowed.  A confined program sharing the caller's terminal could otherwise
+    type commands into the caller's shell after it exits (ioctl_tty(2) TIOCSTI; kernels before 6.2
+    or with ``dev.tty.legacy_tiocsti=1`` allow it).  The command is the low 32 bits of ``args[1]``
+    (the kernel takes ``unsigned int cmd``)."""
+    ld_w, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+    allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM
+    prog: list[tuple[int, int, object, object]] = []  # (code, k, jt, jf); jt/jf labels or ints
+    for arch, nrs in _IOCTL_NR.items():
+        prog += [(ld_w, 4, 0, 0), (jeq, arch, 0, f"next{arch}"), (ld_w, 0, 0, 0)]
+        prog += [(jeq, nr, "check", 0) for nr in nrs]
+        prog += [(ret, allow, 0, 0), (f"next{arch}", 0, 0, 0)]  # type: ignore[list-item]
+    prog += [(ret, allow, 0, 0), ("check", 0, 0, 0),  # type: ignore[list-item]
+             (ld_w, 24, 0, 0), (jeq, TIOCSTI, "deny", 0), (jeq, TIOCLINUX, "deny", 0), (ret, allow, 0, 0),
+             ("deny", 0, 0, 0), (ret, deny, 0, 0)]  # type: ignore[list-item]
+    labels: dict[object, int] = {}
+    real: list[tuple[int, int, object, object]] = []
+    for ins in prog:
+        if isinstance(ins[0], str):
+            labels[ins[0]] = len(real)
+        else:
+            real.append(ins)
+    out = b""
+    def rel(t: object, at: int) -> int:
+        return labels[t] - at - 1 if isinstance(t, str) else int(t)  # type: ignore[call-overload]
+
+    for i, (code, k, jt, jf) in enumerate(real):
+        out += struct.pack("=HBBI", code, rel(jt, i), rel(jf, i), k)
+    return out
+
+
+class _Char(_ctypes._SimpleCData):  # what ctypes.c_char is
+    _type_ = "c"
+
+
+def apply_tty_filter(libc: _Libc | None = None) -> None:
+    """Load ``tty_filter()`` into this thread (no_new_privs must be set, or CAP_SYS_ADMIN held).
+
+    Raises: LandlockError (an OSError) with the kernel's errno when seccomp refuses it.
+    """
+    libc = libc or _libc()
+    code = tty_filter()
+    buf = type("_Prog", (_ctypes.Array,), {"_type_": _Char, "_length_": len(code)}).from_buffer_copy(code)
+    fprog = struct.pack("=HxxxxxxQ", len(code) // 8, _ctypes.addressof(buf))  # struct sock_fprog
+    _check(libc, libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    _check(libc, libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0), "prctl(PR_SET_SECCOMP)")
+    del buf  # the kernel copied the program
+
+
 def helper_argv(python: str, script: str, read_only: Sequence[str], read_write: Sequence[str],
                 devices: Sequence[str], program: str, args: Sequence[str], *,
                 scopes: Sequence[str] = (), forward: str | None = None,
@@ -355,10 +416,11 @@ def main(argv: Sequence[str]) -> int:
     try:
         if apply:
             restrict_self(rules, scoped=scoped)
+        apply_tty_filter()
         if forward:
             _start_forwarder(forward)
     except OSError as e:
-        what = "landlock layer" if apply else "egress forwarder"
+        what = "landlock layer" if apply else "terminal filter or egress forwarder"
         sys.stderr.write(f"sandbox-shim confine: {what} could not be applied: {e}; not running\n")
         return 126
     try:
