@@ -83,7 +83,7 @@ def report(results: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         for k, label in (("bwrap", "bwrap by hand (same mounts, own pid ns)"),
                          ("python", "python -I -S -c pass"),
                          ("confine", "sandbox-shim confine (bwrap + Landlock)"),
-                         ("confine_bwrap_only", "confine, Landlock layer off (library)")):
+                         ("confine_bwrap_only", "confine, Landlock off (library; helper runs)")):
             if cf.get(k):
                 limit = 2 * bw + 20
                 is_target = k == "confine"
