@@ -35,6 +35,10 @@ def main(argv: list[str] | None = None) -> None:
     # would then lose the sandbox's exit status (auto-reaped children): start from the defaults.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    if _verb(args) == "confine":  # once per confined command: no click either
+        from . import confine_run
+
+        sys.exit(confine_run.main(args))
     if _verb(args) in FAST_VERBS:
         from . import lifecycle
 

@@ -2,18 +2,20 @@
 
 This is the mirror image of the tenant profile (``hardening/tenant.py``), not a smaller one, and it
 shares nothing with it: the environment passes through unmodified (credential included), egress is
-allowed, and the boundary is the file system.  ``permit_path`` (plus explicit extra subpaths, none
-by default) is readable and writable; a runtime read set (system libraries, the interpreter, the
-resolved executable and its prefix) is read-only; everything else — siblings, ``..``, the
-platform's own files — is absent or denied.
+allowed unless an allow-list is given, and the boundary is the file system.  ``permit_path`` (plus
+explicit extra subpaths, none by default) is readable and writable; a runtime read set (system trees,
+and what the resolved executable needs to run: ``readset.py``) is read-only; ``/tmp`` is private and
+writable; protected names inside the read-write paths stay read-only (``confine_sets.py``);
+everything else — siblings, ``..``, home directories, the platform's own files — is absent or denied.
 
 Layers:
 
 * Linux: bwrap (mount namespace holding only those paths, a read-only tmpfs root, own pid and IPC
-  namespaces with their own ``/proc``, every capability dropped, network shared) and, where the
-  kernel has it, Landlock over the same sets, applied inside the sandbox by
-  ``platforms/linux/landlock.py`` run as a script (bound read-only as one file).
-* macOS: a deny-default SBPL profile for ``sandbox-exec`` (``platforms/darwin/seatbelt.py``).
+  namespaces with their own ``/proc``, every capability dropped, network shared — or, with an
+  allow-list, a network namespace of its own whose only way out is the egress proxy's socket) and,
+  where the kernel has it, Landlock over the same sets plus, from ABI 6, the abstract-unix-socket
+  and signal scopes, applied inside the sandbox by ``platforms/linux/landlock.py`` run as a script.
+* macOS: a deny-default SBPL profile for ``sandbox-exec`` (``platforms/darwin/confine_profile.py``).
 
 ``confine`` returns a launch spec or raises ``CannotEnforce``; never a spec without the confinement.
 Environment knob: ``SANDBOX_SHIM_BWRAP`` names the bwrap binary (default ``/usr/bin/bwrap``).
@@ -22,37 +24,43 @@ Environment knob: ``SANDBOX_SHIM_BWRAP`` names the bwrap binary (default ``/usr/
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 from ..capability import Capability
 from ..errors import CannotEnforce
+from . import readset
+from .confine_sets import LINUX_ETC, LINUX_SYSTEM, PROTECTED, Sets, build_sets
+
+TYPE_CHECKING = False  # start-up cost (confine runs per command): no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+    from .egress import EgressProxy
+
+__all__ = ["LINUX_ETC", "LINUX_SYSTEM", "PROTECTED", "LaunchSpec", "confine", "describe", "report",
+           "resolve_executable", "caller_environ"]
 
 DEFAULT_BWRAP = "/usr/bin/bwrap"
 BWRAP_ENV = "SANDBOX_SHIM_BWRAP"
 #: where the Landlock helper script is bound (read-only, one file) inside the sandbox
 HELPER_PATH = "/run/sandbox-shim-confine/landlock.py"
-
-#: Linux runtime read set: the system trees, and only the /etc entries that loaders, resolvers and
-#: TLS need (ld.so(8), nsswitch.conf(5), resolv.conf(5), the CA store) — not /etc as a whole.
-LINUX_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-LINUX_ETC = (
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nsswitch.conf",
-    "passwd", "group", "hosts", "host.conf", "resolv.conf", "gai.conf", "services", "protocols",
-    "ssl", "ca-certificates", "ca-certificates.conf", "pki", "mime.types", "locale.alias",
-    "os-release", "inputrc", "terminfo", "python3", f"python3.{sys.version_info[1]}",
-)
+#: where the egress proxy's socket is bound inside, and the loopback port the forwarder serves
+PROXY_SOCKET = "/run/sandbox-shim-confine/proxy.sock"
+PROXY_PORT = 3128
+PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
 class LaunchSpec(dict):  # type: ignore[type-arg]
     """``{"cmd": str, "args": list[str], "env": dict[str, str], "cd": str}``; launch ``[cmd, *args]``
     with ``env`` in ``cd``.  ``.layers`` names the confinement layers in force, e.g.
-    ``("bwrap 0.8.0", "landlock ABI 7")``."""
+    ``("bwrap 0.8.0", "landlock ABI 7")``; ``.not_enforced`` what this host leaves open;
+    ``.egress`` the proxy to serve (or None); ``.report`` the report file (or None)."""
 
     layers: tuple[str, ...] = ()
+    not_enforced: tuple[str, ...] = ()
+    egress: EgressProxy | None = None
+    report: str | None = None
 
 
 def caller_environ() -> dict[str, str]:
@@ -76,7 +84,7 @@ def caller_environ() -> dict[str, str]:
 
 
 def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
+    return readset.within(path, root)
 
 
 def resolve_executable(cmd: str, path: str | None = None, cwd: str | None = None) -> str:
@@ -94,59 +102,19 @@ def resolve_executable(cmd: str, path: str | None = None, cwd: str | None = None
     if "/" in cmd:
         cand: str | None = os.path.join(cwd or os.getcwd(), cmd)
     else:
-        cand = shutil.which(cmd, path=path if path is not None else os.environ.get("PATH", os.defpath))
+        cand = readset.resolve_name(cmd, path if path is not None else os.environ.get("PATH", os.defpath))
     if cand is None:
         return cmd
     real = os.path.realpath(cand)
     return real if os.path.isfile(real) and os.access(real, os.X_OK) else cmd
 
 
-def _shebang(exe: str) -> list[str]:
-    try:
-        with open(exe, "rb") as fh:
-            head = fh.read(256)
-    except OSError:
-        return []
-    if not head.startswith(b"#!"):
-        return []
-    return head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
-
-
-def executable_read_set(exe: str, path: str | None = None, depth: int = 4) -> list[str]:
-    """What running ``exe`` needs read-only beyond the system trees (all real paths).
-
-    * the file itself, and its prefix when it sits in ``PREFIX/bin`` or ``PREFIX/sbin`` (an
-      interpreter's standard library and shared objects live under its prefix: python(1) "sys.prefix");
-    * version-manager shims (``ROOT/shims/NAME`` exec'ing ``ROOT/libexec/...``, e.g. pyenv): ``ROOT``;
-    * a script's ``#!`` interpreter, resolved the same way (``env NAME`` through ``path``), recursively.
-    """
-    if not os.path.isabs(exe) or depth <= 0:
-        return []
-    out = [exe]
-    parent = os.path.dirname(exe)
-    top = os.path.dirname(parent)
-    if os.path.basename(parent) in ("bin", "sbin") and top != "/":
-        out.append(top)
-    if os.path.basename(parent) == "shims" and os.path.isdir(os.path.join(top, "libexec")):
-        out.append(top)
-    words = _shebang(exe)
-    if words:
-        interp = resolve_executable(words[0])
-        if os.path.basename(interp) == "env":
-            names = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
-            if names:
-                out += executable_read_set(resolve_executable(names[0], path), path, depth - 1)
-        out += executable_read_set(interp, path, depth - 1)
-    return out
-
-
-def _dedupe(paths: Sequence[str]) -> list[str]:
-    """Sorted, without duplicates or paths already under another entry."""
-    out: list[str] = []
-    for p in sorted(set(paths)):
-        if not any(_within(p, q) for q in out):
-            out.append(p)
-    return out
+def executable_read_set(exe: str, path: str | None = None, env: Mapping[str, str] | None = None) -> list[str]:
+    """What running ``exe`` needs read-only beyond the system trees (``readset.runtime_read_set``)."""
+    e = dict(os.environ if env is None else env)
+    if path is not None:
+        e["PATH"] = path
+    return readset.runtime_read_set(exe, e)
 
 
 def _resolve_dir(p: str, what: str) -> str:
@@ -175,6 +143,9 @@ def probe_bwrap(bwrap: str | None = None) -> Capability:
     path = _bwrap_path(bwrap)
     if path in _bwrap_cache:
         return _bwrap_cache[path]
+    import shutil
+    import subprocess
+
     measured = f"{path} --unshare-pid --unshare-ipc --cap-drop ALL --ro-bind / / --proc /proc true"
     cap: Capability | None = None
     if bwrap is None and BWRAP_ENV not in os.environ:
@@ -216,7 +187,15 @@ def probe_landlock() -> Capability:
 def report(bwrap: str | None = None) -> list[Capability]:
     """The confinement layers this host offers, as ``Capability`` reports (platform-specific)."""
     if sys.platform == "linux":
-        return [probe_bwrap(bwrap), probe_landlock()]
+        from ..platforms.linux import landlock
+
+        abi = landlock.abi_version()
+        gap = (f"Landlock ABI {abi} < 6: host abstract unix sockets stay reachable (unless --allow-host "
+               "gives the command its own network namespace)")
+        scope = Capability("confinement.landlock.scope", abi >= 6,
+                           "landlock scopes: abstract-unix-socket, signal", "" if abi >= 6 else gap,
+                           "landlock_create_ruleset(NULL, 0, VERSION) >= 6")
+        return [probe_bwrap(bwrap), probe_landlock(), scope]
     if sys.platform == "darwin":
         from ..platforms.darwin import seatbelt
 
@@ -226,52 +205,98 @@ def report(bwrap: str | None = None) -> list[Capability]:
     return [Capability("confinement", False, "", f"no confinement mechanism on {sys.platform}", "platform")]
 
 
-def _linux(exe: str, args: Sequence[str], read_only: list[str], rw: list[str], cd: str,
-           bwrap: str | None, landlock: bool | None) -> tuple[list[str], tuple[str, ...]]:
-    cap = probe_bwrap(bwrap)
+def _linux(exe: str, args: Sequence[str], sets: Sets, cd: str, bwrap: str | None, landlock: bool | None,
+           trial: bool, egress: EgressProxy | None) -> tuple[list[str], tuple[str, ...], list[str]]:
+    """bwrap argv (mount order: private /tmp, runtime read set, /dev, /proc, read-write paths, then the
+    read-only islands over them) and the Landlock helper; returns (argv, layers, not_enforced)."""
+    path = _bwrap_path(bwrap)
+    cap = probe_bwrap(bwrap) if trial else Capability(
+        "confinement.bwrap", os.access(path, os.X_OK), "bubblewrap", f"{path} is missing or not executable",
+        f"access({path}, X_OK); the launch itself is the trial")
     if not cap.available:
         raise CannotEnforce("bwrap", cap.detail)
-    ll = probe_landlock()
-    if landlock and not ll.available:
-        raise CannotEnforce("landlock", ll.detail)
-    use_ll = ll.available and landlock is not False
-    layers = [cap.mechanism] + ([ll.mechanism] if use_ll else [])
-    argv = [_bwrap_path(bwrap), "--die-with-parent", "--unshare-pid", "--unshare-ipc",
-            "--unshare-cgroup-try", "--cap-drop", "ALL"]
-    for p in read_only:
-        if os.path.islink(p):
-            argv += ["--symlink", os.readlink(p), p]
-        else:
-            argv += ["--ro-bind", p, p]
+    from ..platforms.linux import landlock as ll_mod
+
+    abi = ll_mod.abi_version()
+    if landlock and abi < 1:
+        raise CannotEnforce("landlock", "kernel has no Landlock (or it is not enabled at boot)")
+    use_ll = abi > 0 and landlock is not False
+    layers = [cap.mechanism if trial else "bubblewrap"] + ([f"landlock ABI {abi}"] if use_ll else [])
+    scopes = list(ll_mod.SCOPES) if use_ll and abi >= 6 else []
+    not_enforced = [] if scopes else ["abstract unix sockets of the host (Landlock ABI 6 scoping absent)"
+                                      + ("" if egress else "; a private network namespace would hide them")]
+    if scopes:
+        layers.append("landlock scopes: " + ", ".join(scopes))
+    argv = [path, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try"]
+    if egress is not None:
+        argv.append("--unshare-net")
+        not_enforced = []  # abstract sockets are per network namespace
+    argv += ["--cap-drop", "ALL", "--tmpfs", "/tmp"]
+    for p in sets.read_only:
+        argv += ["--symlink", os.readlink(p), p] if os.path.islink(p) else ["--ro-bind", p, p]
     argv += ["--dev", "/dev", "--proc", "/proc"]
-    for p in rw:
+    for p in sets.read_write:
         argv += ["--bind", p, p]
+    for p in sets.islands:
+        argv += ["--ro-bind", p, p]
     program = [exe, *args]
-    if use_ll:
-        from ..platforms.linux import landlock as ll_mod
-
+    forward = None
+    if egress is not None:
+        argv += ["--ro-bind", egress.socket_path, PROXY_SOCKET]
+        forward = f"{PROXY_PORT}={PROXY_SOCKET}"
+    layers.append("seccomp: no TIOCSTI/TIOCLINUX")
+    if True:  # the helper always runs: the terminal filter and, where there is Landlock, its rules
         python = os.path.realpath(sys.executable)
-        argv += ["--ro-bind", os.path.realpath(ll_mod.__file__), HELPER_PATH]
-        ro_inside = [p for p in read_only if not os.path.islink(p)]
-        program = ll_mod.helper_argv(python, HELPER_PATH, ro_inside + ["/proc"], rw, ["/dev"], exe, args)
+        helper, inside = helper_file(os.path.realpath(ll_mod.__file__))
+        argv += ["--ro-bind", helper, inside]
+        ro_inside = [p for p in (*sets.read_only, *sets.islands) if not os.path.islink(p)]
+        program = ll_mod.helper_argv(python, inside, ro_inside + ["/proc"], [*sets.read_write, "/tmp"],
+                                     ["/dev"], exe, args, scopes=scopes, forward=forward, landlock=use_ll)
     argv += ["--remount-ro", "/", "--chdir", cd, "--", *program]
-    return argv, tuple(layers)
+    return argv, tuple(layers), not_enforced
 
 
-def _darwin(exe: str, args: Sequence[str], read_only: list[str], rw: list[str], extras: list[str],
-            permit: str) -> tuple[list[str], tuple[str, ...]]:
-    from ..platforms.darwin import seatbelt
+def helper_file(source: str) -> tuple[str, str]:
+    """The Landlock helper to bind and where: its bytecode (``__pycache__``, PEP 3147) when that is
+    fresh for this interpreter (magic number, and the source's mtime and size in the header, PEP 552
+    timestamp form), so the second interpreter need not compile it; else the source."""
+    import importlib._bootstrap_external as bx  # loaded at interpreter start-up: free
 
-    ro = [p for p in (*seatbelt.RUNTIME_READ, *read_only) if os.path.exists(p)]
-    profile = seatbelt.build_profile(ro, rw, network=True, deny=[os.path.dirname(permit)],
-                                     extra_read_write=extras)
+    pyc = bx.cache_from_source(source)
+    try:
+        with open(pyc, "rb") as fh:
+            head = fh.read(16)
+        st = os.stat(source)
+    except (OSError, NotImplementedError):
+        return source, HELPER_PATH
+    fresh = (len(head) == 16 and head[:4] == bx.MAGIC_NUMBER and head[4:8] == b"\0\0\0\0"
+             and int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+             and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF)
+    return (pyc, HELPER_PATH + "c") if fresh else (source, HELPER_PATH)
+
+
+def _darwin(exe: str, args: Sequence[str], sets: Sets, permit: str, egress: EgressProxy | None,
+            env: dict[str, str]) -> tuple[list[str], tuple[str, ...], list[str]]:
+    import tempfile
+
+    from ..platforms.darwin import confine_profile, seatbelt
+
+    tmp = tempfile.mkdtemp(prefix="sandbox-shim-tmp-")  # macOS cannot make /tmp private: TMPDIR is
+    env["TMPDIR"] = tmp
+    ro = [p for p in (*seatbelt.RUNTIME_READ, *sets.read_only) if os.path.exists(p)]
+    profile = confine_profile.build(ro, [*sets.read_write, tmp], deny=[os.path.dirname(permit)],
+                                    islands=sets.islands, proxy_port=egress.port if egress else None)
     seatbelt.compile_check(profile)
-    return seatbelt.sandbox_exec_argv(profile, exe, args), ("seatbelt (sandbox-exec)",)
+    return (seatbelt.sandbox_exec_argv(profile, exe, args), ("seatbelt (sandbox-exec)",),
+            ["abstract unix sockets (macOS has none; unix-domain sockets follow the file rules)"])
 
 
 def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mapping[str, str] | None = None,
-            cd: str | None = None, permit_extra_subpaths: Sequence[str] = (),
-            bwrap: str | None = None, landlock: bool | None = None) -> LaunchSpec:
+            cd: str | None = None, permit_extra_subpaths: Sequence[str] = (), permit_read: Sequence[str] = (),
+            allow_hosts: Sequence[str] | None = None, report: str | None = None,
+            protect: bool = True, settings_file: str | None = None, bwrap: str | None = None,
+            landlock: bool | None = None, trial: bool = True,
+            host_map: Mapping[str, tuple[str, int]] | None = None) -> LaunchSpec:
     """Build the launch spec that runs ``command`` confined to ``permit_path``.
 
     Args:
@@ -279,63 +304,108 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
             ``env["PATH"]``) and that real path is both granted read-only and invoked (as argv[0]).
         permit_path: the one directory readable and writable (resolved with realpath; must exist).
         env: passed through unmodified, credentials included (default: a copy of ``os.environ``;
-            a command-line front end passes ``caller_environ()``).
+            a command-line front end passes ``caller_environ()``).  With ``allow_hosts`` the proxy
+            variables (``PROXY_ENV``) are set on top.
         cd: where the process starts (default: the resolved ``permit_path``); must be reachable
             inside (under a granted path).  A convenience, never a boundary.
-        permit_extra_subpaths: extra read-write directories, each resolved like ``permit_path``,
-            applied after the blanket deny; the library never adds any itself.
+        permit_extra_subpaths: extra read-write directories, each resolved like ``permit_path``.
+        permit_read: extra read-only paths (files or directories; realpath'd; must exist, not ``/``).
+        allow_hosts: None: egress open (the default).  A list: only these hosts, through the
+            proxy (``hardening/egress.py``); an empty list denies all egress.
+        report: a JSON-lines file (outside the read-write paths) for what was denied and observed.
+        protect: hold ``PROTECTED`` names in each read-write path read-only (default True).
+        settings_file: the settings file these options came from; held read-only when inside.
         bwrap: bwrap binary (default ``$SANDBOX_SHIM_BWRAP`` or ``/usr/bin/bwrap``), Linux only.
         landlock: True requires the Landlock layer, False leaves it out, None (default) uses it
             where the kernel has it.  Linux only.
+        trial: run the bwrap trial first (default); False lets the launch itself be the trial
+            (bwrap never runs the program without its namespaces) and saves its start-up cost.
+        host_map: name -> ``(address, port)`` for the proxy instead of DNS (tests).
 
     Returns:
-        ``LaunchSpec`` ``{"cmd", "args", "env", "cd"}``: run ``[cmd, *args]`` (``cmd`` is the
-        confinement wrapper) with ``env`` in ``cd``.  ``.layers`` lists the layers in force.
+        ``LaunchSpec``; ``.egress`` (an ``EgressProxy``, bound, not serving) must be served while the
+        command runs (``spec.egress.start()``, then ``close()``): until then the command has no egress.
 
     Raises:
         CannotEnforce(capability, detail): the confinement cannot be built on this host (bwrap
             unusable, Landlock required but absent, sandbox-exec rejecting the profile, a runtime
-            read-set entry covering the data boundary, or an unsupported platform).
-        ValueError: ``permit_path``/an extra is not an existing directory or is ``/``; ``cd`` is not
-            reachable inside.
+            read-set entry covering the data boundary or a home directory, an unsupported platform).
+        ValueError: a path is not an existing directory (file, for ``permit_read``) or is ``/``;
+            ``cd`` is not reachable inside; an ``allow_hosts`` entry is not a host pattern; the
+            report file lies inside a read-write path.
     """
     cmd, args = command
     env = dict(os.environ if env is None else env)
     permit = _resolve_dir(permit_path, "permit_path")
     extras = [_resolve_dir(p, "permit_extra_subpath") for p in permit_extra_subpaths]
+    rw = [permit, *extras]
     start = os.path.realpath(cd) if cd is not None else permit
     exe = resolve_executable(cmd, env.get("PATH", os.defpath), start)
-    needed = executable_read_set(exe, env.get("PATH", os.defpath))
-    needed += executable_read_set(os.path.realpath(sys.executable))
-    needed += [os.path.realpath(sys.base_prefix)]
-    if sys.platform == "linux":
-        system = [p for p in LINUX_SYSTEM if os.path.lexists(p)]
-        system += [p for p in (os.path.join("/etc", n) for n in LINUX_ETC) if os.path.lexists(p)]
-        needed += [os.path.realpath(p) for p in system if os.path.islink(p)]
-        read_only = _dedupe([p for p in system + needed if os.path.lexists(p)])
-    else:
-        read_only = _dedupe([p for p in needed if os.path.exists(p)])
-    for p in [permit, *extras]:
-        boundary = os.path.dirname(p)
-        cover = [q for q in read_only if not os.path.islink(q) and _within(boundary, q)]
-        if cover:
-            raise CannotEnforce("confinement.boundary", f"{p}: its parent {boundary} lies inside the "
-                                f"runtime read set entry {cover[0]}, so siblings would be readable")
-    reachable = [permit, *extras, *read_only]
+    patterns = None
+    if allow_hosts is not None:
+        from .egress import check_pattern
+
+        patterns = [check_pattern(h) for h in allow_hosts]
+    if report is not None:
+        report = os.path.realpath(report)
+        if any(_within(report, p) for p in rw):
+            raise ValueError(f"report {report!r} lies inside a read-write path: the command could write it")
+    sets = build_sets(exe, env, rw, permit_read, protect, settings_file)
+    reachable = [*rw, *sets.read_only, *sets.islands]
     if not any(_within(start, q) for q in reachable) or not os.path.isdir(start):
         raise ValueError(f"cd {start!r} is not a directory reachable inside the confinement")
-    if sys.platform == "linux":
-        argv, layers = _linux(exe, list(args), read_only, [permit, *extras], start, bwrap, landlock)
-    elif sys.platform == "darwin":
-        argv, layers = _darwin(exe, list(args), read_only, [permit], extras, permit)
-    else:
-        raise CannotEnforce("confinement", f"no confinement mechanism on {sys.platform}")
+    egress: EgressProxy | None = None
+    if patterns is not None:
+        import tempfile
+
+        from .egress import EgressProxy
+
+        egress = EgressProxy(patterns, tempfile.mkdtemp(prefix="sandbox-shim-egress-"), report, host_map,
+                             tcp_port=0 if sys.platform == "darwin" else None)
+        port = egress.port or PROXY_PORT
+        env.update({k: f"http://127.0.0.1:{port}" for k in PROXY_ENV})
+        env.update({"NO_PROXY": "", "no_proxy": ""})
+    try:
+        if sys.platform == "linux":
+            argv, layers, not_enforced = _linux(exe, list(args), sets, start, bwrap, landlock, trial, egress)
+        elif sys.platform == "darwin":
+            argv, layers, not_enforced = _darwin(exe, list(args), sets, permit, egress, env)
+        else:
+            raise CannotEnforce("confinement", f"no confinement mechanism on {sys.platform}")
+    except BaseException:
+        if egress is not None:
+            egress.close()
+        raise
     spec = LaunchSpec(cmd=argv[0], args=argv[1:], env=env, cd=start)
-    spec.layers = layers
+    spec.layers, spec.not_enforced, spec.egress, spec.report = layers, tuple(not_enforced), egress, report
+    if report is not None:
+        try:
+            write_start_record(report, spec)
+        except OSError as e:
+            if egress is not None:
+                egress.close()
+            raise ValueError(f"report {report!r} cannot be written: {e.strerror}") from e
     return spec
+
+
+def write_start_record(report: str, spec: LaunchSpec) -> None:
+    """Append the first record of a report: the layers, and what is and is not observed."""
+    import json
+    import time
+
+    observed = ["egress denials (proxy)"] if spec.egress is not None else []
+    unobserved = ["file-system denials: bwrap leaves the path absent or read-only and Landlock returns "
+                  "EACCES to the caller; neither writes a log this profile can read",
+                  *([] if spec.egress else ["egress: not restricted (no allow-list)"])]
+    rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "event": "start",
+           "layers": list(spec.layers), "observed": observed, "not_observed": unobserved,
+           "not_enforced": list(spec.not_enforced)}
+    with open(report, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(rec) + "\n")
 
 
 def describe(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A printable form of a launch spec: environment *names* only (values may be credentials)."""
     return {"cmd": spec["cmd"], "args": list(spec["args"]), "cd": spec["cd"],
-            "env_names": sorted(spec["env"]), "layers": list(getattr(spec, "layers", ()))}
+            "env_names": sorted(spec["env"]), "layers": list(getattr(spec, "layers", ())),
+            "not_enforced": list(getattr(spec, "not_enforced", ()))}

@@ -281,3 +281,55 @@ def probe_landlock() -> Capability:
         text += ": Landlock is built but not enabled: add landlock to the lsm= boot parameter"
     return Capability("landlock", False, "landlock", f"{text}{_seccomp_note()}", measured)
 
+
+
+def _landlock_scope_trial() -> str:
+    """In the child: listen on an abstract unix socket, restrict self with the ABI 6 scopes, then
+    connect to it: the socket was made outside the domain, so the connect must fail EPERM."""
+    import socket
+
+    name = f"\0sandbox-shim-scope-probe-{os.getpid()}"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(name)
+    srv.listen(1)
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    create = ctypes.c_long(LANDLOCK_CREATE_RULESET)
+    abi = _call("landlock_create_ruleset(VERSION)", libc.syscall, create, None, ctypes.c_size_t(0),
+                ctypes.c_uint32(1))
+    if abi < 6:
+        raise RuntimeError(f"Landlock ABI {abi} has no IPC scoping (needs ABI 6, Linux >= 6.12)")
+    attr = (ctypes.c_uint64 * 3)(0, 0, 1 | 2)  # {handled_access_fs, handled_access_net, scoped}
+    fd = _call("landlock_create_ruleset(scoped)", libc.syscall, create, attr, ctypes.c_size_t(24),
+               ctypes.c_uint32(0))
+    _nnp_trial()
+    _call("landlock_restrict_self", libc.syscall, ctypes.c_long(LANDLOCK_RESTRICT_SELF), ctypes.c_int(fd),
+          ctypes.c_uint32(0))
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        c.connect(name)
+    except PermissionError:
+        return str(abi)
+    raise RuntimeError("an abstract unix socket made outside the domain stayed reachable")
+
+
+@register("landlock.scope")
+def probe_landlock_scope() -> Capability:
+    """Landlock IPC scoping (ABI 6: LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, LANDLOCK_SCOPE_SIGNAL), tried:
+    in a forked child, an abstract socket made before ``landlock_restrict_self`` must refuse a connect
+    after it.  ``sandbox-shim confine`` scopes both where this is available; else host abstract
+    sockets stay reachable from a confined command (unless it has its own network namespace).
+
+    Returns: ``Capability("landlock.scope", ...)``.  Never raises.
+    """
+    measured = ("fork; bind abstract socket; landlock_create_ruleset(scoped=ABSTRACT_UNIX_SOCKET|SIGNAL); "
+                "landlock_restrict_self; connect() must fail EPERM")
+    if (off := _linux_only("landlock.scope", measured)) is not None:
+        return off
+    ok, text = in_child(_landlock_scope_trial)
+    if ok:
+        return Capability("landlock.scope", True, f"landlock ABI {text} scopes: abstract-unix-socket, signal",
+                          "", measured)
+    return Capability("landlock.scope", False, "landlock scopes",
+                      f"{text}; not enforced: confined commands can reach the host's abstract unix sockets",
+                      measured)

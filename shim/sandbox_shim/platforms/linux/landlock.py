@@ -10,16 +10,26 @@ Landlock must be applied *inside* the sandbox, after bwrap has set up the mounts
 Landlock-restricted process may not call ``mount(2)`` or ``pivot_root(2)`` (kernel doc, "Current
 limitations": file system topology modification).
 
-Only file-system access is handled; network access (ABI 4+) and IPC scoping (ABI 6+) are left
-unhandled, so TCP connect/bind, signals and abstract sockets stay as the outer layer leaves them.
+It also loads the terminal-injection filter (``tty_filter``: seccomp, no ``TIOCSTI``/``TIOCLINUX``)
+in every confinement, with or without Landlock.
+
+File-system access is handled, and from ABI 6 the IPC scopes (``LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET``:
+no connecting to an abstract unix socket made outside the domain; ``LANDLOCK_SCOPE_SIGNAL``: no
+signals to processes outside it) when asked.  Network access rights (ABI 4+) are left unhandled:
+egress is the outer layer's business (its own network namespace when an allow-list is given).
+
+Start-up cost matters (it runs once per confined command, in a second interpreter: Landlock cannot be
+applied before bwrap has made the mounts).  The restrict-and-exec path imports only ``_ctypes`` (the
+C module under ``ctypes``, without the ``ctypes`` package's class set-up), ``os``, ``struct`` and
+``sys``; the forwarder's ``socket``/``threading`` only when
+``--forward`` is given.
 """
 
 from __future__ import annotations
 
-import ctypes
+import _ctypes
 import errno
 import os
-import platform
 import struct
 import sys
 from collections.abc import Sequence
@@ -60,6 +70,11 @@ READ_WRITE = (1 << 16) - 1
 #: a device tree such as bwrap's ``--dev``: read, write and ioctl existing nodes, create nothing.
 DEVICES = READ_FILE | WRITE_FILE | READ_DIR | IOCTL_DEV
 
+# IPC scopes (ABI 6; struct landlock_ruleset_attr.scoped).
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
+SCOPE_SIGNAL = 1 << 1
+SCOPES = {"abstract-unix-socket": SCOPE_ABSTRACT_UNIX_SOCKET, "signal": SCOPE_SIGNAL}
+
 
 class LandlockError(OSError):
     """A Landlock syscall failed; ``errno`` is the kernel's, ``filename`` the path concerned if any."""
@@ -68,11 +83,45 @@ class LandlockError(OSError):
 def _syscall_numbers() -> tuple[int, int, int] | None:
     if sys.platform != "linux":
         return None
-    return _SYSCALLS.get(platform.machine())
+    return _SYSCALLS.get(os.uname().machine)
 
 
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+class _Long(_ctypes._SimpleCData):  # what ctypes.c_long is
+    _type_ = "l"
+
+
+class _Func(_ctypes.CFuncPtr):  # a cdecl libc function returning long, errno saved (ctypes.CDLL's kind)
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+    _restype_ = _Long
+
+
+class _Libc:
+    """``syscall(2)`` and ``prctl(2)`` from the C library; arguments are ints (passed as C ``long``),
+    ``bytes`` (passed as a pointer to their contents) or None (NULL)."""
+
+    def __init__(self) -> None:
+        self._handle = _ctypes.dlopen(None)
+        self._syscall = _Func(("syscall", self))
+        self._prctl = _Func(("prctl", self))
+
+    @staticmethod
+    def _args(args: tuple[object, ...]) -> list[object]:
+        return [_Long(a) if isinstance(a, int) else a for a in args]
+
+    def syscall(self, *args: object) -> int:
+        return int(self._syscall(*self._args(args)))
+
+    def prctl(self, *args: object) -> int:
+        return int(self._prctl(*self._args(args)))
+
+
+def _libc() -> _Libc:
+    return _Libc()
+
+
+def get_errno() -> int:
+    """errno as saved by the last call through ``_Libc``."""
+    return int(_ctypes.get_errno())
 
 
 def abi_version() -> int:
@@ -86,10 +135,7 @@ def abi_version() -> int:
     if nums is None:
         return 0
     try:
-        libc = _libc()
-        libc.syscall.restype = ctypes.c_long
-        v = libc.syscall(ctypes.c_long(nums[0]), None, ctypes.c_size_t(0),
-                         ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
+        v = _libc().syscall(nums[0], None, 0, LANDLOCK_CREATE_RULESET_VERSION)
     except (OSError, AttributeError):
         return 0
     return int(v) if v > 0 else 0
@@ -112,14 +158,14 @@ def handled_fs(abi: int) -> int:
     return mask
 
 
-def _check(libc: ctypes.CDLL, ret: int, what: str, path: str | None = None) -> int:
+def _check(libc: _Libc, ret: int, what: str, path: str | None = None) -> int:
     if ret < 0:
-        e = ctypes.get_errno()
+        e = get_errno()
         raise LandlockError(e, f"{what}: {os.strerror(e)}", path)
     return ret
 
 
-def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None) -> int:
+def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None, scoped: int = 0) -> int:
     """Confine the calling thread (and everything it execs) to ``rules``; return the ABI used.
 
     Args:
@@ -127,6 +173,7 @@ def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None) -> i
             ``path`` (or on the file itself).  Rights the ABI does not know are dropped; on a
             non-directory only ``FILE_RIGHTS`` are kept.  Paths that do not exist are skipped.
         abi: the ABI to target (default: what the kernel offers).
+        scoped: a mask of ``SCOPE_*`` bits; needs ABI 6 (fails closed below it).
 
     Sets ``PR_SET_NO_NEW_PRIVS`` first (required unless CAP_SYS_ADMIN, landlock_restrict_self(2)).
     Call it in a single-threaded process right before ``execve``: only the calling thread is
@@ -139,12 +186,15 @@ def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None) -> i
     abi = abi_version() if abi is None else abi
     if nums is None or abi < 1:
         raise LandlockError(errno.EOPNOTSUPP, "landlock: not available on this kernel")
+    if scoped and abi < 6:
+        raise LandlockError(errno.EOPNOTSUPP, f"landlock: IPC scoping needs ABI 6, the kernel has {abi}")
     handled = handled_fs(abi)
     libc = _libc()
-    libc.syscall.restype = ctypes.c_long
-    attr = ctypes.create_string_buffer(struct.pack("=Q", handled))  # struct landlock_ruleset_attr (v1 size)
-    ruleset = _check(libc, libc.syscall(ctypes.c_long(nums[0]), attr, ctypes.c_size_t(8),
-                                        ctypes.c_uint32(0)), "landlock_create_ruleset")
+    if scoped:  # struct landlock_ruleset_attr {handled_access_fs, handled_access_net, scoped} (ABI 6 size)
+        attr = struct.pack("=QQQ", handled, 0, scoped)
+    else:  # the ABI 1 size: handled_access_fs only
+        attr = struct.pack("=Q", handled)
+    ruleset = _check(libc, libc.syscall(nums[0], attr, len(attr), 0), "landlock_create_ruleset")
     try:
         for path, access in rules:
             try:
@@ -158,31 +208,161 @@ def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None) -> i
                 if not allowed:
                     continue
                 # struct landlock_path_beneath_attr { __u64 allowed_access; __s32 parent_fd; } packed
-                pb = ctypes.create_string_buffer(struct.pack("=Qi", allowed, fd))
-                _check(libc, libc.syscall(ctypes.c_long(nums[1]), ctypes.c_int(ruleset),
-                                          ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH), pb,
-                                          ctypes.c_uint32(0)), "landlock_add_rule", path)
+                pb = struct.pack("=Qi", allowed, fd)
+                _check(libc, libc.syscall(nums[1], ruleset, LANDLOCK_RULE_PATH_BENEATH, pb, 0),
+                       "landlock_add_rule", path)
             finally:
                 os.close(fd)
         _check(libc, libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
-        _check(libc, libc.syscall(ctypes.c_long(nums[2]), ctypes.c_int(ruleset), ctypes.c_uint32(0)),
+        _check(libc, libc.syscall(nums[2], ruleset, 0),
                "landlock_restrict_self")
     finally:
         os.close(ruleset)
     return abi
 
 
+# ---- the terminal-injection filter (seccomp(2), ioctl_tty(2)) ---------------------------------------
+
+TIOCSTI, TIOCLINUX = 0x5412, 0x541C  # push a byte into the terminal's input; console ioctls
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+#: audit arch -> ioctl syscall numbers (x86_64 incl. x32; i386; aarch64; arm) (audit.h, unistd.h)
+_IOCTL_NR = {0xC000003E: (16, 0x40000000 | 16), 0x40000003: (54,), 0xC00000B7: (29,), 0x40000028: (54,)}
+
+
+def tty_filter() -> bytes:
+    """A classic-BPF seccomp program: ``ioctl(fd, TIOCSTI | TIOCLINUX, ...)`` fails with EPERM,
+    everything else is allowed.  A confined program sharing the caller's terminal could otherwise
+    type commands into the caller's shell after it exits (ioctl_tty(2) TIOCSTI; kernels before 6.2
+    or with ``dev.tty.legacy_tiocsti=1`` allow it).  The command is the low 32 bits of ``args[1]``
+    (the kernel takes ``unsigned int cmd``)."""
+    ld_w, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+    allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM
+    prog: list[tuple[int, int, object, object]] = []  # (code, k, jt, jf); jt/jf labels or ints
+    for arch, nrs in _IOCTL_NR.items():
+        prog += [(ld_w, 4, 0, 0), (jeq, arch, 0, f"next{arch}"), (ld_w, 0, 0, 0)]
+        prog += [(jeq, nr, "check", 0) for nr in nrs]
+        prog += [(ret, allow, 0, 0), (f"next{arch}", 0, 0, 0)]  # type: ignore[list-item]
+    prog += [(ret, allow, 0, 0), ("check", 0, 0, 0),  # type: ignore[list-item]
+             (ld_w, 24, 0, 0), (jeq, TIOCSTI, "deny", 0), (jeq, TIOCLINUX, "deny", 0), (ret, allow, 0, 0),
+             ("deny", 0, 0, 0), (ret, deny, 0, 0)]  # type: ignore[list-item]
+    labels: dict[object, int] = {}
+    real: list[tuple[int, int, object, object]] = []
+    for ins in prog:
+        if isinstance(ins[0], str):
+            labels[ins[0]] = len(real)
+        else:
+            real.append(ins)
+    out = b""
+    def rel(t: object, at: int) -> int:
+        return labels[t] - at - 1 if isinstance(t, str) else int(t)  # type: ignore[call-overload]
+
+    for i, (code, k, jt, jf) in enumerate(real):
+        out += struct.pack("=HBBI", code, rel(jt, i), rel(jf, i), k)
+    return out
+
+
+class _Char(_ctypes._SimpleCData):  # what ctypes.c_char is
+    _type_ = "c"
+
+
+def apply_tty_filter(libc: _Libc | None = None) -> None:
+    """Load ``tty_filter()`` into this thread (no_new_privs must be set, or CAP_SYS_ADMIN held).
+
+    Raises: LandlockError (an OSError) with the kernel's errno when seccomp refuses it.
+    """
+    libc = libc or _libc()
+    code = tty_filter()
+    buf = type("_Prog", (_ctypes.Array,), {"_type_": _Char, "_length_": len(code)}).from_buffer_copy(code)
+    fprog = struct.pack("=HxxxxxxQ", len(code) // 8, _ctypes.addressof(buf))  # struct sock_fprog
+    _check(libc, libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    _check(libc, libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0), "prctl(PR_SET_SECCOMP)")
+    del buf  # the kernel copied the program
+
+
 def helper_argv(python: str, script: str, read_only: Sequence[str], read_write: Sequence[str],
-                devices: Sequence[str], program: str, args: Sequence[str]) -> list[str]:
+                devices: Sequence[str], program: str, args: Sequence[str], *,
+                scopes: Sequence[str] = (), forward: str | None = None,
+                landlock: bool = True) -> list[str]:
     """argv that runs this file as a script: apply Landlock, then exec ``program`` with ``args``.
 
-    ``args`` excludes argv[0]; the program receives ``program`` as argv[0].
+    ``args`` excludes argv[0]; the program receives ``program`` as argv[0].  ``scopes`` are names in
+    ``SCOPES``; ``forward`` is ``PORT=SOCKET`` (serve ``127.0.0.1:PORT`` by connecting to the unix
+    socket ``SOCKET``); ``landlock=False`` only forwards (no rules are applied).
     """
-    out = [python, "-I", "-S", script]
+    out = [python, "-I", "-S", "-B", script]
+    if not landlock:
+        out.append("--no-landlock")
     for flag, paths in (("--ro", read_only), ("--rw", read_write), ("--dev", devices)):
         for p in paths:
             out += [flag, p]
+    for name in scopes:
+        out += ["--scope", name]
+    if forward:
+        out += ["--forward", forward]
     return [*out, "--", program, *args]
+
+
+def _serve_forward(listener: object, target: str) -> None:
+    """Forwarder body: every connection to ``listener`` is bridged to the unix socket ``target``."""
+    import socket
+    import threading
+
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def bridge(conn: socket.socket) -> None:
+        try:
+            up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            up.connect(target)
+        except OSError:
+            conn.close()
+            return
+        t = threading.Thread(target=pump, args=(up, conn), daemon=True)
+        t.start()
+        pump(conn, up)
+        t.join()
+        conn.close()
+        up.close()
+
+    assert isinstance(listener, socket.socket)
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=bridge, args=(conn,), daemon=True).start()
+
+
+def _start_forwarder(spec: str) -> None:
+    """Listen on ``127.0.0.1:PORT`` now (so the program never races it), then leave the serving to a
+    grandchild re-parented to the sandbox's init: the program gets no child it did not make."""
+    import socket
+
+    port, _, target = spec.partition("=")
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", int(port)))
+    listener.listen(64)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if os.fork() == 0:
+                os.setsid()
+                for fd in (0, 1):
+                    os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+                _serve_forward(listener, target)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    listener.close()
 
 
 def _initial_environ() -> dict[bytes, bytes] | None:
@@ -210,12 +390,23 @@ def main(argv: Sequence[str]) -> int:
     """
     rules: list[tuple[str, int]] = []
     rights = {"--ro": READ_ONLY, "--rw": READ_WRITE, "--dev": DEVICES}
+    scoped, forward, apply = 0, None, True
     i = 0
     while i < len(argv) and argv[i] != "--":
-        if argv[i] not in rights or i + 1 >= len(argv):
+        if argv[i] == "--no-landlock":
+            apply = False
+            i += 1
+            continue
+        ok = i + 1 < len(argv) and (argv[i] in rights or argv[i] in ("--forward", "--scope"))
+        if not ok or (argv[i] == "--scope" and argv[i + 1] not in SCOPES):
             sys.stderr.write(f"landlock: bad argument {argv[i]!r}\n")
             return 126
-        rules.append((argv[i + 1], rights[argv[i]]))
+        if argv[i] == "--scope":
+            scoped |= SCOPES[argv[i + 1]]
+        elif argv[i] == "--forward":
+            forward = argv[i + 1]
+        else:
+            rules.append((argv[i + 1], rights[argv[i]]))
         i += 2
     cmd = list(argv[i + 1:])
     if not cmd:
@@ -223,9 +414,14 @@ def main(argv: Sequence[str]) -> int:
         return 126
     env = _initial_environ()
     try:
-        restrict_self(rules)
+        if apply:
+            restrict_self(rules, scoped=scoped)
+        apply_tty_filter()
+        if forward:
+            _start_forwarder(forward)
     except OSError as e:
-        sys.stderr.write(f"sandbox-shim confine: landlock layer could not be applied: {e}; not running\n")
+        what = "landlock layer" if apply else "terminal filter or egress forwarder"
+        sys.stderr.write(f"sandbox-shim confine: {what} could not be applied: {e}; not running\n")
         return 126
     try:
         if "/" in cmd[0]:

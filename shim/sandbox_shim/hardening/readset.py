@@ -1,0 +1,383 @@
+"""The runtime read set of the confinement profile: what one executable needs to *run*, and no more.
+
+Given the resolved executable this finds, without running it:
+
+* its ``#!`` interpreter chain, recursively (``/usr/bin/env NAME`` resolved through ``PATH``),
+  every symlink on the way (the kernel follows them at exec time, so each link must exist inside);
+* for ELF files, the program interpreter (``PT_INTERP``) and the shared libraries (``DT_NEEDED``)
+  resolved as ld.so(8) does: ``DT_RPATH`` (when there is no ``DT_RUNPATH``), ``LD_LIBRARY_PATH``,
+  ``DT_RUNPATH``, the ``/etc/ld.so.conf`` directories, then the default directories; ``$ORIGIN``
+  expanded (elf(5), ld.so(8) "Rpath token expansion").  Only objects outside the system trees are
+  listed (the system trees are granted whole) and only those are followed further;
+* a Python interpreter's own tree: the standard library directory ``PREFIX/lib/pythonX.Y`` (the
+  ``lib/pythonX.Y/os.py`` landmark of CPython's getpath), and for a venv (``pyvenv.cfg`` beside or
+  above the interpreter, PEP 405) the venv's ``pyvenv.cfg`` and ``lib``; for a console script in the
+  user base (``PYTHONUSERBASE`` or ``~/.local``, PEP 370) that base's ``lib/pythonX.Y/site-packages``;
+* a version manager's shim (``ROOT/shims/NAME`` next to ``ROOT/libexec``: pyenv, rbenv, nodenv): that
+  manager's ``ROOT``, which holds the versions the shim picks from at run time;
+* for a script inside a ``node_modules`` package: that package's root (the directory holding its
+  ``package.json``) and, recursively, the packages named in its ``dependencies`` and
+  ``optionalDependencies``, found as Node's resolver does (``node_modules`` of the package, then of
+  each ancestor).  Never the project around it.
+
+Nothing here grants a directory because it *contains* the executable: a tool in ``~/bin`` gets the
+tool, not ``~``.  Stdlib only; no subprocess (start-up cost matters: ``confine`` runs per command).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+TYPE_CHECKING = False  # start-up cost: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+#: trees granted whole (read-only) on Linux; what lies below them needs no per-file grant
+SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+DEFAULT_LIB_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
+                    "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
+_MAX_DEPTH = 8
+
+
+def within(path: str, root: str) -> bool:
+    """True when ``path`` is ``root`` or lies beneath it (both absolute, normalised)."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def in_system(path: str) -> bool:
+    """True when ``path`` lies in one of ``SYSTEM_TREES`` (after resolving its parent; a final link
+    is not followed: a venv's ``bin/python`` pointing into ``/usr`` is still the venv's)."""
+    real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+    return any(within(real, t) for t in SYSTEM_TREES)
+
+
+def symlink_chain(path: str) -> list[str]:
+    """``path`` and each link it goes through to a final non-link, each with a resolved parent.
+
+    ``/usr/bin/python3`` -> ``["/usr/bin/python3", "/usr/bin/python3.11"]``.  At most 40 links
+    (path_resolution(7) ELOOP limit); a dangling end is included as is.
+    """
+    out: list[str] = []
+    p = path
+    for _ in range(40):
+        p = os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+        out.append(p)
+        if not os.path.islink(p):
+            break
+        target = os.readlink(p)
+        p = target if os.path.isabs(target) else os.path.join(os.path.dirname(p), target)
+    return out
+
+
+def shebang(path: str) -> list[str]:
+    """The words of a ``#!`` line (execve(2) "Interpreter scripts"), or ``[]``."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return []
+    if not head.startswith(b"#!"):
+        return []
+    return head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+
+
+# ---- ELF (elf(5)) -----------------------------------------------------------------------------------
+
+PT_LOAD, PT_DYNAMIC, PT_INTERP = 1, 2, 3
+DT_NULL, DT_NEEDED, DT_STRTAB, DT_RPATH, DT_RUNPATH = 0, 1, 5, 15, 29
+
+
+def elf_dynamic(path: str) -> tuple[str | None, list[str], list[str], list[str]] | None:
+    """``(interpreter, needed, rpath, runpath)`` of an ELF file, or None when ``path`` is not ELF.
+
+    Reads the ELF header, the program headers (``PT_INTERP``, ``PT_DYNAMIC``, ``PT_LOAD``) and the
+    dynamic section's string table; malformed files give None rather than an exception.
+    """
+    try:
+        with open(path, "rb") as fh:
+            ident = fh.read(64)
+            if len(ident) < 52 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2) or ident[5] not in (1, 2):
+                return None
+            end = "<" if ident[5] == 1 else ">"
+            is64 = ident[4] == 2
+            if is64:
+                phoff, phentsize, phnum = struct.unpack_from(end + "Q", ident, 32)[0], *struct.unpack_from(
+                    end + "HH", ident, 54)
+                ph_fmt, dyn_fmt = end + "IIQQQQQQ", end + "qQ"
+            else:
+                phoff, phentsize, phnum = struct.unpack_from(end + "I", ident, 28)[0], *struct.unpack_from(
+                    end + "HH", ident, 42)
+                ph_fmt, dyn_fmt = end + "IIIIIIII", end + "iI"
+            if phnum > 512 or phentsize < struct.calcsize(ph_fmt):
+                return None
+            fh.seek(phoff)
+            table = fh.read(phentsize * phnum)
+            loads: list[tuple[int, int, int]] = []
+            interp: str | None = None
+            dynamic: tuple[int, int] | None = None
+            for i in range(phnum):
+                f = struct.unpack_from(ph_fmt, table, i * phentsize)
+                if is64:
+                    p_type, p_offset, p_vaddr, p_filesz = f[0], f[2], f[3], f[5]
+                else:
+                    p_type, p_offset, p_vaddr, p_filesz = f[0], f[1], f[2], f[4]
+                if p_type == PT_LOAD:
+                    loads.append((p_vaddr, p_offset, p_filesz))
+                elif p_type == PT_INTERP and p_filesz < 4096:
+                    fh.seek(p_offset)
+                    interp = fh.read(p_filesz).split(b"\0", 1)[0].decode("utf-8", "replace") or None
+                elif p_type == PT_DYNAMIC and p_filesz < (1 << 20):
+                    dynamic = (p_offset, p_filesz)
+            if dynamic is None:
+                return interp, [], [], []
+            fh.seek(dynamic[0])
+            raw = fh.read(dynamic[1])
+            size = struct.calcsize(dyn_fmt)
+            entries = [struct.unpack_from(dyn_fmt, raw, o) for o in range(0, len(raw) - size + 1, size)]
+            strtab = next((v for t, v in entries if t == DT_STRTAB), None)
+            base = next((off + strtab - va for va, off, sz in loads if strtab is not None
+                         and va <= strtab < va + sz), None)
+            if base is None:
+                return interp, [], [], []
+
+            def string(at: int) -> str:
+                fh.seek(base + at)
+                return fh.read(4096).split(b"\0", 1)[0].decode("utf-8", "replace")
+
+            needed, rpath, runpath = [], [], []
+            for tag, val in entries:
+                if tag == DT_NULL:
+                    break
+                if tag == DT_NEEDED:
+                    needed.append(string(val))
+                elif tag == DT_RPATH:
+                    rpath += string(val).split(":")
+                elif tag == DT_RUNPATH:
+                    runpath += string(val).split(":")
+            return interp, needed, rpath, runpath
+    except (OSError, struct.error, ValueError):
+        return None
+
+
+def _glob(pattern: str) -> list[str]:
+    """``DIR/*SUFFIX`` by listing (the common ld.so.conf include); anything else through ``glob``."""
+    d, name = os.path.split(pattern)
+    if name.startswith("*") and not any(c in name[1:] + d for c in "*?["):
+        try:
+            return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(name[1:]))
+        except OSError:
+            return []
+    import glob
+
+    return sorted(glob.glob(pattern))
+
+
+def _ld_conf_dirs(conf: str = "/etc/ld.so.conf", depth: int = 0) -> list[str]:
+    """Directories listed in ld.so.conf(5), ``include`` globs followed."""
+    out: list[str] = []
+    try:
+        with open(conf, encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line.startswith("include") and depth < 4:
+            pattern = line.split(None, 1)[1] if " " in line else ""
+            pattern = pattern if os.path.isabs(pattern) else os.path.join(os.path.dirname(conf), pattern)
+            for inc in _glob(pattern):
+                out += _ld_conf_dirs(inc, depth + 1)
+        elif os.path.isabs(line):
+            out.append(line)
+    return out
+
+
+def _expand(dirs: list[str], origin: str) -> list[str]:
+    return [d.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) for d in dirs if d]
+
+
+def shared_objects(path: str, env: Mapping[str, str], _seen: set[str] | None = None) -> list[str]:
+    """The ELF interpreter and shared libraries ``path`` loads that lie *outside* the system trees
+    (each with its symlink chain), found as ld.so(8) searches; objects inside are not listed."""
+    seen = set() if _seen is None else _seen
+    real = os.path.realpath(path)
+    if real in seen:
+        return []
+    seen.add(real)
+    dyn = elf_dynamic(real)
+    if dyn is None:
+        return []
+    interp, needed, rpath, runpath = dyn
+    origin = os.path.dirname(real)
+    out: list[str] = []
+    if interp and not in_system(interp):
+        out += symlink_chain(interp)
+    ld_path = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    search = (_expand(rpath, origin) if not runpath else []) + ld_path + _expand(runpath, origin)
+    search += _ld_conf_dirs() + list(DEFAULT_LIB_DIRS)
+    for name in needed:
+        cands = [name] if "/" in name else [os.path.join(d, name) for d in search]
+        found = next((c for c in cands if os.path.isfile(c)), None)
+        if found is None or in_system(found):
+            continue
+        out += symlink_chain(found)
+        out += shared_objects(found, env, seen)
+    return out
+
+
+# ---- language runtimes ---------------------------------------------------------------------------------
+
+def python_name(name: str) -> str | None:
+    """``"3.11"`` for ``python3.11``, ``""`` for ``python``/``python3``, None for anything else."""
+    if name in ("python", "python3"):
+        return ""
+    rest = name[6:] if name.startswith("python") else ""
+    major, dot, minor = rest.partition(".")
+    return rest if major.isdigit() and dot and minor.isdigit() else None
+
+
+def _python_version(real: str) -> str | None:
+    """``X.Y`` for a CPython interpreter at ``real``: from its name, else the one ``lib/pythonX.Y``
+    holding the ``os.py`` landmark beside it."""
+    ver = python_name(os.path.basename(real))
+    if ver:
+        return ver
+    lib = os.path.join(os.path.dirname(os.path.dirname(real)), "lib")
+    try:
+        found = sorted(n for n in os.listdir(lib) if python_name(n)
+                       and os.path.isfile(os.path.join(lib, n, "os.py")))
+    except OSError:
+        return None
+    return found[-1][6:] if found else None
+
+
+def python_tree(invoked: str, env: Mapping[str, str], script: str | None = None) -> list[str]:
+    """What a CPython interpreter reached through ``invoked`` needs beyond its binary and libraries:
+    its stdlib directory, a venv's ``pyvenv.cfg``/``lib`` (PEP 405), the user base's site-packages
+    when ``script`` lives in that base's ``bin`` (PEP 370)."""
+    real = os.path.realpath(invoked)
+    ver = _python_version(real)
+    out: list[str] = []
+    if ver is None:
+        return out
+    prefix = os.path.dirname(os.path.dirname(real))
+    stdlib = os.path.join(prefix, "lib", f"python{ver}")
+    if os.path.isfile(os.path.join(stdlib, "os.py")):
+        out.append(stdlib)
+    bindir = os.path.realpath(os.path.dirname(invoked))
+    for venv in (bindir, os.path.dirname(bindir)):
+        cfg = os.path.join(venv, "pyvenv.cfg")
+        if os.path.isfile(cfg):
+            out.append(cfg)
+            out += [p for p in (os.path.join(venv, "lib"), os.path.join(venv, "lib64")) if os.path.lexists(p)]
+            break
+    if script is not None:
+        home = env.get("HOME", "")
+        base = env.get("PYTHONUSERBASE") or (os.path.join(home, ".local") if home else "")
+        if base and os.path.realpath(os.path.dirname(script)) == os.path.realpath(os.path.join(base, "bin")):
+            site = os.path.join(os.path.realpath(base), "lib", f"python{ver}", "site-packages")
+            if os.path.isdir(site):
+                out.append(site)
+    return out
+
+
+def _package_root(script: str) -> str | None:
+    """The root of the ``node_modules`` package holding ``script`` (nearest ``package.json`` whose
+    directory sits directly in a ``node_modules`` dir, scoped ``@scope/name`` included), or None."""
+    d = os.path.dirname(os.path.realpath(script))
+    while d not in ("/", ""):
+        parent = os.path.dirname(d)
+        scoped = os.path.basename(parent).startswith("@")
+        in_nm = os.path.basename(os.path.dirname(parent) if scoped else parent) == "node_modules"
+        if in_nm and os.path.isfile(os.path.join(d, "package.json")):
+            return d
+        if os.path.basename(d) == "node_modules":
+            return None
+        d = parent
+    return None
+
+
+def node_packages(script: str) -> list[str]:
+    """The package root of a script inside ``node_modules`` and its dependencies, recursively."""
+    root = _package_root(script)
+    out: list[str] = []
+    todo = [root] if root else []
+    while todo:
+        pkg = todo.pop()
+        if pkg in out or len(out) > 2000:
+            continue
+        out.append(pkg)
+        import json
+
+        try:
+            with open(os.path.join(pkg, "package.json"), encoding="utf-8") as fh:
+                meta = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        deps: list[str] = []
+        for key in ("dependencies", "optionalDependencies"):
+            if isinstance(meta.get(key), dict):
+                deps += [k for k in meta[key] if isinstance(k, str) and ".." not in k.split("/")]
+        for dep in deps:
+            d = pkg
+            while d not in ("/", ""):
+                cand = os.path.join(d, "node_modules", dep)
+                if os.path.isfile(os.path.join(cand, "package.json")):
+                    todo.append(os.path.realpath(cand))
+                    break
+                d = os.path.dirname(d)
+    return out
+
+
+# ---- the whole set ---------------------------------------------------------------------------------------
+
+def resolve_name(name: str, path: str) -> str | None:
+    """``name`` through the PATH-syntax ``path`` as execvp(3) searches (first executable regular
+    file; an empty entry is the current directory), or None."""
+    if "/" in name:
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    for d in path.split(os.pathsep):
+        cand = os.path.join(d or ".", name)
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def runtime_read_set(exe: str, env: Mapping[str, str], *, invoked: str | None = None,
+                     depth: int = _MAX_DEPTH) -> list[str]:
+    """Everything ``exe`` needs read-only to run, outside the system trees (absolute paths; links
+    listed as links, to be recreated inside).
+
+    Args:
+        exe: the executable, as the kernel will be asked to run it (a path; links allowed).
+        env: the environment it will get (``PATH`` for ``env NAME``, ``HOME``/``PYTHONUSERBASE``,
+            ``LD_LIBRARY_PATH``).
+        invoked: for an interpreter reached from a script, the script (for the user-base rule).
+        depth: interpreter-chain depth limit (execve(2) allows 4 levels; we follow up to 8).
+    """
+    if not os.path.isabs(exe) or depth <= 0:
+        return []
+    out = symlink_chain(exe)
+    real = out[-1]
+    out += shared_objects(real, env)
+    parent = os.path.dirname(real)
+    root = os.path.dirname(parent)
+    if os.path.basename(parent) == "shims" and os.path.isdir(os.path.join(root, "libexec")):
+        out.append(root)  # a version manager's shim (pyenv, rbenv, nodenv): its own tree runs it
+    name = os.path.basename(real)
+    if python_name(name) is not None:
+        out += python_tree(exe, env, invoked)
+    words = shebang(real)
+    if words:
+        interp = words[0]
+        out += runtime_read_set(interp, env, invoked=real, depth=depth - 1)
+        if os.path.basename(os.path.realpath(interp)) == "env":
+            names = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+            found = resolve_name(names[0], env.get("PATH", os.defpath)) if names else None
+            if found:
+                out += runtime_read_set(found, env, invoked=real, depth=depth - 1)
+        out += node_packages(real)
+    return out
