@@ -86,11 +86,36 @@ def open_joins(join: dict[str, str]) -> list[tuple[str, int]]:
             if kind != NAMESPACES[t][0]:
                 raise LaunchFailed(f"/linux/namespaces: {path} is not a {t} namespace",
                                    "runtime-spec config-linux.md: the namespace must be of the listed type")
+            host = host_namespace(t, os.fstat(fd))
+            if host:
+                raise BundleInvalid([BundleProblem(
+                    "/linux/namespaces", f"the {t} namespace {path} is {host}'s: joining it would share it "
+                    "with the host", "tenant profile: a sandbox never shares a namespace with the host",
+                    f"give the path of another sandbox's {t} namespace, or drop the path to get a new one")])
     except BaseException:
         for _, fd in out:
             os.close(fd)
         raise
     return out
+
+
+def host_namespace(ns_type: str, info: os.stat_result) -> str | None:
+    """``"the host (pid 1)"`` or ``"this runtime"`` if ``info`` (an fstat of a namespace file) is the
+    namespace of that kind pid 1 or this process is in (same st_dev and st_ino: ioctl_ns(2)); else None."""
+    name = NAMESPACES[ns_type][1]
+    for who, proc in (("the host (pid 1)", "1"), ("this runtime", "self")):
+        try:
+            mine = os.stat(f"/proc/{proc}/ns/{name}")
+        except OSError:
+            continue
+        if (mine.st_dev, mine.st_ino) == (info.st_dev, info.st_ino):
+            return who
+    return None
+
+
+def identities(fds: list[tuple[str, int]]) -> dict[str, str]:
+    """``{type: "NAME:[INODE]"}`` for opened namespace files, as readlink(/proc/PID/ns/NAME) shows them."""
+    return {t: f"{NAMESPACES[t][1]}:[{os.fstat(fd).st_ino}]" for t, fd in fds}
 
 
 def enter(fds: list[tuple[str, int]]) -> None:
