@@ -147,13 +147,22 @@ class LinuxMechanism:
                 pty = console.open_pty()
                 undo.callback(os.close, pty[0])
                 undo.callback(os.close, pty[1])
-            fds["args"] = memfd("bwrap-args", b"".join(x.encode() + b"\0" for x in argv[:sep]))
-            undo.callback(os.close, fds["args"])
-
             from . import namespaces
 
             joins = namespaces.open_joins(plan.join)  # setns(2) in the child, just before bwrap runs
             priv["joined"] = namespaces.identities(joins)
+            pidns = [fd for t, fd in joins if t == "pid"]
+            joins = [(t, fd) for t, fd in joins if t != "pid"]
+            if pidns:
+                # bwrap joins a pid namespace itself (--pidns): only then does it mount a procfs of
+                # that namespace; without a pid flag it would bind the host's /proc (bwrap.c
+                # SETUP_MOUNT_PROC).  The fd is closed with the others below.
+                undo.callback(os.close, pidns[0])
+                fds["pidns"] = pidns[0]
+                argv = [*argv[:sep], "--pidns", str(pidns[0]), *argv[sep:]]
+                sep = argv.index("--")
+            fds["args"] = memfd("bwrap-args", b"".join(x.encode() + b"\0" for x in argv[:sep]))
+            undo.callback(os.close, fds["args"])
             procs.become_subreaper()  # bwrap's child is re-parented here when its outer process goes
             try:
                 # bwrap starts inside the sandbox's cgroup, so the cgroup namespace it makes is rooted
