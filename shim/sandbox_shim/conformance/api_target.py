@@ -277,7 +277,7 @@ class ApiTarget(ConformanceTarget):
         super().close()
 
     def _reap(self) -> None:
-        """Collect exited monitors of sandboxes made here (bwrap's outer processes are our children)."""
+        """Collect exited container processes of sandboxes made here (we are their subreaper)."""
         for pid in list(self._pids):
             try:
                 if os.waitpid(pid, os.WNOHANG)[0] == pid:
