@@ -229,8 +229,9 @@ class LinuxMechanism:
     def exit_status(self, sandbox: Sandbox) -> int | None:
         """The container process's exit status (128+n for a signal), or None while running / unknown.
 
-        Known when recorded, when this process reaps it (its parent: the library is a subreaper), or
-        while it is an unreaped zombie (/proc/PID/stat ``exit_code``); see ``process.py``.
+        Known when recorded, or while it is an unreaped zombie (/proc/PID/stat ``exit_code``; see
+        ``process.py``); then recorded.  Never reaped here: a caller that is its parent (the library
+        is a subreaper) may still waitpid(2) it; ``destroy`` reaps it if it is ours.
         """
         p = sandbox.private
         rec = os.path.join(p.get("dir", ""), "exit-status")
@@ -239,9 +240,7 @@ class LinuxMechanism:
                 return int(fh.read())
         except (OSError, ValueError):
             pass
-        code = procs.reap(p.get("pid", 0), p.get("pid_start"))
-        if code is None:
-            code = procs.zombie_status(p.get("pid", 0), p.get("pid_start"))
+        code = procs.zombie_status(p.get("pid", 0), p.get("pid_start"))
         if code is not None and p.get("dir"):
             record_exit(p["dir"], code)
         return code
@@ -249,10 +248,7 @@ class LinuxMechanism:
     def alive(self, sandbox: Sandbox) -> bool:
         """True while the container process (same pid and start time, not a zombie) runs."""
         p = sandbox.private
-        if same_process(p.get("pid", 0), p.get("pid_start")):
-            return True
-        self.exit_status(sandbox)  # reap it if it is ours, so no zombie stays with a library caller
-        return False
+        return same_process(p.get("pid", 0), p.get("pid_start"))
 
     def cgroup(self, sandbox: Sandbox) -> Any:
         cg = sandbox.private.get("cgroup")
