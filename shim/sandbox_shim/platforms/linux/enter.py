@@ -356,7 +356,11 @@ def main(spec_fd: int, status_fd: int) -> int:
 
     forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2, signal.SIGUSR1)
     old = signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)  # C must not die of a signal meant for H
-    c = os.fork()  # C is born in the sandbox's pid namespace, already confined (steps 2-8)
+    try:
+        c = os.fork()  # C is born in the sandbox's pid namespace, already confined (steps 2-7)
+    except OSError as e:  # e.g. EAGAIN: the sandbox's RLIMIT_NPROC, now H's own
+        report({"error": "setup", "step": "fork", "errno": e.errno or 0, "detail": str(e)})
+        return 125
     if c == 0:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
         for s in forwarded:
