@@ -119,6 +119,10 @@ def test_joining_another_sandbox_by_path_lands_in_its_namespaces(make_bundle, st
         assert _ns(b_pid, n) == _ns(a_pid, n) != _ns("self", n)
     joined = json.loads((state_root / "jb" / "state.json").read_text())["private"]["joined"]
     assert joined["network"] == _ns(a_pid, "net")
+    notes = json.loads(run_shim(state_root, "state", "jb").stdout)["annotations"]
+    assert f"network={_ns(a_pid, 'net')}" in notes["sandbox-shim.joined-namespaces"].split(",")
+    assert "sandbox-shim.joined-namespaces" not in json.loads(run_shim(state_root, "state", "ja").stdout)[
+        "annotations"]  # control: a sandbox that joined nothing says nothing
     assert run_shim(state_root, "start", "jb").returncode == 0
     assert wait_pid(b_pid) == 0
     ps = (b / "storage" / "ps").read_text()
