@@ -4,8 +4,11 @@ bwrap creates namespaces but cannot join one given by path (only ``--userns``/``
 namespace listed with a ``path`` is therefore joined by the spawning step itself: the files are opened
 in the runtime (``open_joins``), checked to be namespaces of the listed type (ioctl ``NS_GET_NSTYPE``,
 ioctl_ns(2)), and entered with setns(2) in the forked child just before it execs bwrap (``enter``).
-bwrap then inherits them: a joined pid namespace becomes the namespace its child is created in
-(setns(2): "the caller's children will be created in the new namespace").
+bwrap then inherits them.  A pid namespace is the exception: it is handed to bwrap as ``--pidns FD``
+(mechanism.py), because bwrap mounts a procfs of its own only when it unshares or is given a pid
+namespace — joined behind its back it would bind the host's /proc (bwrap.c SETUP_MOUNT_PROC).  A path
+naming the host's namespace (pid 1's or this runtime's, same st_dev/st_ino) is refused
+(``host_namespace``).
 
 ``linux.sysctl``: only sysctls that belong to a namespace the sandbox does not share with the host are
 allowed (runtime-spec config-linux.md "Sysctl": "the runtime MUST ... apply the sysctls within the

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def read_status_file(path: str) -> list[dict[str, Any]]:
-    """The JSON objects bwrap wrote to ``--json-status-fd`` (``child-pid`` first, ``exit-code`` last)."""
+    """The JSON objects bwrap wrote to ``--info-fd`` (``child-pid`` and the namespace ids)."""
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
@@ -111,21 +111,6 @@ def reap(pid: int, start: int | None) -> int | None:
     except ChildProcessError:
         return None
     return shell_status(raw) if got == pid else None
-
-
-def children(pid: int) -> list[int]:
-    """Direct children of ``pid`` (/proc/PID/task/*/children, Linux 3.5+)."""
-    out: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                    out += [int(x) for x in fh.read().split()]
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return out
 
 
 def blocked_on_fd(pid: int, fd: int) -> bool:
