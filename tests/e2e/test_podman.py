@@ -235,7 +235,7 @@ def test_container_namespaces_are_the_other_containers(podman: Podman) -> None:
 def test_pod_with_two_containers_shares_the_pods_namespaces(podman: Podman) -> None:
     pod = f"pod-{os.getpid()}"
     r = podman("pod", "create", "--name", pod, "--network=none", "--infra=true",
-               "--infra-image", IMAGE, "--infra-command", '["sleep", "600"]')
+               "--infra-image", IMAGE, "--infra-command", "sleep 600")  # podman splits it on spaces
     assert r.returncode == 0, r.stderr
     try:
         one = podman("run", "-d", "--pod", pod, IMAGE, "sleep", "601")
