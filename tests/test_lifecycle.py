@@ -31,6 +31,16 @@ def state(root: Path, sid: str) -> dict:
     return json.loads(r.stdout)
 
 
+def stopped_state(root: Path, sid: str, timeout: float = 30.0) -> dict:
+    """``state`` once the container process has exited, before anyone reaps it (then the exit status is
+    still readable: an unreaped zombie's /proc/PID/stat exit_code; once reaped it is the reaper's)."""
+    deadline = time.monotonic() + timeout
+    while (s := state(root, sid))["status"] != "stopped":
+        assert time.monotonic() < deadline, s
+        time.sleep(0.02)
+    return s
+
+
 def create(root: Path, bundle: Path, sid: str, *extra: str, **kw) -> subprocess.CompletedProcess[str]:
     return run_shim(root, "create", "--bundle", str(bundle), *extra, sid, **kw)
 
@@ -55,10 +65,11 @@ def test_full_lifecycle_and_nothing_left(make_bundle, state_root: Path, tmp_path
     assert cgroup_dirs("c1")
     assert out.read_text() == ""  # nothing ran before start
     assert run_shim(state_root, "start", "c1").returncode == 0
-    assert wait_pid(int(pid_text)) == 0  # the pid-file process is ours to wait on
-    assert out.read_text() == "out-marker\n" and "err-marker" in err.read_text()
-    s = state(state_root, "c1")
+    s = stopped_state(state_root, "c1")
     assert s["status"] == "stopped" and s["pid"] == 0 and s["exitStatus"] == 0
+    assert wait_pid(int(pid_text)) == 0  # the pid-file process is ours (a subreaper) to wait on
+    assert out.read_text() == "out-marker\n" and "err-marker" in err.read_text()
+    assert state(state_root, "c1")["exitStatus"] == 0  # recorded by the state that saw it
     r = run_shim(state_root, "delete", "c1")
     assert r.returncode == 0, r.stderr
     assert not (state_root / "c1").exists()
@@ -70,7 +81,7 @@ def test_full_lifecycle_and_nothing_left(make_bundle, state_root: Path, tmp_path
     ("script", "status"),
     [
         ("exit 23", 23),
-        ("kill -TERM $$", 128 + 15),
+        ("trap 'exit 3' TERM; kill -TERM $$", 3),  # pid 1: only a signal with a handler reaches it
         ("true", 0),
     ],
 )
@@ -81,9 +92,21 @@ def test_exit_status_is_the_workloads(
     assert create(state_root, b, "e", "--pid-file", str(tmp_path / "pid")).returncode == 0
     pid = int((tmp_path / "pid").read_text())
     assert run_shim(state_root, "start", "e").returncode == 0
-    assert wait_pid(pid) == status
-    s = state(state_root, "e")
+    s = stopped_state(state_root, "e")
     assert s["status"] == "stopped" and s["exitStatus"] == status and s["pid"] == 0
+    assert wait_pid(pid) == status
+
+
+def test_killed_from_outside_is_128_plus_n(make_bundle, state_root: Path, tmp_path: Path) -> None:
+    b = make_bundle(args=["sleep", "1000"])
+    assert create(state_root, b, "k9", "--pid-file", str(tmp_path / "pid")).returncode == 0
+    assert run_shim(state_root, "start", "k9").returncode == 0
+    assert run_shim(state_root, "kill", "k9", "TERM").returncode == 0  # pid 1 without a handler: ignored
+    time.sleep(0.3)
+    assert state(state_root, "k9")["status"] == "running"
+    assert run_shim(state_root, "kill", "k9", "KILL").returncode == 0
+    assert stopped_state(state_root, "k9")["exitStatus"] == 128 + 9
+    assert wait_pid(int((tmp_path / "pid").read_text())) == 128 + 9
 
 
 def test_state_after_quick_exit_without_reaping(make_bundle, state_root: Path) -> None:
@@ -98,13 +121,16 @@ def test_state_after_quick_exit_without_reaping(make_bundle, state_root: Path) -
 
 
 def test_background_child_does_not_survive_delete(make_bundle, state_root: Path, tmp_path: Path) -> None:
-    b = make_bundle(args=["sh", "-c", "sleep 1000 & echo $! > /storage/bg; exit 0"])
+    # the workload is pid 1: it waits on its background child, which survives only while it runs
+    b = make_bundle(args=["sh", "-c", "sleep 1000 & echo $! > /storage/bg; wait"])
     assert create(state_root, b, "bg", "--pid-file", str(tmp_path / "pid")).returncode == 0
     assert run_shim(state_root, "start", "bg").returncode == 0
-    assert wait_pid(int((tmp_path / "pid").read_text())) == 0
-    procs = Path(cgroup_dirs("bg")[0], "cgroup.procs").read_text().split()
-    assert procs, "the background sleep should still be in the cgroup before delete"
-    assert run_shim(state_root, "delete", "bg").returncode == 0
+    deadline = time.monotonic() + 10
+    while len(procs := Path(cgroup_dirs("bg")[0], "cgroup.procs").read_text().split()) < 2:
+        assert time.monotonic() < deadline, "the background sleep should be in the cgroup before delete"
+        time.sleep(0.02)
+    assert run_shim(state_root, "delete", "--force", "bg").returncode == 0
+    wait_pid(int((tmp_path / "pid").read_text()))
     time.sleep(0.1)
     for p in procs:
         stat = Path(f"/proc/{p}/stat")
@@ -148,9 +174,12 @@ def test_parent_ignoring_sigchld_and_blocking_signals(make_bundle, state_root: P
 
     assert hostile("create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"), "h").returncode == 0
     assert hostile("start", "h").returncode == 0
+    deadline = time.monotonic() + 30
+    while json.loads(hostile("state", "h").stdout)["status"] != "stopped":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert json.loads(hostile("state", "h").stdout)["exitStatus"] == 5
     assert wait_pid(int((tmp_path / "pid").read_text())) == 5
-    r = hostile("state", "h")
-    assert json.loads(r.stdout)["exitStatus"] == 5
     assert hostile("delete", "h").returncode == 0
 
 

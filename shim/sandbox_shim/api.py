@@ -159,11 +159,21 @@ def observed_status(mechanism: Any, rec: Record, store: StateStore) -> str:
     return rec.status
 
 
+#: state annotation naming the namespaces joined by path (``type=name:[inode]``, comma-separated); it
+#: replaces any config annotation of that name, so a config cannot forge it
+JOINED_ANNOTATION = "sandbox-shim.joined-namespaces"
+
+
 def _status(mechanism: Any, rec: Record, store: StateStore) -> Status:
     now = observed_status(mechanism, rec, store)
     exit_status = mechanism.exit_status(sandbox_of(rec, store)) if now == "stopped" else None
+    annotations = dict(rec.annotations or {})
+    annotations.pop(JOINED_ANNOTATION, None)
+    joined = (rec.private or {}).get("joined")
+    if joined:
+        annotations[JOINED_ANNOTATION] = ",".join(f"{t}={v}" for t, v in sorted(joined.items()))
     return Status(id=rec.id, status=now, pid=rec.pid if now != "stopped" else 0, bundle=rec.bundle,
-                  annotations=rec.annotations, exit_status=exit_status, created=rec.created or None)
+                  annotations=annotations, exit_status=exit_status, created=rec.created or None)
 
 
 def status(mechanism: Any, sandbox_id: str) -> Status:

@@ -170,12 +170,12 @@ def update(mechanism: Any, sandbox_id: str, resources: dict[str, Any]) -> None:
 
 
 def ps(mechanism: Any, sandbox_id: str) -> list[int]:
-    """Host pids of the sandbox's processes (exec'd ones included), sorted.  bwrap's monitor shares
-    the cgroup but is the runtime's, not the sandbox's: it is left out."""
+    """Host pids of the sandbox's processes (the container process and exec'd ones), sorted: every
+    member of its cgroup (no process of the runtime's stays in it once create returns)."""
     store = store_of(mechanism)
     rec = store.read(sandbox_id)
     cg = mechanism.cgroup(sandbox_of(rec, store))
-    return sorted(p for p in cg.pids() if p != rec.pid) if cg is not None else []
+    return sorted(cg.pids()) if cg is not None else []
 
 
 def stats(mechanism: Any, sandbox_id: str) -> dict[str, Any]:

@@ -21,7 +21,6 @@ after, and from how it ended:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import signal as _signal
@@ -132,29 +131,29 @@ def execute(mechanism: Any, sandbox_id: str, command: tuple[str, Sequence[str]],
 # -- a bundle's own process ---------------------------------------------------------------------------
 
 def _wait_exit(mechanism: Any, sb: Sandbox, pid: int, deadline: float | None) -> int | None:
-    """Wait for bwrap's monitor ``pid`` until ``deadline`` (monotonic): its exit status, None on timeout."""
+    """Wait until the container process ``pid`` exits or ``deadline`` (monotonic) passes.
+
+    Returns its exit status (128+n for a signal) as the mechanism learns it (on Linux: reaped by this
+    process, its subreaper, and recorded), 255 if it is gone with no status known, None on timeout.
+    """
     try:
-        pidfd = os.pidfd_open(pid)
-    except ProcessLookupError:
+        pidfd = os.pidfd_open(pid)  # readable once the process has exited (pidfd_open(2), Linux)
+    except (AttributeError, OSError):
         pidfd = -1
     try:
         while True:
+            code = mechanism.exit_status(sb)
+            if code is not None:
+                return code
+            if not mechanism.alive(sb):
+                code = mechanism.exit_status(sb)
+                return code if code is not None else 255
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if deadline is not None and left == 0.0:
+                return None
             if pidfd >= 0:
-                ready, _, _ = select.select([pidfd], [], [], left)
-                if not ready:
-                    return None
-            with contextlib.suppress(ChildProcessError):
-                got, raw = os.waitpid(pid, 0)
-                if got == pid:
-                    code = os.waitstatus_to_exitcode(raw)
-                    return 128 - code if code < 0 else code
-            code2 = mechanism.exit_status(sb)
-            if code2 is not None or not mechanism.alive(sb):
-                return code2 if code2 is not None else 255
-            if pidfd < 0:
-                if deadline is not None and time.monotonic() >= deadline:
-                    return None
+                select.select([pidfd], [], [], left)
+            else:
                 time.sleep(0.02)
     finally:
         if pidfd >= 0:

@@ -105,6 +105,10 @@ def test_detached_ps_exec_kill_delete(ctr: Ctr) -> None:
     time.sleep(0.3)
     tasks = ctr("tasks", "ls").stdout
     assert "c-d" in tasks and "RUNNING" in tasks
+    # the task's pid (containerd-shim reads it from --pid-file) is the container process, inside
+    task_pid = int(next(x.split()[1] for x in tasks.splitlines() if x.split()[:1] == ["c-d"]))
+    for n in ("pid", "net", "ipc", "uts", "mnt"):
+        assert os.readlink(f"/proc/{task_pid}/ns/{n}") != os.readlink(f"/proc/self/ns/{n}"), n
     ps = ctr("tasks", "ps", "c-d")
     assert ps.returncode == 0, ps.stderr
     pids = tuple(int(x.split()[0]) for x in ps.stdout.splitlines()[1:] if x.split())

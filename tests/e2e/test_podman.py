@@ -103,7 +103,10 @@ def test_run_rm_echo(podman: Podman) -> None:
     assert podman("ps", "-aq").stdout.strip() == ""
 
 
-@pytest.mark.parametrize(("cmd", "status"), [("exit 0", 0), ("exit 42", 42), ("kill -9 $$", 137)])
+# the workload is pid 1 of its pid namespace (as with runc): a signal it sends itself without a handler
+# is ignored, so the SIGKILL case kills a child shell and passes its status on
+@pytest.mark.parametrize(("cmd", "status"), [("exit 0", 0), ("exit 42", 42),
+                                             ("sh -c 'kill -9 $$'; exit $?", 137)])
 def test_exit_codes_propagate(podman: Podman, cmd: str, status: int) -> None:
     r = podman("run", "--rm", "--network=none", IMAGE, "sh", "-c", cmd)
     assert r.returncode == status, r.stderr
@@ -150,10 +153,9 @@ def test_stop_exits_on_term(podman: Podman) -> None:
     assert podman("inspect", "--format", "{{.State.ExitCode}}", cid).stdout.strip() == "7"
 
 
-def _counter(monitor: int) -> int:
-    """The workload's counter file, read through the sandbox's root (/proc/PID/root of bwrap's child)."""
-    child = Path(f"/proc/{monitor}/task/{monitor}/children").read_text().split()[0]
-    return int(Path(f"/proc/{child}/root/tmp/n").read_text().strip() or 0)
+def _counter(pid: int) -> int:
+    """The workload's counter file, read through the sandbox's root (/proc/PID/root of state.pid)."""
+    return int(Path(f"/proc/{pid}/root/tmp/n").read_text().strip() or 0)
 
 
 def test_pause_unpause(podman: Podman) -> None:
@@ -191,3 +193,92 @@ def test_rm_force_running(podman: Podman) -> None:
     r = podman("rm", "-f", "-t", "0", cid)
     assert r.returncode == 0, r.stderr
     assert podman("ps", "-aq").stdout.strip() == ""
+
+
+# -- the container process is inside the sandbox: namespace sharing, cp, top ----------------------------
+
+NS = ("pid", "net", "ipc", "uts", "mnt")
+
+
+def _ns(pid: int | str, name: str) -> str:
+    return os.readlink(f"/proc/{pid}/ns/{name}")
+
+
+def _state_pid(podman: Podman, cid: str) -> int:
+    return int(podman("inspect", "--format", "{{.State.Pid}}", cid).stdout.strip())
+
+
+def test_state_pid_is_in_the_sandbox_not_the_host(podman: Podman) -> None:
+    cid = podman.detached(IMAGE, "sleep", "30")
+    pid = _state_pid(podman, cid)
+    for n in NS:
+        assert _ns(pid, n) != _ns("self", n), f"podman's container pid {pid} is in the host's {n} namespace"
+    assert Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x0030\x00"
+
+
+def test_container_namespaces_are_the_other_containers(podman: Podman) -> None:
+    a = podman.detached(IMAGE, "sleep", "60")
+    a_pid = _state_pid(podman, a)
+    time.sleep(0.3)
+    r = podman("run", "--rm", f"--pid=container:{a}", f"--ipc=container:{a}", f"--uts=container:{a}",
+               f"--network=container:{a}", IMAGE, "sh", "-c",
+               "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done; uname -n; "
+               "for n in pid net ipc uts; do readlink /proc/self/ns/$n; done")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "sleep 60" in out and a[:12] in out.split()  # A's processes and A's hostname (podman's)
+    assert "conmon" not in out and "podman" not in out and len(out.splitlines()) < 15  # not the host's
+    for n in ("pid", "net", "ipc", "uts"):
+        assert _ns(a_pid, n) in out and _ns(a_pid, n) != _ns("self", n)
+
+
+def test_pod_with_two_containers_shares_the_pods_namespaces(podman: Podman) -> None:
+    pod = f"pod-{os.getpid()}"
+    r = podman("pod", "create", "--name", pod, "--network=none", "--infra=true",
+               "--infra-image", IMAGE, "--infra-command", "sleep 600")  # podman splits it on spaces
+    assert r.returncode == 0, r.stderr
+    try:
+        one = podman("run", "-d", "--pod", pod, IMAGE, "sleep", "601")
+        two = podman("run", "-d", "--pod", pod, IMAGE, "sleep", "602")
+        assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+        p1 = _state_pid(podman, one.stdout.split()[-1])
+        p2 = _state_pid(podman, two.stdout.split()[-1])
+        for n in ("net", "ipc", "uts"):
+            assert _ns(p1, n) == _ns(p2, n) != _ns("self", n), n
+        assert _ns(p1, "pid") != _ns("self", "pid") and _ns(p2, "pid") != _ns("self", "pid")
+    finally:
+        podman("pod", "rm", "-f", "-t", "0", pod)
+
+
+def test_cp_both_ways_stays_in_the_container(podman: Podman, tmp_path: Path) -> None:
+    cid = podman.detached(IMAGE, "sh", "-c", "echo inside-only > /inside.txt; sleep 60")
+    time.sleep(0.3)
+    name = f"cp-into-{os.getpid()}"
+    src = tmp_path / "in.txt"
+    src.write_text("from-host\n")
+    assert not Path("/" + name).exists()
+    r = podman("cp", str(src), f"{cid}:/{name}")
+    assert r.returncode == 0, r.stderr
+    assert not Path("/" + name).exists(), "podman cp wrote into the host's /"
+    assert podman("exec", cid, "cat", "/" + name).stdout == "from-host\n"
+    # out of it: the container's file, never the host's file of the same path
+    host_only = f"/tmp/cp-host-only-{os.getpid()}"
+    Path(host_only).write_text("HOST-SECRET\n")
+    try:
+        r = podman("cp", f"{cid}:/inside.txt", str(tmp_path / "out.txt"))
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / "out.txt").read_text() == "inside-only\n"
+        r = podman("cp", f"{cid}:{host_only}", str(tmp_path / "leak.txt"))
+        assert r.returncode != 0 and not (tmp_path / "leak.txt").exists(), "podman cp read a host file"
+    finally:
+        os.unlink(host_only)
+
+
+def test_top_lists_only_the_containers_processes(podman: Podman) -> None:
+    cid = podman.detached(IMAGE, "sh", "-c", "sleep 61 & sleep 62")
+    time.sleep(0.3)
+    r = podman("top", cid, "pid", "args")
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.strip().splitlines()[1:]
+    assert any("sleep 61" in x for x in rows) and any("sleep 62" in x for x in rows)
+    assert len(rows) <= 4 and not any("conmon" in x or "pytest" in x or "bwrap" in x for x in rows), rows

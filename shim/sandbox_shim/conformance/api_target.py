@@ -145,8 +145,12 @@ class ApiTarget(ConformanceTarget):
                                duration=time.monotonic() - t0)
         res = ProbeResult(done.exit_status, _text(done.stdout), _text(done.stderr), COMPLETED,
                           signal=done.signal, duration=done.duration)
-        if done.signal == _signal.SIGXFSZ and "RLIMIT_FSIZE" in rlimits:
-            # RLIMIT_FSIZE (setrlimit(2)) stopped a write past the output limit (stdout is a file here).
+        fsize = rlimits.get("RLIMIT_FSIZE")
+        at_limit = fsize is not None and (len(done.stdout) >= fsize or len(done.stderr) >= fsize)
+        if fsize is not None and (done.signal == _signal.SIGXFSZ or (at_limit and done.exit_status != 0)):
+            # RLIMIT_FSIZE (setrlimit(2)) stopped a write past the output limit (stdout is a file here):
+            # SIGXFSZ, or, for the sandbox's pid 1 (which the kernel does not kill with a signal it has
+            # no handler for: pid_namespaces(7)), EFBIG once the file reached the limit.
             res.outcome, res.limit_kind = LIMIT_EXCEEDED, "output"
         return res
 
@@ -220,7 +224,8 @@ class ApiTarget(ConformanceTarget):
     def state(self, sandbox_id: str) -> str:
         from .. import api
 
-        self._reap()
+        # not reaped first: while the exited container process is an unreaped zombie the status
+        # reads (and records) its exit status; delete reaps it
         return api.status(self.mechanism, sandbox_id).status
 
     def exit_status(self, sandbox_id: str) -> int | None:
@@ -277,7 +282,7 @@ class ApiTarget(ConformanceTarget):
         super().close()
 
     def _reap(self) -> None:
-        """Collect exited monitors of sandboxes made here (bwrap's outer processes are our children)."""
+        """Collect exited container processes of sandboxes made here (we are their subreaper)."""
         for pid in list(self._pids):
             try:
                 if os.waitpid(pid, os.WNOHANG)[0] == pid:
@@ -290,10 +295,12 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _rlimits(config_path: str) -> list[str]:
+def _rlimits(config_path: str) -> dict[str, int]:
+    """``{type: soft}`` of the bundle's ``process.rlimits``."""
     try:
         with open(config_path, encoding="utf-8") as fh:
             cfg = json.load(fh)
-        return [r.get("type", "") for r in (cfg.get("process") or {}).get("rlimits") or []]
-    except (OSError, ValueError):
-        return []
+        listed = (cfg.get("process") or {}).get("rlimits") or []
+        return {r.get("type", ""): int(r.get("soft", 0)) for r in listed}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}

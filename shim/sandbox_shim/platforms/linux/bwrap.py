@@ -156,7 +156,11 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
     a.append("--clearenv")
     for k, v in plan.env.items():
         a += ["--setenv", k, v]
-    a += ["--block-fd", str(fds.block), "--json-status-fd", str(fds.status)]
+    # --info-fd, not --json-status-fd: the outer bwrap is killed once the child is held (mechanism.py),
+    # and with --json-status-fd the child's last write before execve would go to the dead monitor.
+    a += ["--block-fd", str(fds.block), "--info-fd", str(fds.status)]
+    if "pid" in plan.unshare:
+        a.append("--as-pid-1")  # the workload is the sandbox's pid 1 (no bwrap init), as with runc
     for fd in fds.seccomp:
         a += ["--add-seccomp-fd", str(fd)]  # repeatable, unlike --seccomp (bwrap(1))
     a.append("--")

@@ -5,13 +5,16 @@ A pty pair is made in the runtime; the slave becomes bwrap's stdin, stdout and s
 also binds it at ``/dev/console``), and the master is sent over the ``--console-socket`` unix socket
 as one SCM_RIGHTS message (data: the slave's name, as runc sends it) before ``create`` returns.
 
-The controlling terminal: bwrap has no "setsid + TIOCSCTTY" option, and making bwrap's monitor the
-session leader would put the monitor in the terminal's foreground process group (^C would kill it and
-lose the exit status).  So the workload is started through the host's static busybox, bound read-only
-at ``CTTY_HELPER`` inside the sandbox's /dev: ``busybox setsid -c PROG ARGS`` calls setsid(2), then
-ioctl(0, TIOCSCTTY) on the slave, then execvp(3)s PROG with the sandbox's PATH — the same lookup
-bwrap would have done.  It execs in place: the workload keeps the pid, and is the session leader with
-the pty as its controlling terminal in the foreground group (tty(1) inside prints ``/dev/console``).
+The controlling terminal: bwrap has no "setsid + TIOCSCTTY" option.  So the workload is started
+through the host's static busybox, bound read-only at ``CTTY_HELPER`` inside the sandbox's /dev:
+``busybox setsid -c PROG ARGS`` calls setsid(2), then ioctl(0, TIOCSCTTY) on the slave, then execvp(3)s
+PROG with the sandbox's PATH — the same lookup bwrap would have done.  It execs in place: it *is* the
+container process (``state.pid``, pid 1 with ``--as-pid-1``), already under the sandbox's seccomp
+filters, capabilities and no_new_privs (bwrap applies them before its execve), in the sandbox's
+namespaces and root, and no tenant code runs before it has become the workload.  Its binary is reached
+only through the read-only bind, so /proc/PID/exe of it cannot be opened for writing (EROFS).  The
+workload keeps the pid and is the session leader with the pty as its controlling terminal in the
+foreground group (tty(1) inside prints ``/dev/console``).
 """
 
 from __future__ import annotations

@@ -5,26 +5,32 @@ Run as a standalone script, ``python -I -S enter.py SPEC_FD STATUS_FD`` (no pack
 imported first).  ``SPEC_FD`` holds one JSON object (``Spec`` below); ``STATUS_FD`` receives one JSON
 object per line (``Status`` below).  The library side is ``sandbox_shim.execution``.
 
-Steps, in this order (each cites its man page):
-  helper H (host pid namespace, host cgroup):
-    1. open /proc/PID/ns/* of the sandbox's workload, /proc/PID/root and every cgroup.procs file,
-       then re-check the workload's identity (pid + start time, proc(5) field 22);
+Steps, in this order (each cites its man page).  Everything that becomes visible inside the sandbox is
+already confined: H does every step up to the seccomp filter itself, and only then forks C, the one
+process that enters the sandbox's pid namespace (setns(2): CLONE_NEWPID affects children only); H stays
+in the host's pid namespace, invisible to the tenant (runc CVE-2016-9962, CVE-2019-5736):
+  helper H:
+    1. open /proc/PID/ns/* of the container process, /proc/PID/root, every cgroup.procs file and the
+       seccomp programs, then re-check the process's identity (pid + start time, proc(5) field 22);
     2. setns(2) into each namespace that differs from ours: user first, then mnt, pid, net, ipc,
        uts, cgroup;
-    3. fork(2): only the child C is in the sandbox's pid namespace (setns(2): CLONE_NEWPID affects
-       children); H writes C's host pid into each cgroup.procs (cgroups(7)) and only then lets C go;
+    3. fchdir(/proc/PID/root) + chroot(2) ".", as nsenter(1) does;
+    4. setrlimit(2) for each of the sandbox's rlimits; umask(2) when ``umask`` is given;
+    5. PR_SET_KEEPCAPS, drop the bounding set to ``capabilities`` (PR_CAPBSET_DROP), setgroups(2),
+       setresgid(2), setresuid(2), capset(2), raise the ambient set (prctl(2), capabilities(7));
+    6. chdir(2) to the cwd (as the new user); PR_SET_NO_NEW_PRIVS; PR_SET_DUMPABLE 0 (after the
+       last credential change, which would reset it): /proc/PID/exe, fd/, mem of H and C need
+       CAP_SYS_PTRACE in the host's user namespace (their memory was made there) until C execs;
+    7. PR_SET_SECCOMP with SECCOMP_MODE_FILTER and the sandbox's compiled BPF (seccomp(2)); H lives
+       under the filter too, as bwrap's own init does (it needs only read, write, close, wait4, kill);
+    8. fork(2) C; H writes C's host pid into each cgroup.procs (cgroups(7)) and only then lets C go;
   child C (the program itself: it keeps its pid through execve):
-    4. setsid(2); fchdir(/proc/PID/root) + chroot(2) ".", as nsenter(1) does;
-    4b. with ``console_fd`` (a unix socket connected to ``--console-socket``): open /dev/ptmx of the
+    9. close every fd but 0-2, its two pipes and ``console_fd``; setsid(2);
+   9b. with ``console_fd`` (a unix socket connected to ``--console-socket``): open /dev/ptmx of the
        sandbox's own devpts (pty(7); as runc does, so the slave is /dev/pts/N inside), unlock it,
        send the master as one SCM_RIGHTS message (unix(7)), make the slave fds 0-2 and the
        controlling terminal (ioctl TIOCSCTTY, ioctl_tty(2));
-    5. setrlimit(2) for each of the sandbox's rlimits; umask(2) when ``umask`` is given;
-    6. PR_SET_KEEPCAPS, drop the bounding set to ``capabilities`` (PR_CAPBSET_DROP), setgroups(2),
-       setresgid(2), setresuid(2), capset(2), raise the ambient set (prctl(2), capabilities(7));
-    7. chdir(2) to the cwd (as the new user); PR_SET_NO_NEW_PRIVS;
-    8. PR_SET_SECCOMP with SECCOMP_MODE_FILTER and the sandbox's compiled BPF (seccomp(2)) — last;
-    9. execve(2), walking PATH like execvp(3): EACCES seen on any candidate wins over ENOENT.
+   10. execve(2), walking PATH like execvp(3): EACCES seen on any candidate wins over ENOENT.
   C's errno from a failed step goes to H through a CLOEXEC pipe: a successful execve closes it with
   nothing written, so "never ran" is told from "ran and exited 127" by the kernel, not by guessing.
 
@@ -75,6 +81,7 @@ PR_SET_KEEPCAPS = 8
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
+PR_SET_DUMPABLE = 4
 SECCOMP_MODE_FILTER = 2
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_RAISE = 2
@@ -236,38 +243,55 @@ def open_console(console_fd: int, uid: int, gid: int) -> None:
         raise StepFailed("ioctl(TIOCSCTTY)", e.errno or errno.EPERM, name) from e
 
 
-def child(spec: dict, root_fd: int, go_r: int, err_w: int, bpfs: list[bytes], last_cap: int) -> None:
-    """Steps 4-9 in C.  Never returns: execve, or report to ``err_w`` and _exit(127).
+def confine(spec: dict, root_fd: int, bpfs: list[bytes], last_cap: int) -> None:
+    """Steps 4-8 in H, after the setns(2) joins and before the fork: everything C will inherit."""
+    os.fchdir(root_fd)
+    os.chroot(".")
+    os.close(root_fd)
+    for name, soft, hard in spec.get("rlimits") or []:
+        try:
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        except (OSError, ValueError, AttributeError) as e:
+            raise StepFailed(f"setrlimit({name})", getattr(e, "errno", None) or errno.EINVAL) from e
+    if spec.get("umask") is not None:
+        os.umask(int(spec["umask"]) & 0o777)
+    set_credentials(spec, last_cap)
+    try:
+        os.chdir(spec.get("cwd") or "/")
+    except OSError as e:
+        raise StepFailed("chdir", e.errno or errno.ENOENT, spec.get("cwd") or "/") from e
+    _check("prctl(PR_SET_NO_NEW_PRIVS)", _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+    # after the last credential change (which resets it: prctl(2) PR_SET_DUMPABLE): /proc/PID/exe,
+    # fd/, mem, environ of H and C are then closed to everyone without CAP_SYS_PTRACE in the host's
+    # user namespace (ptrace(2) "Ptrace access mode checking"), until C's execve
+    _check("prctl(PR_SET_DUMPABLE)", _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+    for bpf in bpfs:  # the sandbox's filters, stacked in the same order
+        load_seccomp(bpf)
+
+
+def child(spec: dict, go_r: int, err_w: int) -> None:
+    """Step 9 in C (already confined).  Never returns: execve, or report to ``err_w`` and _exit(127).
 
     C is the program: with ``detach`` H exits once it runs, and the kernel re-parents C to the
     caller's subreaper (see the module docstring), which waits for its exit status.
     """
+    keep = {0, 1, 2, go_r, err_w}
+    if spec.get("console_fd") is not None:
+        keep.add(int(spec["console_fd"]))
     try:
+        for fd in _open_fds():
+            if fd not in keep:
+                try:
+                    os.close(fd)  # nothing of the host's but stdio reaches the program
+                except OSError:
+                    pass  # the listing's own fd, already closed
         if os.read(go_r, 1) != b"1":
             os._exit(127)  # H could not place us in the cgroup: never run outside it
         os.close(go_r)
         os.setsid()
-        os.fchdir(root_fd)
-        os.chroot(".")
-        os.close(root_fd)
         if spec.get("console_fd") is not None:
             open_console(int(spec["console_fd"]), int(spec.get("uid", 0)), int(spec.get("gid", 0)))
-        for name, soft, hard in spec.get("rlimits") or []:
-            try:
-                resource.setrlimit(getattr(resource, name), (soft, hard))
-            except (OSError, ValueError, AttributeError) as e:
-                raise StepFailed(f"setrlimit({name})", getattr(e, "errno", None) or errno.EINVAL) from e
-        if spec.get("umask") is not None:
-            os.umask(int(spec["umask"]) & 0o777)
-        set_credentials(spec, last_cap)
-        try:
-            os.chdir(spec.get("cwd") or "/")
-        except OSError as e:
-            raise StepFailed("chdir", e.errno or errno.ENOENT, spec.get("cwd") or "/") from e
-        _check("prctl(PR_SET_NO_NEW_PRIVS)", _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
         env = dict(e.split("=", 1) for e in spec.get("env") or [] if "=" in e)
-        for bpf in bpfs:  # the sandbox's filters, stacked in the same order
-            load_seccomp(bpf)
         exec_program(list(spec["argv"]), env)
     except StepFailed as e:
         stage = "exec" if e.step == "execve" else "setup"
@@ -282,8 +306,16 @@ def child(spec: dict, root_fd: int, go_r: int, err_w: int, bpfs: list[bytes], la
         os._exit(127)
 
 
+def _open_fds() -> list[int]:
+    """This process's open fds, from /proc/self/fd (the sandbox's procfs after chroot: same process)."""
+    try:
+        return [int(x) for x in os.listdir("/proc/self/fd")]
+    except OSError:
+        return list(range(3, 1024))
+
+
 def main(spec_fd: int, status_fd: int) -> int:
-    """Steps 1-3 in H, then report and (without ``detach``) wait for C.  Returns H's exit status."""
+    """Steps 1-8 in H, the fork, then report and (without ``detach``) wait for C.  Returns H's status."""
 
     def report(obj: dict) -> None:
         os.write(status_fd, (json.dumps(obj) + "\n").encode())
@@ -311,28 +343,31 @@ def main(spec_fd: int, status_fd: int) -> int:
         for flag, fd in ns_fds:
             _check("setns", _libc.setns(fd, flag))
             os.close(fd)
+        go_r, go_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        confine(spec, root_fd, bpfs, last_cap)
     except StepFailed as e:
-        report({"error": "setup", "step": e.step, "errno": e.err, "detail": e.detail})
+        stage = "exec" if e.step == "execve" else "setup"
+        report({"error": stage, "step": e.step, "errno": e.err, "detail": e.detail})
         return 125
     except OSError as e:
         report({"error": "setup", "step": "open", "errno": e.errno or 0, "detail": str(e)})
         return 125
 
-    go_r, go_w = os.pipe2(os.O_CLOEXEC)
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
     forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2, signal.SIGUSR1)
     old = signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)  # C must not die of a signal meant for H
-    c = os.fork()
+    try:
+        c = os.fork()  # C is born in the sandbox's pid namespace, already confined (steps 2-7)
+    except OSError as e:  # e.g. EAGAIN: the sandbox's RLIMIT_NPROC, now H's own
+        report({"error": "setup", "step": "fork", "errno": e.errno or 0, "detail": str(e)})
+        return 125
     if c == 0:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
         for s in forwarded:
             signal.signal(s, signal.SIG_DFL)
-        os.close(go_w)
-        os.close(err_r)
-        child(spec, root_fd, go_r, err_w, bpfs, last_cap)
+        child(spec, go_r, err_w)
     os.close(go_r)
     os.close(err_w)
-    os.close(root_fd)
     if spec.get("console_fd") is not None:
         os.close(int(spec["console_fd"]))  # C holds it now
 

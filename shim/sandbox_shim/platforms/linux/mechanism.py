@@ -1,15 +1,20 @@
-"""The Linux mechanism: bwrap builds the sandbox, cgroups limit it, bwrap's monitor waits on it.
+"""The Linux mechanism: bwrap builds the sandbox, cgroups limit it; no process of ours stays outside.
 
-create (``provision``): make the cgroup, a FIFO and a status file in the state dir, spawn bwrap inside
-the cgroup (``launch.py``) with ``--block-fd`` (the FIFO, opened read-write so it never reads EOF) and
-``--json-status-fd`` (the status file).  When bwrap's child sits in read(2) on the block fd, all mounts
-are done and no user code has run: rlimits are set with prlimit(2), and create returns.  bwrap's
-outer process (the monitor) is the pid reported and written to ``--pid-file``: it stays a child of
-the caller and exits with the sandbox's status (128+n for a signal).  No Python process stays.
+create (``provision``): make the cgroup, a FIFO and an info file in the state dir, make this process a
+child subreaper, spawn bwrap inside the cgroup (``launch.py``) with ``--block-fd`` (the FIFO, opened
+read-write so it never reads EOF), ``--info-fd`` (bwrap's child's pid) and, with a new pid namespace,
+``--as-pid-1``.  When bwrap's child sits in read(2) on the block fd, all mounts are done, it is in the
+sandbox's namespaces and root, and no user code has run: the outer bwrap (host namespaces) is SIGKILLed
+and reaped, so the kernel re-parents the child to this process and, once create exits, to the caller's
+nearest subreaper (conmon, containerd-shim) or init — as with runc.  bwrap sets no parent-death signal
+on its child without ``--die-with-parent``, so it lives on.  rlimits are set with prlimit(2),
+``pids.max`` is written only now (the outer bwrap never counts against it), and create returns.  The
+child is the pid reported, written to ``--pid-file`` and given to hooks: after start it execve's the
+workload in place (pid 1 of the sandbox's pid namespace, no bwrap init).
 
-start: write one byte to the FIFO.  state: the monitor's identity (pid + start time) and the
-``exit-code`` bwrap writes to the status file.  kill: the sandbox's first process (inside a pid
-namespace: the child of bwrap's pid 1).  delete: kill the cgroup, remove what was made.
+start: write one byte to the FIFO.  state: the container process's identity (pid + start time; a
+zombie is stopped) and its exit status when known (``process.py``).  kill: the container process.
+delete: kill the cgroup, remove what was made.
 """
 
 from __future__ import annotations
@@ -104,12 +109,13 @@ class LinuxMechanism:
             undo.callback(cg.remove, created)
             if priv.get("on_cgroup"):
                 priv["on_cgroup"](priv["cgroup"])
+            pids_limit, limits.pids_limit = limits.pids_limit, None  # written once bwrap's outer is gone
             cg.apply(limits)
 
             fifo = os.path.join(d, "exec.fifo")
             os.mkfifo(fifo, 0o600)
-            status_file = os.path.join(d, "bwrap-status.json")
-            priv.update(fifo=fifo, status_file=status_file, pidns="pid" in plan.unshare)
+            status_file = os.path.join(d, "bwrap-info.json")
+            priv.update(fifo=fifo, pidns="pid" in plan.unshare)
             # bwrap inherits these with the same numbers; the block fd's number is unique in its
             # child, which makes the /proc/PID/syscall readiness check unambiguous.
             fds: dict[str, int] = {}
@@ -141,12 +147,23 @@ class LinuxMechanism:
                 pty = console.open_pty()
                 undo.callback(os.close, pty[0])
                 undo.callback(os.close, pty[1])
-            fds["args"] = memfd("bwrap-args", b"".join(x.encode() + b"\0" for x in argv[:sep]))
-            undo.callback(os.close, fds["args"])
-
             from . import namespaces
 
             joins = namespaces.open_joins(plan.join)  # setns(2) in the child, just before bwrap runs
+            priv["joined"] = namespaces.identities(joins)
+            pidns = [fd for t, fd in joins if t == "pid"]
+            joins = [(t, fd) for t, fd in joins if t != "pid"]
+            if pidns:
+                # bwrap joins a pid namespace itself (--pidns): only then does it mount a procfs of
+                # that namespace; without a pid flag it would bind the host's /proc (bwrap.c
+                # SETUP_MOUNT_PROC).  The fd is closed with the others below.
+                undo.callback(os.close, pidns[0])
+                fds["pidns"] = pidns[0]
+                argv = [*argv[:sep], "--pidns", str(pidns[0]), *argv[sep:]]
+                sep = argv.index("--")
+            fds["args"] = memfd("bwrap-args", b"".join(x.encode() + b"\0" for x in argv[:sep]))
+            undo.callback(os.close, fds["args"])
+            procs.become_subreaper()  # bwrap's child is re-parented here when its outer process goes
             try:
                 # bwrap starts inside the sandbox's cgroup, so the cgroup namespace it makes is rooted
                 # there and its child never runs outside it (one migration, paid before exec)
@@ -159,6 +176,11 @@ class LinuxMechanism:
                     os.close(jfd)
             undo.callback(kill_quietly, proc)
             child = wait_ready(proc, status_file, fds["block"])
+            child_start = proc_start_time(child)
+            undo.callback(_kill_child, child, child_start)
+            kill_quietly(proc)  # the outer bwrap (host namespaces) goes: nothing of ours stays outside
+            if pids_limit:
+                cg.apply(Limits(pids_limit=pids_limit))
             import resource
 
             for name, soft, hard in plan.rlimits:
@@ -176,15 +198,13 @@ class LinuxMechanism:
 
                 send_master(console_socket, pty[0], os.ttyname(pty[1]))
             priv.update(
-                pid=proc.pid, pid_start=proc_start_time(proc.pid),
-                init_pid=child, init_start=proc_start_time(child),
+                pid=child, pid_start=child_start, init_pid=child, init_start=child_start,
                 # what an exec'd process must share with the sandbox's own (enter.py)
                 process={"uid": plan.uid, "gid": plan.gid, "additional_gids": plan.additional_gids,
                          "capabilities": plan.capabilities, "rlimits": plan.rlimits, "env": plan.env,
                          "cwd": plan.cwd, "seccomp_files": seccomp_files,
                          "userns": "user" in plan.unshare or plan.uid != 0 or plan.gid != 0},
             )
-            proc.returncode = 0  # the caller (or its subreaper) waits on it, not this object
             undo.pop_all()
             for fd in fds.values():
                 os.close(fd)
@@ -207,15 +227,27 @@ class LinuxMechanism:
 
     # -- observe --------------------------------------------------------------------------------
     def exit_status(self, sandbox: Sandbox) -> int | None:
-        """The exit status bwrap recorded (128+n for a signal), or None while running / unknown."""
-        code = procs.status_field(sandbox.private.get("status_file", ""), "exit-code")
-        return int(code) if code is not None else None
+        """The container process's exit status (128+n for a signal), or None while running / unknown.
+
+        Known when recorded, or while it is an unreaped zombie (/proc/PID/stat ``exit_code``; see
+        ``process.py``); then recorded.  Never reaped here: a caller that is its parent (the library
+        is a subreaper) may still waitpid(2) it; ``destroy`` reaps it if it is ours.
+        """
+        p = sandbox.private
+        rec = os.path.join(p.get("dir", ""), "exit-status")
+        try:
+            with open(rec, encoding="ascii") as fh:
+                return int(fh.read())
+        except (OSError, ValueError):
+            pass
+        code = procs.zombie_status(p.get("pid", 0), p.get("pid_start"))
+        if code is not None and p.get("dir"):
+            record_exit(p["dir"], code)
+        return code
 
     def alive(self, sandbox: Sandbox) -> bool:
-        """True while bwrap's monitor (same pid and start time) runs and has recorded no exit."""
+        """True while the container process (same pid and start time, not a zombie) runs."""
         p = sandbox.private
-        if self.exit_status(sandbox) is not None:
-            return False
         return same_process(p.get("pid", 0), p.get("pid_start"))
 
     def cgroup(self, sandbox: Sandbox) -> Any:
@@ -243,15 +275,9 @@ class LinuxMechanism:
                       exit_status=self.exit_status(sandbox) if now == "stopped" else None)
 
     def workload_pid(self, sandbox: Sandbox) -> int:
-        """The sandbox's first user process: bwrap's child, or inside a pid namespace its child."""
+        """The container process (``state.pid``): bwrap's child, which execve's the workload in place."""
         p = sandbox.private
-        init = p.get("init_pid", 0)
-        if not same_process(init, p.get("init_start")):
-            return 0
-        if p.get("pidns"):
-            kids = procs.children(init)
-            return kids[0] if kids else init
-        return init
+        return p["pid"] if same_process(p.get("pid", 0), p.get("pid_start")) else 0
 
     def usage(self, sandbox: Sandbox) -> Usage:
         cg = self.cgroup(sandbox)
@@ -263,8 +289,7 @@ class LinuxMechanism:
         if all_processes:
             cg = self.cgroup(sandbox)
             if cg is not None:
-                # bwrap's monitor shares the cgroup; it must live on to record the exit status
-                cg.kill_all(signum, exclude={sandbox.private.get("pid", 0)})
+                cg.kill_all(signum)
                 return
         pid = self.workload_pid(sandbox)
         if pid:
@@ -277,34 +302,38 @@ class LinuxMechanism:
         cg = self.cgroup(sandbox)
         if cg is not None:
             cg.kill_all(9)
-        for pid_key, start_key in (("init_pid", "init_start"), ("pid", "pid_start")):
-            if same_process(p.get(pid_key, 0), p.get(start_key)):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p[pid_key], _signal.SIGKILL)
+        _kill_child(p.get("pid", 0), p.get("pid_start"))
         if cg is not None:
             cg.remove(p["cgroup"].get("created", []))
         if p.get("network"):
             from . import network
 
             network.teardown(p["network"])
-        _reap_if_child(p.get("pid", 0), p.get("pid_start"))
 
 
-def _reap_if_child(pid: int, start: int | None) -> None:
-    """waitpid(2) the monitor if it is this process's own child (the library case), so a long-running
-    caller does not collect zombies; a CLI caller's monitor belongs to its subreaper instead."""
+def _kill_child(pid: int, start: int | None) -> None:
+    """SIGKILL the container process if it is still the one recorded; reap it if it is our child
+    (the library case), waiting up to 5 s, so a long-running caller collects no zombies."""
+    if same_process(pid, start):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, _signal.SIGKILL)
     deadline = time.monotonic() + 5
     while pid and start is not None and proc_start_time(pid) == start and time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
-            if ppid != os.getpid():
-                return
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return
-        except (OSError, ValueError, IndexError):
+        if procs.parent_of(pid) != os.getpid() or procs.reap(pid, start) is not None:
             return
         time.sleep(0.01)
+
+
+def record_exit(state_dir: str, code: int) -> None:
+    """Write ``code`` to ``STATE_DIR/exit-status`` (atomically) unless already there."""
+    path = os.path.join(state_dir, "exit-status")
+    if os.path.exists(path) or not os.path.isdir(state_dir):
+        return
+    tmp = f"{path}.{os.getpid()}"
+    with contextlib.suppress(OSError):
+        with open(tmp, "w", encoding="ascii") as fh:
+            fh.write(str(code))
+        os.replace(tmp, path)
 
 
 def remove_cgroups(info: dict[str, Any]) -> None:

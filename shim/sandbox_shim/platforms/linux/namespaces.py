@@ -4,8 +4,11 @@ bwrap creates namespaces but cannot join one given by path (only ``--userns``/``
 namespace listed with a ``path`` is therefore joined by the spawning step itself: the files are opened
 in the runtime (``open_joins``), checked to be namespaces of the listed type (ioctl ``NS_GET_NSTYPE``,
 ioctl_ns(2)), and entered with setns(2) in the forked child just before it execs bwrap (``enter``).
-bwrap then inherits them: a joined pid namespace becomes the namespace its child is created in
-(setns(2): "the caller's children will be created in the new namespace").
+bwrap then inherits them.  A pid namespace is the exception: it is handed to bwrap as ``--pidns FD``
+(mechanism.py), because bwrap mounts a procfs of its own only when it unshares or is given a pid
+namespace — joined behind its back it would bind the host's /proc (bwrap.c SETUP_MOUNT_PROC).  A path
+naming the host's namespace (pid 1's or this runtime's, same st_dev/st_ino) is refused
+(``host_namespace``).
 
 ``linux.sysctl``: only sysctls that belong to a namespace the sandbox does not share with the host are
 allowed (runtime-spec config-linux.md "Sysctl": "the runtime MUST ... apply the sysctls within the
@@ -86,11 +89,36 @@ def open_joins(join: dict[str, str]) -> list[tuple[str, int]]:
             if kind != NAMESPACES[t][0]:
                 raise LaunchFailed(f"/linux/namespaces: {path} is not a {t} namespace",
                                    "runtime-spec config-linux.md: the namespace must be of the listed type")
+            host = host_namespace(t, os.fstat(fd))
+            if host:
+                raise BundleInvalid([BundleProblem(
+                    "/linux/namespaces", f"the {t} namespace {path} is {host}'s: joining it would share it "
+                    "with the host", "tenant profile: a sandbox never shares a namespace with the host",
+                    f"give the path of another sandbox's {t} namespace, or drop the path to get a new one")])
     except BaseException:
         for _, fd in out:
             os.close(fd)
         raise
     return out
+
+
+def host_namespace(ns_type: str, info: os.stat_result) -> str | None:
+    """``"the host (pid 1)"`` or ``"this runtime"`` if ``info`` (an fstat of a namespace file) is the
+    namespace of that kind pid 1 or this process is in (same st_dev and st_ino: ioctl_ns(2)); else None."""
+    name = NAMESPACES[ns_type][1]
+    for who, proc in (("the host (pid 1)", "1"), ("this runtime", "self")):
+        try:
+            mine = os.stat(f"/proc/{proc}/ns/{name}")
+        except OSError:
+            continue
+        if (mine.st_dev, mine.st_ino) == (info.st_dev, info.st_ino):
+            return who
+    return None
+
+
+def identities(fds: list[tuple[str, int]]) -> dict[str, str]:
+    """``{type: "NAME:[INODE]"}`` for opened namespace files, as readlink(/proc/PID/ns/NAME) shows them."""
+    return {t: f"{NAMESPACES[t][1]}:[{os.fstat(fd).st_ino}]" for t, fd in fds}
 
 
 def enter(fds: list[tuple[str, int]]) -> None:

@@ -1,4 +1,13 @@
-"""Reading what bwrap records and finding the sandbox's processes (proc(5))."""
+"""Reading what bwrap records, the container process's exit status, and reaping it (proc(5), wait(2)).
+
+The container process (bwrap's child, the sandbox's pid 1) has no process of ours above it once
+``create`` returns: its parent is the caller's nearest child subreaper (prctl(2)
+PR_SET_CHILD_SUBREAPER; conmon and containerd-shim are subreapers) or the host's init.  Its exit status
+is therefore learnt, in this order, from: the ``exit-status`` file a reaping shim process recorded;
+waitpid(2) when this process is its parent (the library, which makes itself a subreaper); or, while it
+is an unreaped zombie, field 52 ``exit_code`` of /proc/PID/stat (proc(5), Linux 3.5).  Once another
+process has reaped it the status is that process's alone, as with runc.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def read_status_file(path: str) -> list[dict[str, Any]]:
-    """The JSON objects bwrap wrote to ``--json-status-fd`` (``child-pid`` first, ``exit-code`` last)."""
+    """The JSON objects bwrap wrote to ``--info-fd`` (``child-pid`` and the namespace ids)."""
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
@@ -42,19 +51,66 @@ def status_field(path: str, key: str) -> Any:
     return None
 
 
-def children(pid: int) -> list[int]:
-    """Direct children of ``pid`` (/proc/PID/task/*/children, Linux 3.5+)."""
-    out: list[int] = []
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def prctl(option: int, arg: int) -> None:
+    """prctl(2) ``option`` with one argument.  Raises ``OSError`` with the kernel's errno."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, arg, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def become_subreaper() -> None:
+    """Make this process a child subreaper, so a container process whose outer bwrap is gone is
+    re-parented to it (and, when this process exits, to its own nearest subreaper: prctl(2))."""
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
     try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                    out += [int(x) for x in fh.read().split()]
-            except OSError:
-                pass
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
     except OSError:
-        pass
-    return out
+        return None
+    return data[data.rfind(b")") + 2:].split()
+
+
+def parent_of(pid: int) -> int:
+    """The parent pid of ``pid`` (proc(5) field 4), 0 if gone."""
+    f = _stat_fields(pid)
+    return int(f[1]) if f and len(f) > 1 else 0
+
+
+def shell_status(raw: int) -> int:
+    """A wait(2) status word as a shell would show it: the exit code, or 128+n for signal n."""
+    if os.WIFSIGNALED(raw):
+        return 128 + os.WTERMSIG(raw)
+    return os.WEXITSTATUS(raw)
+
+
+def zombie_status(pid: int, start: int | None) -> int | None:
+    """The exit status (128+n for a signal) of ``pid`` if it is an unreaped zombie started at ``start``."""
+    f = _stat_fields(pid)
+    if not f or start is None or len(f) < 50 or int(f[19]) != start or f[0] not in (b"Z", b"X"):
+        return None
+    return shell_status(int(f[49]))
+
+
+def reap(pid: int, start: int | None) -> int | None:
+    """waitpid(2) ``pid`` without blocking if it is this process's child started at ``start`` and has
+    exited: its exit status (128+n for a signal); None if not ours, still running, or gone."""
+    if zombie_status(pid, start) is None or parent_of(pid) != os.getpid():
+        return None
+    try:
+        got, raw = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return shell_status(raw) if got == pid else None
 
 
 def blocked_on_fd(pid: int, fd: int) -> bool:
