@@ -58,6 +58,7 @@ class Plan:
     mounts: list[Mount]
     masked_paths: list[str]
     readonly_paths: list[str]
+    devices: list[dict[str, Any]]
     capabilities: list[str]
     rlimits: list[tuple[str, int, int]]
     resources: dict[str, Any]
@@ -106,9 +107,10 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim")
     """Build the tenant ``Plan`` for ``spec`` (the only profile bundles run under).
 
     Rules: namespaces listed are new (with ``path``: joined), absent ones shared (runtime-spec
-    config-linux.md "Namespaces"); capabilities: the ``effective`` set (empty by default) — bwrap
-    gives one set to effective/permitted/inheritable/ambient, and no_new_privs is always on, so the
-    bounding set cannot grant more; rlimits applied before user code; the CPU-time setting becomes
+    config-linux.md "Namespaces"); capabilities: ``hardening.capabilities.granted`` (what the process
+    holds after runc's execve: the bounding set for uid 0, the ambient set for others) — bwrap gives
+    one set to every set; device rules (``devices.rules``) whenever CAP_MKNOD is granted or the config
+    lists devices; rlimits applied before user code; the CPU-time setting becomes
     RLIMIT_CPU; no seccomp section → the default tenant filter.
     """
     cfg = spec.config
@@ -126,10 +128,12 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim")
 
     mounts = [mt for mt in (_mount(m, spec.bundle) for m in cfg.get("mounts") or []) if mt is not None]
 
-    caps = proc.get("capabilities") or {}
-    effective = sorted(
-        set(caps.get("effective") or []) & set(caps.get("bounding") or caps.get("effective") or [])
-    )
+    from .hardening.capabilities import granted
+
+    caps = dict(proc.get("capabilities") or {})
+    if "bounding" not in caps:  # no bounding set given: never wider than the effective one
+        caps["bounding"] = caps.get("effective") or []
+    effective = granted(caps, int(user.get("uid", 0)))
 
     rlimits = [(r["type"], int(r["soft"]), int(r["hard"])) for r in proc.get("rlimits") or []]
     if spec.settings.cpu_time:
@@ -137,6 +141,11 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim")
         rlimits.append(("RLIMIT_CPU", spec.settings.cpu_time, spec.settings.cpu_time + 1))
 
     resources = dict(linux.get("resources") or {})
+    if "CAP_MKNOD" in effective or resources.get("devices") or linux.get("devices"):
+        # the devices cgroup makes a granted CAP_MKNOD harmless (hardening/capabilities.py)
+        from .devices import rules
+
+        resources["devices"] = rules(linux)
     required = ["bwrap", "seccomp", "no_new_privs"]
     required += [NAMESPACE_CAPS[t] for t in unshare if t in NAMESPACE_CAPS]
     from .platforms.linux.cgroups.base import Limits
@@ -169,6 +178,7 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim")
         mounts=mounts,
         masked_paths=list(linux.get("maskedPaths") or []),
         readonly_paths=list(linux.get("readonlyPaths") or []),
+        devices=[dict(d) for d in linux.get("devices") or []],
         capabilities=effective,
         rlimits=rlimits,
         resources=resources,

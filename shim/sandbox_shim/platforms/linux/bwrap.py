@@ -112,7 +112,7 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
         elif mt.kind == "dev":
             a += ["--dev", dest]
         elif mt.kind == "tmpfs":
-            mode = _opt(mt.options, "mode")
+            mode = _opt(mt.options, "mode") or "1777"  # tmpfs(5): the root's default mode is 1777
             size = _opt(mt.options, "size")
             if mode:
                 a += ["--perms", mode]
@@ -128,6 +128,20 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
         elif mt.kind == "cgroup":
             a += ["--tmpfs", dest, "--remount-ro", dest]
         view.add(Layer(dest, mt.kind))
+
+    if plan.devices:
+        if view.layer_for("/dev").fs != "dev":
+            raise BundleInvalid([BundleProblem("/linux/devices", "linux.devices needs the /dev tmpfs mount",
+                                               "runtime-spec config-linux.md Devices",
+                                               'add {"destination": "/dev", "type": "tmpfs"} to mounts')])
+        from .devnodes import bind_args
+
+        for dev in plan.devices:
+            if not str(dev.get("path") or "").startswith("/dev/"):
+                raise BundleInvalid([BundleProblem("/linux/devices", f"{dev.get('path')!r} is not under /dev",
+                                                   "tenant profile: device nodes live in /dev only",
+                                                   "put it under /dev")])
+        a += bind_args(plan.devices)
 
     for p in plan.masked_paths:
         found = _existing(view, p, "/linux/maskedPaths")

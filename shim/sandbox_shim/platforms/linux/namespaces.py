@@ -174,7 +174,9 @@ def apply_sysctl(pid: int, sysctl: dict[str, str]) -> None:
         code = 0
         try:
             fds = []
-            for t in ("user", "ipc", "uts", "network"):
+            # as root, our capabilities cover every user namespace below ours (user_namespaces(7)); joining
+            # the sandbox's own (bwrap nests one for process.user) would lose them for the ipc/net ones
+            for t in ("ipc", "uts", "network") if os.geteuid() == 0 else ("user", "ipc", "uts", "network"):
                 name = NAMESPACES[t][1]
                 if os.stat(f"/proc/{pid}/ns/{name}").st_ino != os.stat(f"/proc/self/ns/{name}").st_ino:
                     fds.append((t, os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)))
