@@ -1,0 +1,199 @@
+"""The capabilities orchestrators' default configs grant (containerd, Docker, runtime-tools: CAP_MKNOD,
+CAP_NET_RAW, CAP_AUDIT_WRITE, ...) are granted, and the kernel makes them harmless: every writable
+mount is nodev and the devices cgroup allows only runc's default list, raw sockets reach only the
+sandbox's own network namespace.  Each breach follows a control that shows the same probe succeeding
+where it is allowed (on the host, or for a device the rules allow).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import base_config
+from sandbox_runs import RUNNERS, SANDBOX_MARKS, launch, probe
+from sandbox_shim.devices import DENY_ALL, RUNC_DEFAULT_ALLOW, line, problems, rules
+from sandbox_shim.hardening.capabilities import ORCHESTRATOR_DEFAULTS, check_capabilities, granted
+
+#: containerd 1.6 / Docker / runtime-tools default set, as their generated config.json lists it
+DOCKER_DEFAULTS = sorted(ORCHESTRATOR_DEFAULTS)
+
+
+def _caps(cfg: dict[str, Any], names: list[str], sets: tuple[str, ...] = ("bounding", "effective",
+                                                                        "permitted")) -> None:
+    for k in ("bounding", "effective", "permitted", "inheritable", "ambient"):
+        cfg["process"]["capabilities"][k] = list(names) if k in sets else []
+
+
+def _root_disk() -> tuple[int, int]:
+    """major, minor of the block device holding / (the host disk a tenant must never read)."""
+    dev = os.stat("/").st_dev
+    for line_ in Path("/proc/self/mountinfo").read_text().splitlines():
+        f = line_.split()
+        if f[4] == "/":
+            ma, mi = (int(x) for x in f[2].split(":"))
+            if os.makedev(ma, mi) == dev:
+                break
+    # an overlay/btrfs root has an anonymous st_dev: take the first real disk instead
+    for entry in sorted(Path("/sys/dev/block").iterdir()):
+        ma, mi = (int(x) for x in entry.name.split(":"))
+        if not (entry / "partition").exists() and ma not in (1, 7, 253):  # ram, loop, zram
+            return ma, mi
+    pytest.skip("no block device found under /sys/dev/block: nothing to attack")
+
+
+# -- policy (pure) ---------------------------------------------------------------------------------
+
+def test_orchestrator_defaults_are_accepted_and_the_rest_refused_in_one_message() -> None:
+    cfg = base_config()
+    _caps(cfg, DOCKER_DEFAULTS)
+    assert check_capabilities(cfg) == []
+    _caps(cfg, [*DOCKER_DEFAULTS, "CAP_SYS_ADMIN", "CAP_DAC_READ_SEARCH", "CAP_SYS_MODULE", "CAP_SYS_PTRACE"])
+    (p,) = check_capabilities(cfg)
+    assert p.pointer == "/process/capabilities"
+    for cap in ("CAP_SYS_ADMIN", "CAP_DAC_READ_SEARCH", "CAP_SYS_MODULE", "CAP_SYS_PTRACE"):
+        assert cap in p.message
+    assert "CAP_MKNOD" not in p.message
+    # CAP_NET_RAW is contained only by a network namespace of the sandbox's own
+    cfg["linux"]["namespaces"] = [ns for ns in cfg["linux"]["namespaces"] if ns["type"] != "network"]
+    _caps(cfg, DOCKER_DEFAULTS)
+    (p,) = check_capabilities(cfg)
+    assert "CAP_NET_RAW" in p.message and "host's network" in p.message
+    cfg["linux"]["namespaces"].append({"type": "user"})  # in a user namespace they are its own
+    _caps(cfg, ["CAP_SYS_ADMIN"])
+    assert check_capabilities(cfg) == []
+
+
+def test_granted_set_is_what_the_process_holds_after_exec() -> None:
+    caps = {"bounding": ["CAP_CHOWN", "CAP_KILL"], "effective": ["CAP_CHOWN"], "permitted": ["CAP_CHOWN"],
+            "inheritable": [], "ambient": []}
+    assert granted(caps, 0) == ["CAP_CHOWN", "CAP_KILL"]  # root: the bounding set (capabilities(7))
+    assert granted(caps, 1000) == []  # others: the ambient set only
+    caps.update(ambient=["CAP_CHOWN"], inheritable=["CAP_CHOWN"])
+    assert granted(caps, 1000) == ["CAP_CHOWN"]
+
+
+def test_device_rules_order_and_refusals() -> None:
+    linux = {"resources": {"devices": [{"allow": False, "access": "rwm"},
+                                       {"allow": True, "type": "c", "major": 10, "minor": 229, "access": "rw"}]},
+             "devices": [{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}]}
+    got = rules(linux)
+    assert got[0] == DENY_ALL and got[1]["type"] == "a" and not got[1]["allow"]
+    assert line(got[2]) == "c 10:229 rw"
+    assert got[3:3 + len(RUNC_DEFAULT_ALLOW)] == list(RUNC_DEFAULT_ALLOW)
+    assert line(got[-1]) == "c 10:229 rwm"
+    assert problems(linux) == []
+    bad = {"resources": {"devices": [{"allow": True, "access": "rwm"}, {"allow": True, "type": "b",
+                                                                       "access": "r"}]},
+           "devices": [{"path": "/dev/vda", "type": "b", "major": 254, "minor": 0}]}
+    assert [p.pointer for p in problems(bad)] == ["/linux/resources/devices/0", "/linux/resources/devices/1",
+                                                  "/linux/devices/0"]
+
+
+# -- on the kernel ---------------------------------------------------------------------------------
+
+def _targets(tmp_path: Path) -> list[tuple[str, int, int]]:
+    """Host devices a tenant must never open, each checked first on the host (the control): the same
+    node made in a plain host directory opens there.  The host disk, when this host lets root open it,
+    and /dev/fuse (c 10:229: opens without any capability, and is not in runc's default list)."""
+    out = []
+    ma, mi = _root_disk()
+    for kind, a, b in (("b", ma, mi), ("c", 10, 229)):
+        node = tmp_path / f"host-{kind}-{a}-{b}"
+        os.mknod(node, (stat.S_IFBLK if kind == "b" else stat.S_IFCHR) | 0o600, os.makedev(a, b))
+        try:
+            os.close(os.open(node, os.O_RDONLY | os.O_NONBLOCK))
+        except OSError as e:
+            print(f"control: the host itself cannot open {kind} {a}:{b} ({e.strerror}); not attacked")
+            continue
+        out.append((kind, a, b))
+    if not out:
+        pytest.skip("this host's root can open none of the target devices: no control")
+    return out
+
+
+@pytest.mark.parametrize("how", RUNNERS)
+def test_mknod_of_a_host_device_is_never_openable(make_bundle, state_root: Path, tmp_path: Path,
+                                                  how: str) -> None:
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        pytest.skip("sandboxes need root and bwrap here")
+    targets = _targets(tmp_path)
+    dirs = ["/tmp", "/storage", "/dev", "/dev/shm", "/run"]
+    script = "; ".join(
+        f"mknod {d}/n{k}{a} {k} {a} {b} && echo MKNOD-OK{d}{k} && "
+        f"dd if={d}/n{k}{a} of=/dev/null bs=8192 count=1 && echo OPEN-BREACH{d}{k}"
+        for d in dirs for k, a, b in targets)
+    script += "; head -c 4 /dev/zero | wc -c | sed s/^/ZERO-/"  # an allowed device still works
+    cfg = base_config(probe(script, exit_zero=True))
+    cfg["mounts"] += [{"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+                       "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+                      {"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid"]}]
+    _caps(cfg, DOCKER_DEFAULTS)
+    r = launch(how, state_root, make_bundle(cfg), "mknod")
+    assert r.code == 0, r
+    for d in dirs:
+        for k, _a, _b in targets:
+            assert f"MKNOD-OK{d}{k}" in r.out, r.out  # CAP_MKNOD is granted (the inside control)
+            assert f"OPEN-BREACH{d}{k}" not in r.out, r.out
+    assert "ZERO-4" in r.out, r.out
+
+
+@pytest.mark.parametrize("how", RUNNERS)
+def test_devices_cgroup_holds_the_rules(make_bundle, state_root: Path, how: str) -> None:
+    """The sandbox's own devices cgroup lists exactly runc's default allow list plus the config's
+    devices, nothing like ``a *:* rwm`` (the host's own list is the control: it allows everything)."""
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        pytest.skip("sandboxes need root and bwrap here")
+    from sandbox_shim.platforms.linux.cgroups import detect
+
+    lay = detect()
+    if lay.version != 1 or "devices" not in lay.v1_mounts:
+        pytest.skip("the v1 devices hierarchy is not mounted here (cgroup v2 rules are built elsewhere)")
+    own = (Path(lay.v1_mounts["devices"]) / "devices.list").read_text().split("\n")
+    assert "a *:* rwm" in own  # the host's root cgroup allows everything
+    cg = f"/sandbox-shim-test/devrules-{os.getpid()}-{how}"
+    listing = f"{lay.v1_mounts['devices']}{cg}/devices.list"
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("no /dev/fuse on this host to give the sandbox")
+    cfg = base_config(probe(f"cat {listing}; : <>/dev/fuse && echo FUSE-OPEN", exit_zero=True))
+    cfg["mounts"].append({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["ro"]})
+    cfg["linux"]["cgroupsPath"] = cg
+    cfg["linux"]["devices"] = [{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}]
+    _caps(cfg, DOCKER_DEFAULTS)
+    r = launch(how, state_root, make_bundle(cfg), "devrules")
+    assert r.code == 0, r
+    got = [x for x in r.out.splitlines() if x[:2] in ("a ", "c ", "b ")]
+    assert got and "a *:* rwm" not in got, r.out
+    want = {line(x) for x in RUNC_DEFAULT_ALLOW} | {"c 10:229 rwm"}
+    assert set(got) == want, r.out
+    assert "FUSE-OPEN" in r.out, r.out  # linux.devices: the host's node is bound and allowed
+
+
+def test_raw_socket_reaches_only_the_sandbox_netns(make_bundle, state_root: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("bwrap") is None or shutil.which("ip") is None:
+        pytest.skip("needs root, bwrap and ip(8)")
+    host_if = f"i16h{os.getpid() % 100000}"
+    subprocess.run(["ip", "link", "add", host_if, "type", "veth", "peer", "name", host_if + "p"], check=True)
+    try:
+        subprocess.run(["ip", "link", "set", host_if, "up"], check=True)
+        # control, on the host: a packet socket binds the host interface (busybox arping)
+        bb = shutil.which("busybox")
+        assert bb
+        c = subprocess.run([bb, "arping", "-c", "1", "-w", "1", "-I", host_if, "10.255.255.1"],
+                           capture_output=True, text=True)
+        assert "No such device" not in c.stderr and "Operation not permitted" not in c.stderr, c.stderr
+        script = (f"arping -c 1 -w 1 -I lo 127.0.0.1 >/dev/null 2>&1; echo LO-RC$?; "
+                  f"arping -c 1 -w 1 -I {host_if} 10.255.255.1; echo HOST-RC$?; ip -o link")
+        cfg = base_config(probe(script, exit_zero=True))
+        _caps(cfg, DOCKER_DEFAULTS)
+        r = launch("cli", state_root, make_bundle(cfg), "raw")
+        assert r.code == 0, r
+        assert "Operation not permitted" not in r.out.split("HOST-RC")[0], r.out  # CAP_NET_RAW granted
+        assert "HOST-RC0" not in r.out and host_if not in r.out.split("HOST-RC")[1], r.out
+    finally:
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
