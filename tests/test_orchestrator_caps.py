@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import base_config
-from sandbox_runs import RUNNERS, SANDBOX_MARKS, launch, probe
+from sandbox_runs import RUNNERS, launch, probe
 from sandbox_shim.devices import DENY_ALL, RUNC_DEFAULT_ALLOW, line, problems, rules
 from sandbox_shim.hardening.capabilities import ORCHESTRATOR_DEFAULTS, check_capabilities, granted
 
@@ -79,8 +79,8 @@ def test_granted_set_is_what_the_process_holds_after_exec() -> None:
 
 
 def test_device_rules_order_and_refusals() -> None:
-    linux = {"resources": {"devices": [{"allow": False, "access": "rwm"},
-                                       {"allow": True, "type": "c", "major": 10, "minor": 229, "access": "rw"}]},
+    fuse = {"allow": True, "type": "c", "major": 10, "minor": 229, "access": "rw"}
+    linux = {"resources": {"devices": [{"allow": False, "access": "rwm"}, fuse]},
              "devices": [{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}]}
     got = rules(linux)
     assert got[0] == DENY_ALL and got[1]["type"] == "a" and not got[1]["allow"]
@@ -197,3 +197,59 @@ def test_raw_socket_reaches_only_the_sandbox_netns(make_bundle, state_root: Path
         assert "HOST-RC0" not in r.out and host_if not in r.out.split("HOST-RC")[1], r.out
     finally:
         subprocess.run(["ip", "link", "del", host_if], capture_output=True)
+
+
+# -- process fields as runc applies them ---------------------------------------------------------
+
+@pytest.mark.parametrize("how", RUNNERS)
+def test_sysctl_for_a_non_root_user(make_bundle, state_root: Path, how: str) -> None:
+    """podman/docker ``run --user 1000`` set net.ipv4.ping_group_range by default."""
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        pytest.skip("sandboxes need root and bwrap here")
+    cfg = base_config(probe("id -u; cat /proc/sys/net/ipv4/ping_group_range", exit_zero=True))
+    cfg["linux"]["sysctl"] = {"net.ipv4.ping_group_range": "0 2147483647"}
+    r = launch(how, state_root, make_bundle(cfg, name="root"), "sysroot")  # control: root
+    assert r.code == 0 and "0\t2147483647" in r.out, r
+    cfg["process"]["user"] = {"uid": 1000, "gid": 1000}
+    cfg["process"]["capabilities"] = {k: [] for k in ("bounding", "effective", "permitted", "inheritable",
+                                                      "ambient")}
+    r = launch(how, state_root, make_bundle(cfg, name="user"), "sysuser")
+    # written (the kernel default is "1 0"); read through bwrap's user namespace for uid 1000 the gids
+    # show as mapped there (host 0 is 1000 inside, the rest the overflow gid)
+    lines = r.out.splitlines()
+    assert r.code == 0 and lines[0] == "1000" and lines[1] != "1\t0", r
+
+
+def test_tmpfs_without_mode_is_1777_and_oom_score_adj_applied(make_bundle, state_root: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        pytest.skip("sandboxes need root and bwrap here")
+    cfg = base_config(probe("stat -c %a /run /tmp; cat /proc/self/oom_score_adj", exit_zero=True))
+    cfg["mounts"].append({"destination": "/run", "type": "tmpfs", "source": "tmpfs",
+                          "options": ["rw", "rprivate", "nosuid", "nodev", "tmpcopyup"]})  # podman
+    cfg["process"]["oomScoreAdj"] = 500
+    r = launch("cli", state_root, make_bundle(cfg), "tmpfs")
+    assert r.code == 0 and r.out.split() == ["1777", "1777", "500"], r
+
+
+def test_rlimit_the_host_cannot_grant_is_refused_with_its_pointer(make_bundle, state_root: Path) -> None:
+    import resource
+
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        pytest.skip("sandboxes need root and bwrap here")
+    from sandbox_shim.platforms.linux.rlimits import _has_sys_resource, _nr_open
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    too_many = _nr_open() + 1 if _has_sys_resource() else hard + 1
+    cfg = base_config(probe("echo RAN"))
+    cfg["process"]["rlimits"] = [{"type": "RLIMIT_NOFILE", "soft": 1024, "hard": too_many}]
+    r = launch("cli", state_root, make_bundle(cfg), "rlim")
+    assert r.code is None and "/process/rlimits/0" in r.refused and "RAN" not in r.out, r
+    assert "Traceback" not in r.err
+    assert not any(p.name != ".capabilities" for p in state_root.iterdir()) if state_root.exists() else True
+
+
+def test_checkpoint_is_reported_not_supported(state_root: Path) -> None:
+    from conftest import run_shim
+
+    r = run_shim(state_root, "checkpoint", "--image-path", "/nonexistent", "some-id")
+    assert r.returncode == 4 and "checkpoint is not supported" in r.stderr, r

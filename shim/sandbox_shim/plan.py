@@ -61,6 +61,7 @@ class Plan:
     devices: list[dict[str, Any]]
     capabilities: list[str]
     rlimits: list[tuple[str, int, int]]
+    oom_score_adj: int | None
     resources: dict[str, Any]
     cgroups_path: str
     seccomp: dict[str, Any] | None
@@ -181,6 +182,7 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim")
         devices=[dict(d) for d in linux.get("devices") or []],
         capabilities=effective,
         rlimits=rlimits,
+        oom_score_adj=proc.get("oomScoreAdj") if isinstance(proc.get("oomScoreAdj"), int) else None,
         resources=resources,
         cgroups_path=cgroups_path,
         seccomp=linux.get("seccomp"),

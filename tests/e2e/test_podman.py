@@ -28,7 +28,7 @@ netns = "none"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
 runtime_supports_json = ["sandbox-shim"]
-runtime_supports_nocgroup = ["sandbox-shim"]
+runtime_supports_nocgroups = ["sandbox-shim"]
 [engine.runtimes]
 sandbox-shim = ["{shim}"]
 """

@@ -88,6 +88,9 @@ class LinuxMechanism:
         if not bwrap:
             raise LaunchFailed("bwrap not found", "install bubblewrap (apt-get install bubblewrap)")
         check_sysctl_plan(plan)
+        from . import rlimits as _rlimits
+
+        _rlimits.check(plan.rlimits, plan.oom_score_adj)
         console_socket = priv.pop("console_socket", None)
         preserved = preserved_fds(int(priv.pop("preserve_fds", 0) or 0))
         if plan.terminal and not console_socket:
@@ -159,10 +162,7 @@ class LinuxMechanism:
                     os.close(jfd)
             undo.callback(kill_quietly, proc)
             child = wait_ready(proc, status_file, fds["block"])
-            import resource
-
-            for name, soft, hard in plan.rlimits:
-                resource.prlimit(child, getattr(resource, name), (soft, hard))
+            _rlimits.apply(child, plan.rlimits, plan.oom_score_adj)
             if plan.network == "isolated":
                 # veth + address into the child's network namespace (pyroute2, imported only here)
                 from . import network
