@@ -223,12 +223,13 @@ def test_sysctl_for_a_non_root_user(make_bundle, state_root: Path, how: str) -> 
 def test_tmpfs_without_mode_is_1777_and_oom_score_adj_applied(make_bundle, state_root: Path) -> None:
     if os.geteuid() != 0 or shutil.which("bwrap") is None:
         pytest.skip("sandboxes need root and bwrap here")
-    cfg = base_config(probe("stat -c %a /run /tmp; cat /proc/self/oom_score_adj", exit_zero=True))
+    cfg = base_config(probe("stat -c %a /run /tmp; cat /proc/self/oom_score_adj; umask", exit_zero=True))
+    cfg["process"]["user"]["umask"] = 0o27
     cfg["mounts"].append({"destination": "/run", "type": "tmpfs", "source": "tmpfs",
                           "options": ["rw", "rprivate", "nosuid", "nodev", "tmpcopyup"]})  # podman
     cfg["process"]["oomScoreAdj"] = 500
     r = launch("cli", state_root, make_bundle(cfg), "tmpfs")
-    assert r.code == 0 and r.out.split() == ["1777", "1777", "500"], r
+    assert r.code == 0 and r.out.split() == ["1777", "1777", "500", "0027"], r
 
 
 def test_rlimit_the_host_cannot_grant_is_refused_with_its_pointer(make_bundle, state_root: Path) -> None:

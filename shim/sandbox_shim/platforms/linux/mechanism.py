@@ -156,7 +156,7 @@ class LinuxMechanism:
                 procs_files = [os.path.join(x, "cgroup.procs") for x in cg.dirs() if os.path.isdir(x)]
                 proc = spawn_bwrap([bwrap, "--args", str(fds["args"]), *argv[sep:]],
                                    [*fds.values(), *preserved], (pty[1],) * 3 if pty else priv.get("stdio"),
-                                   joins, procs_files)
+                                   joins, procs_files, plan.umask)
             finally:
                 for _, jfd in joins:
                     os.close(jfd)
