@@ -114,9 +114,8 @@ def features(reports: Iterable[Capability] | None = None) -> dict[str, Any]:
 
     memory = by_name.get("cgroup.memory")
     cgroup_version = memory.mechanism if memory and memory.available else ""
-    from .probes import bwrap_identity, libseccomp_version
-
     from .hardening.capabilities import ORCHESTRATOR_DEFAULTS
+    from .probes import bwrap_identity, libseccomp_version
 
     annotations = {"sandbox-shim.version": _package_version(),
                    # granted without a user namespace (contained); any capability inside one
