@@ -2,7 +2,8 @@
 
 podman gets the packaged containers.conf unchanged but for what ``OURS`` adds (the runtime listed in
 ``runtime_supports_json``/``runtime_supports_nocgroups``, the ulimits this VM allows, no network), its own
-storage (vfs) and run dirs under a temp dir; the host's configuration is not touched.  After each test nothing of the container is left (state, cgroups, mounts, processes).
+storage (vfs) and run dirs under a temp dir; the host's configuration is not touched.  After each test
+nothing of the container is left (state, cgroups, mounts, processes).
 """
 
 from __future__ import annotations
