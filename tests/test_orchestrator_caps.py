@@ -213,11 +213,10 @@ def test_sysctl_for_a_non_root_user(make_bundle, state_root: Path, how: str) -> 
     cfg["process"]["user"] = {"uid": 1000, "gid": 1000}
     cfg["process"]["capabilities"] = {k: [] for k in ("bounding", "effective", "permitted", "inheritable",
                                                       "ambient")}
-    r = launch(how, state_root, make_bundle(cfg, name="user"), "sysuser")
-    # written (the kernel default is "1 0"); read through bwrap's user namespace for uid 1000 the gids
-    # show as mapped there (host 0 is 1000 inside, the rest the overflow gid)
-    lines = r.out.splitlines()
-    assert r.code == 0 and lines[0] == "1000" and lines[1] != "1\t0", r
+    b = make_bundle(cfg, name="user")
+    os.chmod(b / "storage", 0o777)  # uid 1000 is the host's uid 1000 (no user namespace): as runc
+    r = launch(how, state_root, b, "sysuser")
+    assert r.code == 0 and r.out.splitlines() == ["1000", "0\t2147483647"], r
 
 
 def test_tmpfs_without_mode_is_1777_and_oom_score_adj_applied(make_bundle, state_root: Path) -> None:
@@ -254,3 +253,42 @@ def test_checkpoint_is_reported_not_supported(state_root: Path) -> None:
 
     r = run_shim(state_root, "checkpoint", "--image-path", "/nonexistent", "some-id")
     assert r.returncode == 4 and "checkpoint is not supported" in r.stderr, r
+
+
+@pytest.mark.parametrize("how", RUNNERS)
+def test_process_user_is_the_hosts_ids_without_a_user_namespace(make_bundle, state_root: Path,
+                                                                how: str) -> None:
+    """As runc: uid/gid 1000 are the host's 1000 (a file it makes in storage is owned by them), with no
+    capabilities left after the switch and no supplementary groups; uid 0 (the control) keeps its set."""
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        pytest.skip("sandboxes need root and bwrap here")
+    script = "id -u; id -g; grep -E '^(CapEff|Groups)' /proc/self/status; touch /storage/made"
+    cfg = base_config(probe(script, exit_zero=True))
+    _caps(cfg, DOCKER_DEFAULTS)
+    b = make_bundle(cfg, name="root")
+    r = launch(how, state_root, b, "uidroot")
+    assert r.code == 0 and r.out.split()[:2] == ["0", "0"], r
+    assert int(r.out.split("CapEff:")[1].split()[0], 16) != 0, r.out  # control: root holds its set
+    cfg["process"]["user"] = {"uid": 1000, "gid": 1000, "umask": 0o22}
+    b = make_bundle(cfg, name="user")
+    os.chmod(b / "storage", 0o777)
+    r = launch(how, state_root, b, "uiduser")
+    assert r.code == 0 and r.out.split()[:2] == ["1000", "1000"], r
+    assert int(r.out.split("CapEff:")[1].split()[0], 16) == 0, r.out
+    assert r.out.split("Groups:")[1].split("\n")[0].strip() == "", r.out
+    st = (b / "storage" / "made").stat()
+    assert (st.st_uid, st.st_gid) == (1000, 1000)
+
+
+def test_process_user_refusals(make_bundle, state_root: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        pytest.skip("sandboxes need root and bwrap here")
+    cfg = base_config(probe("echo RAN"))
+    cfg["process"]["user"] = {"uid": 1000, "gid": 1000, "additionalGids": [4, 27]}
+    r = launch("cli", state_root, make_bundle(cfg, name="groups"), "groups")
+    assert r.code is None and "/process/user/additionalGids" in r.refused, r
+    cfg = base_config(probe("echo RAN"))
+    cfg["linux"]["namespaces"].append({"type": "user"})
+    cfg["linux"]["uidMappings"] = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+    r = launch("cli", state_root, make_bundle(cfg, name="maps"), "maps")
+    assert r.code is None and "/linux/uidMappings" in r.refused and "RAN" not in r.out, r

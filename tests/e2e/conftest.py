@@ -60,7 +60,7 @@ def build_oci_archive(image_tar: Path, name: str, cmd: list[str], where: Path) -
     """An OCI image layout archive named ``name`` with ``image_tar`` as its one layer and ``cmd`` as
     its config's Cmd, written under ``where``; returns the archive's path."""
     layout = where / "layout"
-    layout.mkdir()
+    layout.mkdir(parents=True)
     layer = image_tar.read_bytes()
     lay = {"mediaType": "application/vnd.oci.image.layer.v1.tar", **_blob(layout, layer)}
     cfg = {"architecture": "amd64" if os.uname().machine == "x86_64" else "arm64", "os": "linux",

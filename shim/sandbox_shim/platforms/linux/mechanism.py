@@ -52,6 +52,13 @@ class LinuxMechanism:
         root = getattr(self, "root", None) or ""
         tag = hashlib.sha256(root.encode()).hexdigest()[:10]  # ids are unique per state root only
         plan = make_plan(spec, sandbox_id, cgroup_parent=f"/sandbox-shim/{tag}")
+        from .credentials import problems
+
+        refused = problems(spec.config, plan.capabilities)  # what bwrap cannot do for process.user
+        if refused:
+            from ...errors import BundleInvalid
+
+            raise BundleInvalid(refused)
         self.require(plan.required)
         return plan
 
@@ -182,7 +189,7 @@ class LinuxMechanism:
                 process={"uid": plan.uid, "gid": plan.gid, "additional_gids": plan.additional_gids,
                          "capabilities": plan.capabilities, "rlimits": plan.rlimits, "env": plan.env,
                          "cwd": plan.cwd, "seccomp_files": seccomp_files,
-                         "userns": "user" in plan.unshare or plan.uid != 0 or plan.gid != 0},
+                         "userns": "user" in plan.unshare},
             )
             proc.returncode = 0  # the caller (or its subreaper) waits on it, not this object
             undo.pop_all()

@@ -234,7 +234,7 @@ def check_program(child: int, plan: Plan) -> None:
         candidates = [os.path.join(dd if dd.startswith("/") else os.path.join(plan.cwd, dd), name)
                       for dd in dirs]
     denied = False
-    userns = "user" in plan.unshare or plan.uid != 0 or plan.gid != 0
+    userns = "user" in plan.unshare
     uid, gids = (0, {0}) if userns else (plan.uid, {plan.gid, *plan.additional_gids})
     for cand in candidates if name else []:
         try:

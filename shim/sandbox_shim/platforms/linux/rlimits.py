@@ -1,11 +1,13 @@
 """What ``process.rlimits`` and ``process.oomScoreAdj`` ask, checked against what this host lets the
 runtime grant, before anything is made (setrlimit(2) EPERM: raising a hard limit needs
 CAP_SYS_RESOURCE; RLIMIT_NOFILE never above ``/proc/sys/fs/nr_open``; proc(5) ``oom_score_adj``:
-lowering it below the caller's own needs CAP_SYS_RESOURCE), and applied to the held process.
+lowering it below the floor a privileged ancestor left needs CAP_SYS_RESOURCE — tried in a forked
+child, since the floor is not shown in /proc), and applied to the held process.
 """
 
 from __future__ import annotations
 
+import os
 import resource
 
 from ...errors import BundleInvalid, BundleProblem, LaunchFailed
@@ -30,13 +32,27 @@ def _nr_open() -> int:
         return 1 << 20
 
 
+def _oom_settable(value: int) -> bool:
+    """Try ``value`` in a forked child's own ``oom_score_adj`` (the child inherits ours and the floor a
+    privileged ancestor set, proc(5)); True if the kernel took it."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the forked child
+        try:
+            fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+            os.write(fd, str(value).encode())
+            os._exit(0)
+        except OSError:
+            os._exit(1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
 def check(rlimits: list[tuple[str, int, int]], oom_score_adj: int | None) -> None:
     """Refuse, naming ``/process/rlimits/N`` or ``/process/oomScoreAdj``, what cannot be granted here.
 
     Raises:
         BundleInvalid: a soft limit above its hard limit, an unknown name, a hard limit above ours
-            without CAP_SYS_RESOURCE, RLIMIT_NOFILE above nr_open, or an oomScoreAdj below ours
-            without CAP_SYS_RESOURCE.
+            without CAP_SYS_RESOURCE, RLIMIT_NOFILE above nr_open, or an oomScoreAdj the kernel
+            refuses a child of ours.
     """
     problems: list[BundleProblem] = []
     privileged = _has_sys_resource()
@@ -58,13 +74,10 @@ def check(rlimits: list[tuple[str, int, int]], oom_score_adj: int | None) -> Non
         if name == "RLIMIT_NOFILE" and hard > _nr_open():
             problems.append(BundleProblem(ptr, f"RLIMIT_NOFILE hard {hard} is above fs.nr_open "
                                           f"({_nr_open()})", _RULE, "ask at most fs.nr_open"))
-    if oom_score_adj is not None and not privileged:
-        with open("/proc/self/oom_score_adj") as fh:
-            own = int(fh.read())
-        if oom_score_adj < own:
-            problems.append(BundleProblem("/process/oomScoreAdj", f"{oom_score_adj} is below this runtime's "
-                                          f"own ({own}), and it lacks CAP_SYS_RESOURCE to lower it",
-                                          "proc(5) oom_score_adj", f"ask {own} or more"))
+    if oom_score_adj is not None and not privileged and not _oom_settable(oom_score_adj):
+        problems.append(BundleProblem("/process/oomScoreAdj", f"{oom_score_adj} is below the lowest value "
+                                      "this runtime may set, and it lacks CAP_SYS_RESOURCE to go lower",
+                                      "proc(5) oom_score_adj", "ask a higher value"))
     if problems:
         raise BundleInvalid(problems)
 
