@@ -164,7 +164,7 @@ def cluster(orchestrators: None, image_tar: Path, oci_archive: tuple[Path, str],
     deadline = time.monotonic() + 30
     while True:  # the CRI plugin serves once it has loaded (Version answers)
         try:
-            v = c.cri.call("Version", version="v1", timeout=5)
+            v = c.cri.call("Version", version="v1", deadline=5)
             break
         except Exception:
             assert daemon.poll() is None and time.monotonic() < deadline, \

@@ -43,10 +43,11 @@ class CRI:
         self.channel = grpc.insecure_channel(f"unix://{sock}")
         self.rt = pb_grpc.RuntimeServiceStub(self.channel)
 
-    def call(self, name: str, timeout: float = 120, **fields: Any) -> Any:
-        """``RuntimeService.NAME(NAMERequest(**fields))``."""
+    def call(self, name: str, deadline: float = 120, **fields: Any) -> Any:
+        """``RuntimeService.NAME(NAMERequest(**fields))`` within ``deadline`` seconds (the gRPC deadline;
+        a ``timeout`` among ``fields`` is the request's own field, e.g. StopContainer's grace period)."""
         req = getattr(self.pb, f"{name}Request")(**fields)
-        return getattr(self.rt, name)(req, timeout=timeout)
+        return getattr(self.rt, name)(req, timeout=deadline)
 
     def close(self) -> None:
         self.channel.close()
