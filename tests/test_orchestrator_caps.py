@@ -292,3 +292,21 @@ def test_process_user_refusals(make_bundle, state_root: Path) -> None:
     cfg["linux"]["uidMappings"] = [{"containerID": 0, "hostID": 100000, "size": 65536}]
     r = launch("cli", state_root, make_bundle(cfg, name="maps"), "maps")
     assert r.code is None and "/linux/uidMappings" in r.refused and "RAN" not in r.out, r
+
+
+def test_exec_as_another_uid_holds_what_execve_leaves_it() -> None:
+    """``exec -u 1000`` into a root sandbox: Docker/containerd send the container's sets unchanged (no
+    ambient set); after execve(2) uid 1000 holds none, as with runc.  Root (the control) keeps them."""
+    from sandbox_shim.process_spec import parse_process, resolve_credentials
+
+    sandbox = {"uid": 0, "gid": 0, "capabilities": DOCKER_DEFAULTS, "userns": False}
+    sets = {k: DOCKER_DEFAULTS for k in ("bounding", "effective", "permitted")}
+    root = parse_process({"args": ["id"], "cwd": "/", "user": {"uid": 0, "gid": 0}, "capabilities": sets})
+    assert resolve_credentials(sandbox, root.user, root.capabilities)["capabilities"] == DOCKER_DEFAULTS
+    user = parse_process({"args": ["id"], "cwd": "/", "user": {"uid": 1000, "gid": 1000},
+                          "capabilities": sets})
+    creds = resolve_credentials(sandbox, user.user, user.capabilities)
+    assert creds["uid"] == 1000 and creds["capabilities"] == []
+    # no capabilities object (``sandbox-shim exec -u``-like callers): none either for another uid
+    bare = parse_process({"args": ["id"], "cwd": "/", "user": {"uid": 1000, "gid": 1000}})
+    assert resolve_credentials(sandbox, bare.user, bare.capabilities)["capabilities"] == []
