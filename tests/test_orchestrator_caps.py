@@ -310,3 +310,21 @@ def test_exec_as_another_uid_holds_what_execve_leaves_it() -> None:
     # no capabilities object (``sandbox-shim exec -u``-like callers): none either for another uid
     bare = parse_process({"args": ["id"], "cwd": "/", "user": {"uid": 1000, "gid": 1000}})
     assert resolve_credentials(sandbox, bare.user, bare.capabilities)["capabilities"] == []
+
+
+def test_dev_shm_source_is_shm(make_bundle, state_root: Path) -> None:
+    """Docker's/containerd's /dev/shm: type tmpfs, source ``shm``, nosuid,nodev,noexec, mode 1777."""
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        pytest.skip("sandboxes need root and bwrap here")
+    cfg = base_config(probe("grep -E ' /(dev/shm|tmp) ' /proc/self/mounts; stat -c %a /dev/shm; "
+                            "echo x > /dev/shm/f && echo WRITE-OK", exit_zero=True))
+    cfg["mounts"].append({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+                          "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]})
+    r = launch("cli", state_root, make_bundle(cfg), "shm")
+    assert r.code == 0, r
+    shm = next(x for x in r.out.splitlines() if " /dev/shm " in x).split()
+    assert shm[0] == "shm" and shm[2] == "tmpfs", r.out
+    assert {"nosuid", "nodev", "noexec"} <= set(shm[3].split(",")) and "size=65536k" in shm[3], r.out
+    tmp = next(x for x in r.out.splitlines() if " /tmp " in x).split()
+    assert tmp[0] == "tmpfs", r.out  # the control: a tmpfs whose source is tmpfs stays as bwrap made it
+    assert "1777" in r.out.splitlines() and "WRITE-OK" in r.out, r.out

@@ -24,7 +24,8 @@ class Mount:
     Attributes:
         kind: ``bind`` | ``proc`` | ``dev`` | ``tmpfs`` | ``mqueue`` | ``sysfs`` | ``cgroup``.
         destination: absolute path inside the sandbox (resolved inside the rootfs by the platform).
-        source: host path for binds (absolute, canonical), else "".
+        source: host path for binds (absolute, canonical); for tmpfs the config's source name
+            (``tmpfs``, ``shm``); else "".
         readonly: mounted read-only.
         options: the OCI options kept for the record (e.g. ``size=65536k``, ``mode=1777``).
     """
@@ -99,7 +100,9 @@ def _mount(m: dict[str, Any], bundle: str) -> Mount | None:
         return Mount("proc", dest, options=opts)
     if kind == "tmpfs" and dest == "/dev":
         return Mount("dev", dest, options=opts)
-    if kind in ("tmpfs", "mqueue", "sysfs", "cgroup", "cgroup2"):
+    if kind == "tmpfs":  # its source names the mount (/dev/shm: "shm"), no host path
+        return Mount("tmpfs", dest, str(m.get("source") or "tmpfs"), ro, opts)
+    if kind in ("mqueue", "sysfs", "cgroup", "cgroup2"):
         return Mount("cgroup" if kind == "cgroup2" else kind, dest, readonly=ro, options=opts)
     return None
 

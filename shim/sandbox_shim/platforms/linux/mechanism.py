@@ -170,6 +170,9 @@ class LinuxMechanism:
             undo.callback(kill_quietly, proc)
             child = wait_ready(proc, status_file, fds["block"])
             _rlimits.apply(child, plan.rlimits, plan.oom_score_adj)
+            from . import tmpfs_source
+
+            tmpfs_source.apply(child, tmpfs_source.wanted(plan.mounts))  # /dev/shm from "shm"
             if plan.network == "isolated":
                 # veth + address into the child's network namespace (pyroute2, imported only here)
                 from . import network
