@@ -93,6 +93,9 @@ def test_device_rules_order_and_refusals() -> None:
            "devices": [{"path": "/dev/vda", "type": "b", "major": 254, "minor": 0}]}
     assert [p.pointer for p in problems(bad)] == ["/linux/resources/devices/0", "/linux/resources/devices/1",
                                                   "/linux/devices/0"]
+    kmsg = {"devices": [{"path": "/dev/kmsg", "type": "c", "major": 1, "minor": 11}]}  # host log writes
+    (p,) = problems(kmsg)
+    assert p.pointer == "/linux/devices/0" and "1:11" in p.message
 
 
 # -- on the kernel ---------------------------------------------------------------------------------

@@ -12,7 +12,10 @@ Tenant rules (the devices cgroup is what makes a granted CAP_MKNOD harmless, wit
 
 * a rule that allows read or write on every device (``type`` ``a``) or on block devices is refused:
   it would let a node the tenant makes open the host's disks;
-* ``linux.devices`` of type ``b`` (a host disk) are refused; ``c`` and ``u`` entries are made.
+* ``linux.devices`` (the host's own nodes, bound) are limited to ``BINDABLE``: the nodes of runc's
+  default list plus FUSE and TUN.  Any other host node is refused — a host disk (type ``b``), and
+  character devices that reach past the sandbox: ``/dev/kmsg`` (writes to the host's log), terminals
+  (``TIOCSTI`` into a host console), input devices, NVMe generic nodes (raw disk I/O), ``/dev/mem``.
 """
 
 from __future__ import annotations
@@ -38,6 +41,12 @@ RUNC_DEFAULT_ALLOW: tuple[Rule, ...] = tuple(
         ("c", 5, 2, "rwm"),    # /dev/ptmx
         ("c", 10, 200, "rwm"),  # /dev/net/tun
     ))
+
+#: (type, major, minor) of host nodes ``linux.devices`` may bind: runc's default list, FUSE, TUN
+BINDABLE: frozenset[tuple[str, int, int]] = frozenset({
+    ("c", 1, 3), ("c", 1, 5), ("c", 1, 7), ("c", 1, 8), ("c", 1, 9), ("c", 5, 0), ("c", 5, 2),
+    ("c", 10, 200), ("c", 10, 229),
+})
 
 DENY_ALL: Rule = {"allow": False, "type": "a", "major": None, "minor": None, "access": "rwm"}
 
@@ -74,10 +83,18 @@ def problems(linux: dict[str, Any]) -> list[BundleProblem]:
                 "tenant profile: devices cgroup (hardening/capabilities.py CAP_MKNOD)",
                 "allow the character devices it needs by type c, major and minor"))
     for i, d in enumerate(linux.get("devices") or []):
-        if isinstance(d, dict) and d.get("type") == "b":
+        if not isinstance(d, dict):
+            continue
+        kind = "c" if d.get("type") == "u" else d.get("type")
+        if kind == "b":
             out.append(BundleProblem(f"/linux/devices/{i}", "a block device (a host disk) for a tenant",
                                      "tenant profile: host disks never reach a tenant",
                                      "give the tenant its data through storage/ or a bind mount"))
+        elif (kind, d.get("major"), d.get("minor")) not in BINDABLE:
+            out.append(BundleProblem(
+                f"/linux/devices/{i}", f"host device {kind} {d.get('major')}:{d.get('minor')} is not one a "
+                "tenant may hold", "tenant profile: devices (devices.py BINDABLE)",
+                "only null, zero, full, random, urandom, tty, ptmx, net/tun and fuse"))
     return out
 
 
