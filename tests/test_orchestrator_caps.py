@@ -331,3 +331,14 @@ def test_dev_shm_source_is_shm(make_bundle, state_root: Path) -> None:
     tmp = next(x for x in r.out.splitlines() if " /tmp " in x).split()
     assert tmp[0] == "tmpfs", r.out  # the control: a tmpfs whose source is tmpfs stays as bwrap made it
     assert "1777" in r.out.splitlines() and "WRITE-OK" in r.out, r.out
+
+
+def test_net_raw_in_a_joined_host_network_namespace_is_refused(make_bundle, state_root: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        pytest.skip("sandboxes need root and bwrap here")
+    cfg = base_config(probe("echo RAN"))
+    _caps(cfg, DOCKER_DEFAULTS)
+    cfg["linux"]["namespaces"] = [ns for ns in cfg["linux"]["namespaces"] if ns["type"] != "network"]
+    cfg["linux"]["namespaces"].append({"type": "network", "path": f"/proc/{os.getpid()}/ns/net"})
+    r = launch("cli", state_root, make_bundle(cfg), "rawhost")
+    assert r.code is None and "CAP_NET_RAW" in r.refused and "RAN" not in r.out, r

@@ -1,4 +1,5 @@
-"""``process.user`` as runc applies it, on bwrap (bwrap(1) can switch uid/gid only inside a user
+"""``process.user`` as runc applies it, on bwrap, and the containment checks that need the host
+(``net_raw_problem``).  process.user (bwrap(1) can switch uid/gid only inside a user
 namespace it makes, mapping that one uid onto the runtime's own).
 
 * Without a user namespace in the config the ids are the host's (runtime-spec config.md "user"): bwrap
@@ -76,3 +77,23 @@ def problems(config: dict[str, Any], granted_caps: list[str]) -> list[BundleProb
                                          f'use [{{"containerID": {want_id}, "hostID": {host}, "size": 1}}] '
                                          "or leave it out"))
     return out
+
+
+def net_raw_problem(capabilities: list[str], join: dict[str, str]) -> BundleProblem | None:
+    """CAP_NET_RAW is contained by the sandbox's own network namespace (hardening/capabilities.py); a
+    network namespace joined by path that is the runtime's own (the host's) would not contain it.
+
+    Rule: network_namespaces(7); the namespace identity is the inode of ``/proc/self/ns/net``.
+    """
+    path = join.get("network")
+    if "CAP_NET_RAW" not in capabilities or not path:
+        return None
+    try:
+        same = os.stat(path).st_ino == os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        return None  # a missing path is refused where namespaces are joined
+    if not same:
+        return None
+    return BundleProblem("/linux/namespaces", f"the network namespace {path} is the host's: CAP_NET_RAW "
+                         "there reaches the host's network", "tenant profile: capabilities (CAP_NET_RAW)",
+                         "join the pod's own network namespace, or drop CAP_NET_RAW")

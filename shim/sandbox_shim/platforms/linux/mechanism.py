@@ -52,9 +52,11 @@ class LinuxMechanism:
         root = getattr(self, "root", None) or ""
         tag = hashlib.sha256(root.encode()).hexdigest()[:10]  # ids are unique per state root only
         plan = make_plan(spec, sandbox_id, cgroup_parent=f"/sandbox-shim/{tag}")
-        from .credentials import problems
+        from .credentials import net_raw_problem, problems
 
         refused = problems(spec.config, plan.capabilities)  # what bwrap cannot do for process.user
+        raw = net_raw_problem(plan.capabilities, plan.join)
+        refused += [raw] if raw else []
         if refused:
             from ...errors import BundleInvalid
 
