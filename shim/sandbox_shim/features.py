@@ -10,7 +10,9 @@ Everything the shim does not implement is absent, empty or false:
 * ``hooks``: ``HOOKS`` (``hooks.py`` runs all six) and ``mountOptions``: ``MOUNT_OPTIONS``
   module constants extended as the plan learns each one.
 * ``linux.capabilities``: the names config.schema.json accepts in ``process.capabilities`` (``plan``
-  passes the effective set to bwrap), read from the schema so the two cannot drift.
+  passes the granted set to bwrap), read from the schema so the two cannot drift; the annotation
+  ``sandbox-shim.capabilities.without-userns`` lists the ones granted without a user namespace
+  (``hardening.capabilities``), ``sandbox-shim.devices-cgroup`` whether the devices cgroup works here.
 * ``apparmor``, ``selinux``, ``cgroup.systemd``, ``cgroup.systemdUser``: false.
 * ``seccomp``: enabled when the ``seccomp`` probe succeeded; actions, operators and archs are the ones
   libseccomp (through pyseccomp) can express *and* ``platforms.linux.seccomp`` accepts: SCMP_ACT_NOTIFY is
@@ -112,9 +114,14 @@ def features(reports: Iterable[Capability] | None = None) -> dict[str, Any]:
 
     memory = by_name.get("cgroup.memory")
     cgroup_version = memory.mechanism if memory and memory.available else ""
+    from .hardening.capabilities import ORCHESTRATOR_DEFAULTS
     from .probes import bwrap_identity, libseccomp_version
 
-    annotations = {"sandbox-shim.version": _package_version()}
+    annotations = {"sandbox-shim.version": _package_version(),
+                   # granted without a user namespace (contained); any capability inside one
+                   "sandbox-shim.capabilities.without-userns": ",".join(sorted(ORCHESTRATOR_DEFAULTS)),
+                   # the devices cgroup that contains CAP_MKNOD and applies linux.resources.devices
+                   "sandbox-shim.devices-cgroup": "true" if ok("cgroup.devices") else "false"}
     ident = bwrap_identity()
     if ident:
         annotations["sandbox-shim.bwrap.version"] = ident[1]

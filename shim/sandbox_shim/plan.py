@@ -24,7 +24,8 @@ class Mount:
     Attributes:
         kind: ``bind`` | ``proc`` | ``dev`` | ``tmpfs`` | ``mqueue`` | ``sysfs`` | ``cgroup``.
         destination: absolute path inside the sandbox (resolved inside the rootfs by the platform).
-        source: host path for binds (absolute, canonical), else "".
+        source: host path for binds (absolute, canonical); for tmpfs the config's source name
+            (``tmpfs``, ``shm``); else "".
         readonly: mounted read-only.
         options: the OCI options kept for the record (e.g. ``size=65536k``, ``mode=1777``).
     """
@@ -58,8 +59,10 @@ class Plan:
     mounts: list[Mount]
     masked_paths: list[str]
     readonly_paths: list[str]
+    devices: list[dict[str, Any]]
     capabilities: list[str]
     rlimits: list[tuple[str, int, int]]
+    oom_score_adj: int | None
     resources: dict[str, Any]
     cgroups_path: str
     seccomp: dict[str, Any] | None
@@ -97,7 +100,9 @@ def _mount(m: dict[str, Any], bundle: str) -> Mount | None:
         return Mount("proc", dest, options=opts)
     if kind == "tmpfs" and dest == "/dev":
         return Mount("dev", dest, options=opts)
-    if kind in ("tmpfs", "mqueue", "sysfs", "cgroup", "cgroup2"):
+    if kind == "tmpfs":  # its source names the mount (/dev/shm: "shm"), no host path
+        return Mount("tmpfs", dest, str(m.get("source") or "tmpfs"), ro, opts)
+    if kind in ("mqueue", "sysfs", "cgroup", "cgroup2"):
         return Mount("cgroup" if kind == "cgroup2" else kind, dest, readonly=ro, options=opts)
     return None
 
@@ -106,9 +111,10 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim")
     """Build the tenant ``Plan`` for ``spec`` (the only profile bundles run under).
 
     Rules: namespaces listed are new (with ``path``: joined), absent ones shared (runtime-spec
-    config-linux.md "Namespaces"); capabilities: the ``effective`` set (empty by default) — bwrap
-    gives one set to effective/permitted/inheritable/ambient, and no_new_privs is always on, so the
-    bounding set cannot grant more; rlimits applied before user code; the CPU-time setting becomes
+    config-linux.md "Namespaces"); capabilities: ``hardening.capabilities.granted`` (what the process
+    holds after runc's execve: the bounding set for uid 0, the ambient set for others) — bwrap gives
+    one set to every set; device rules (``devices.rules``) whenever CAP_MKNOD is granted or the config
+    lists devices; rlimits applied before user code; the CPU-time setting becomes
     RLIMIT_CPU; no seccomp section → the default tenant filter.
     """
     cfg = spec.config
@@ -126,10 +132,12 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim")
 
     mounts = [mt for mt in (_mount(m, spec.bundle) for m in cfg.get("mounts") or []) if mt is not None]
 
-    caps = proc.get("capabilities") or {}
-    effective = sorted(
-        set(caps.get("effective") or []) & set(caps.get("bounding") or caps.get("effective") or [])
-    )
+    from .hardening.capabilities import granted
+
+    caps = dict(proc.get("capabilities") or {})
+    if "bounding" not in caps:  # no bounding set given: never wider than the effective one
+        caps["bounding"] = caps.get("effective") or []
+    effective = granted(caps, int(user.get("uid", 0)))
 
     rlimits = [(r["type"], int(r["soft"]), int(r["hard"])) for r in proc.get("rlimits") or []]
     if spec.settings.cpu_time:
@@ -137,6 +145,11 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim")
         rlimits.append(("RLIMIT_CPU", spec.settings.cpu_time, spec.settings.cpu_time + 1))
 
     resources = dict(linux.get("resources") or {})
+    if "CAP_MKNOD" in effective or resources.get("devices") or linux.get("devices"):
+        # the devices cgroup makes a granted CAP_MKNOD harmless (hardening/capabilities.py)
+        from .devices import rules
+
+        resources["devices"] = rules(linux)
     required = ["bwrap", "seccomp", "no_new_privs"]
     required += [NAMESPACE_CAPS[t] for t in unshare if t in NAMESPACE_CAPS]
     from .platforms.linux.cgroups.base import Limits
@@ -169,8 +182,10 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim")
         mounts=mounts,
         masked_paths=list(linux.get("maskedPaths") or []),
         readonly_paths=list(linux.get("readonlyPaths") or []),
+        devices=[dict(d) for d in linux.get("devices") or []],
         capabilities=effective,
         rlimits=rlimits,
+        oom_score_adj=proc.get("oomScoreAdj") if isinstance(proc.get("oomScoreAdj"), int) else None,
         resources=resources,
         cgroups_path=cgroups_path,
         seccomp=linux.get("seccomp"),

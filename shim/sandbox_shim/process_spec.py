@@ -10,6 +10,9 @@ containerd's shim always send one, with ``user``, ``capabilities``, ``env``, ``c
   (the ids are then the host's and the runtime is root); with a user namespace only the ids it maps,
   which are the sandbox process's own uid and gid (bwrap maps exactly those: bwrap(1) ``--uid``/``--gid``).
 * ``capabilities``: never more than the sandbox was created with; asking more is refused, not trimmed.
+  With a uid, the set is what that uid holds after execve(2) (``hardening.capabilities.granted``: the
+  bounding set for 0, the ambient set for others); a uid other than 0 and the sandbox's own, with no
+  capabilities given, holds none.
   The set used is ``effective`` ∩ ``bounding``, the rule ``plan.make_plan`` applies at create.
 * ``noNewPrivileges`` is always on, and the sandbox's own seccomp filters are always loaded.
 * ``apparmorProfile``/``selinuxLabel``: refused when non-empty (a security field this runtime cannot
@@ -107,7 +110,12 @@ def parse_process(doc: Any, source: str = "process") -> ExecProcess:
         else:
             eff = cdoc.get("effective") or []
             bnd = cdoc.get("bounding") if cdoc.get("bounding") is not None else eff
-            caps = sorted(set(eff) & set(bnd))
+            if parsed_user.get("uid") is None:
+                caps = sorted(set(eff) & set(bnd))
+            else:  # what the process holds after execve(2), as for the sandbox's own process
+                from .hardening.capabilities import granted
+
+                caps = granted({**cdoc, "bounding": bnd}, int(parsed_user["uid"]))
     if problems:
         raise BundleInvalid(problems, what="exec process (--process)")
     env = dict(e.split("=", 1) for e in env_list or [] if isinstance(e, str) and "=" in e)
@@ -153,6 +161,10 @@ def resolve_credentials(sandbox_proc: dict[str, Any], user: dict[str, Any] | Non
             problems.append(_problem("/user/additionalGids", f"gids {extra} are not mapped in the sandbox's "
                                      "user namespace", "remove them"))
     caps = base_caps
+    if capabilities is None and uid != 0 and uid != int(sandbox_proc.get("uid", 0)):
+        # another uid keeps no capability across execve(2) without ambient ones (capabilities(7)),
+        # as with runc: ``exec -u 1000`` into a root sandbox holds none
+        caps = []
     if capabilities is not None:
         more = sorted(set(capabilities) - set(base_caps))
         if more:

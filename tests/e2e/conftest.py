@@ -53,13 +53,19 @@ def _blob(layout: Path, data: bytes) -> dict:
 def oci_archive(image_tar: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The same rootfs as an OCI image layout archive (image-spec image-layout.md) for ``ctr import``."""
     name = "localhost/sandbox-shim-e2e:latest"
-    layout = tmp_path_factory.mktemp("oci") / "layout"
-    layout.mkdir()
+    return build_oci_archive(image_tar, name, ["sh"], tmp_path_factory.mktemp("oci")), name
+
+
+def build_oci_archive(image_tar: Path, name: str, cmd: list[str], where: Path) -> Path:
+    """An OCI image layout archive named ``name`` with ``image_tar`` as its one layer and ``cmd`` as
+    its config's Cmd, written under ``where``; returns the archive's path."""
+    layout = where / "layout"
+    layout.mkdir(parents=True)
     layer = image_tar.read_bytes()
     lay = {"mediaType": "application/vnd.oci.image.layer.v1.tar", **_blob(layout, layer)}
     cfg = {"architecture": "amd64" if os.uname().machine == "x86_64" else "arm64", "os": "linux",
            "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-                      "Cmd": ["sh"]},
+                      "Cmd": cmd},
            "rootfs": {"type": "layers", "diff_ids": [lay["digest"]]}}
     conf = {"mediaType": "application/vnd.oci.image.config.v1+json",
             **_blob(layout, json.dumps(cfg).encode())}
@@ -75,7 +81,7 @@ def oci_archive(image_tar: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
     with tarfile.open(out, "w") as tf:
         for p in sorted(layout.rglob("*")):
             tf.add(p, arcname=str(p.relative_to(layout)), recursive=False)
-    return out, name
+    return out
 
 
 def leftovers(container_id: str, cgroup_globs: list[str], pids: tuple[int, ...] = ()) -> list[str]:

@@ -1,12 +1,14 @@
 """podman 4.3.1 (through conmon) driving sandbox-shim unchanged: ``podman --runtime sandbox-shim run``.
 
-podman gets its own containers.conf (runtime listed in ``runtime_supports_json``/``_nocgroup``, the
-ulimits this VM allows), its own storage (vfs) and run dirs under a temp dir; the host's configuration
-is not touched.  After each test nothing of the container is left (state, cgroups, mounts, processes).
+podman gets the packaged containers.conf unchanged but for what ``OURS`` adds (the runtime listed in
+``runtime_supports_json``/``runtime_supports_nocgroups``, the ulimits this VM allows, no network), its own
+storage (vfs) and run dirs under a temp dir; the host's configuration is not touched.  After each test
+nothing of the container is left (state, cgroups, mounts, processes).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -17,28 +19,55 @@ import pytest
 
 from .conftest import SHIM, leftovers
 
-# CONTAINERS_CONF replaces the packaged /usr/share/containers/containers.conf, so its capability list
-# (which podman's built-in default widens with CAP_MKNOD, CAP_NET_RAW...) is restated here.
-CONF = """[containers]
-default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
-default_capabilities = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE", "SETFCAP",
-                        "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"]
-netns = "none"
-[engine]
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-runtime_supports_json = ["sandbox-shim"]
-runtime_supports_nocgroup = ["sandbox-shim"]
-[engine.runtimes]
-sandbox-shim = ["{shim}"]
-"""
+PACKAGED_CONF = Path("/usr/share/containers/containers.conf")
+#: what the tests add to the packaged containers.conf: the runtime's name in the lists podman picks
+#: flags by, the ulimits this VM's root may grant (it lacks CAP_SYS_RESOURCE), no network, cgroupfs
+OURS: dict[str, dict[str, object]] = {
+    "containers": {"default_ulimits": ["nofile=20000:20000", "nproc=32768:32768"], "netns": "none"},
+    "engine": {"cgroup_manager": "cgroupfs", "events_logger": "file",
+               "runtime_supports_json": ["sandbox-shim"], "runtime_supports_nocgroups": ["sandbox-shim"]},
+}
+
+
+def _toml(tables: dict[str, dict[str, object]]) -> str:
+    """TOML for tables of strings, string lists and sub-tables (the shapes containers.conf uses)."""
+    out: list[str] = []
+
+    def table(name: str, body: dict[str, object]) -> None:
+        out.append(f"[{name}]")
+        subs = []
+        for k, v in body.items():
+            if isinstance(v, dict):
+                subs.append((f"{name}.{k}", v))
+            else:
+                out.append(f"{k} = {json.dumps(v)}")
+        for sub_name, sub in subs:
+            table(sub_name, sub)
+
+    for name, body in tables.items():
+        table(name, body)
+    return "\n".join(out) + "\n"
+
+
+def containers_conf(shim: str) -> str:
+    """The packaged containers.conf (podman's defaults: its capabilities, its ping_group_range sysctl)
+    with ``OURS`` merged in.  CONTAINERS_CONF replaces the packaged file, so it is restated whole."""
+    import tomllib
+
+    conf = tomllib.loads(PACKAGED_CONF.read_text()) if PACKAGED_CONF.exists() else {}
+    for name, body in OURS.items():
+        conf.setdefault(name, {}).update(body)
+    conf.setdefault("engine", {}).setdefault("runtimes", {})["sandbox-shim"] = [shim]
+    return _toml(conf)
+
+
 IMAGE = "localhost/sandbox-shim-e2e:latest"
 
 
 class Podman:
     def __init__(self, base: Path) -> None:
         self.base = base
-        (base / "containers.conf").write_text(CONF.format(shim=SHIM))
+        (base / "containers.conf").write_text(containers_conf(SHIM))
         (base / "storage.conf").write_text(f'[storage]\ndriver = "vfs"\nrunroot = "{base}/run"\n'
                                            f'graphroot = "{base}/root"\n')
         (base / "tmp").mkdir()
@@ -282,3 +311,25 @@ def test_top_lists_only_the_containers_processes(podman: Podman) -> None:
     rows = r.stdout.strip().splitlines()[1:]
     assert any("sleep 61" in x for x in rows) and any("sleep 62" in x for x in rows)
     assert len(rows) <= 4 and not any("conmon" in x or "pytest" in x or "bwrap" in x for x in rows), rows
+
+
+def test_user_1000_with_the_default_sysctl_and_exec_user(podman: Podman) -> None:
+    """podman's packaged default_sysctls set net.ipv4.ping_group_range: a non-root user must still run."""
+    r = podman("run", "--rm", "--network=none", "--user", "1000", IMAGE, "sh", "-c",
+               "id -u; grep CapEff /proc/self/status")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.split()
+    assert out[0] == "1000" and int(out[-1], 16) == 0, r.stdout
+    cid = podman.detached(IMAGE, "sleep", "30")
+    r = podman("exec", "--user", "1000", cid, "sh", "-c", "id -u; grep CapEff /proc/self/status")
+    out = r.stdout.split()
+    assert r.returncode == 0 and out[0] == "1000" and int(out[-1], 16) == 0, (r.stdout, r.stderr)
+    r = podman("exec", cid, "sh", "-c", "grep CapEff /proc/self/status")  # control: root keeps its set
+    assert r.returncode == 0 and int(r.stdout.split()[-1], 16) != 0, r.stdout
+
+
+def test_read_only_tmpfs_dirs_are_1777(podman: Podman) -> None:
+    r = podman("run", "--rm", "--network=none", "--read-only", IMAGE, "stat", "-c", "%a %n", "/tmp",
+               "/var/tmp", "/run")
+    assert r.returncode == 0, r.stderr
+    assert [x.split()[0] for x in r.stdout.splitlines()] == ["1777", "1777", "1777"], r.stdout

@@ -30,6 +30,8 @@ COMMANDS: list[str] = [
     "control:update_cmd",
     "control:events_cmd",
     "conformance:command",
+    "unsupported:checkpoint",
+    "unsupported:restore",
 ]
 
 LIFECYCLE_HELP = """\b

@@ -131,32 +131,14 @@ def pid_problem(unshare: list[str], join: dict[str, str], mount_kinds: list[str]
                          'add {"type": "pid"} to linux.namespaces, or remove the proc mount')
 
 
-#: Capabilities a tenant may hold when it has no user namespace of its own (so they are the host's):
-#: the set podman gives a container by default.  Others (CAP_DAC_READ_SEARCH opens any host file
-#: with open_by_handle_at(2); CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_MKNOD, CAP_NET_RAW, CAP_SYS_MODULE...)
-#: are refused: granted in the host's user namespace they reach past the mount namespace.
-HOST_USERNS_CAPABILITIES: frozenset[str] = frozenset({
-    "CAP_AUDIT_WRITE", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
-    "CAP_NET_BIND_SERVICE", "CAP_SETFCAP", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID", "CAP_SYS_CHROOT",
-})
-
-
 def check_capabilities(config: dict[str, Any]) -> list[BundleProblem]:
-    """Refuse capabilities outside ``HOST_USERNS_CAPABILITIES`` unless the config has a user namespace
-    (there they are the namespace's, not the host's: user_namespaces(7))."""
-    nss = (config.get("linux") or {}).get("namespaces") or []
-    if any(isinstance(ns, dict) and ns.get("type") == "user" for ns in nss):
-        return []
-    caps = (config.get("process") or {}).get("capabilities") or {}
-    out = []
-    for kind in ("bounding", "effective", "permitted", "inheritable", "ambient"):
-        for i, cap in enumerate(caps.get(kind) or []):
-            if isinstance(cap, str) and cap not in HOST_USERNS_CAPABILITIES:
-                out.append(BundleProblem(
-                    f"/process/capabilities/{kind}/{i}",
-                    f"{cap} would be granted in the host's user namespace",
-                    "tenant profile: capabilities", "remove it, or add a user namespace to linux.namespaces"))
-    return out
+    """The capability policy (``hardening.capabilities``): what cannot be contained, in one problem;
+    and the device rules that would undo CAP_MKNOD's containment (``devices.problems``)."""
+    from ..devices import problems as device_problems
+    from .capabilities import check_capabilities as check
+
+    linux = config.get("linux") if isinstance(config.get("linux"), dict) else {}
+    return check(config) + device_problems(linux or {})
 
 
 def check_pid_namespace(config: dict[str, Any]) -> list[BundleProblem]:

@@ -77,6 +77,10 @@ _CGROUP_TRIALS: dict[str, tuple[dict[str, object], dict[int, tuple[str, str]]]] 
             {1: ("cpu.cfs_quota_us", "50000"), 2: ("cpu.max", "50000 100000")}),
     "cpuset": ({}, {1: ("cpuset.cpus", ""), 2: ("cpuset.cpus", "")}),
     "freezer": ({}, {1: ("freezer.state", "THAWED"), 2: ("cgroup.freeze", "0")}),
+    # deny-all, then one allow rule: the list must then hold exactly that rule (devices.rst)
+    "devices": ({"devices": [{"allow": False, "type": "a", "major": None, "minor": None, "access": "rwm"},
+                             {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"}]},
+                {1: ("devices.list", "c 1:3 rwm")}),
 }
 
 
@@ -88,7 +92,7 @@ def probe_cgroup(controller: str, layout: Layout | None = None) -> Capability:
     is not a cgroup hierarchy is reported, not written into.  ``freezer`` is tried as freeze then thaw.
 
     Args:
-        controller: ``memory`` | ``pids`` | ``cpu`` | ``cpuset`` | ``freezer``.
+        controller: ``memory`` | ``pids`` | ``cpu`` | ``cpuset`` | ``freezer`` | ``devices``.
         layout: a ``cgroups.Layout`` to probe instead of this host's (tests point it elsewhere).
     Returns: ``Capability("cgroup.<controller>", ...)``, mechanism ``"cgroup v1"`` / ``"cgroup v2"``.
     Raises: KeyError for an unknown controller.
@@ -107,6 +111,9 @@ def probe_cgroup(controller: str, layout: Layout | None = None) -> Capability:
         return Capability(name, False, mech, "no usable cgroup hierarchy (need memory and pids): mount "
                           "cgroup2 with them enabled, or the v1 memory and pids hierarchies",
                           "read /proc/self/mountinfo")
+    if version not in files:
+        return Capability(name, False, mech, f"the cgroup v{version} {controller} controller is not built in "
+                          "this version (v2 needs a BPF_CGROUP_DEVICE program)", "none")
     fname, want = files[version]
     root = lay.v2_mount if version == 2 else lay.v1_mounts.get(controller)
     if root is None:

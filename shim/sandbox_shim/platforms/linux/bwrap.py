@@ -86,8 +86,9 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
     for t in plan.unshare:
         if t in UNSHARE_FLAGS and t != "user":
             a.append(UNSHARE_FLAGS[t])
-    if "user" in plan.unshare or plan.uid != 0 or plan.gid != 0:
-        # bwrap can switch uid/gid only inside a user namespace (bwrap(1) --uid).
+    if "user" in plan.unshare:
+        # bwrap maps process.user's ids onto the runtime's own in the namespace it makes (bwrap(1) --uid);
+        # without one the ids are the host's, switched by the helper (credentials.py)
         a += ["--unshare-user", "--uid", str(plan.uid), "--gid", str(plan.gid)]
     if plan.hostname and "uts" in plan.unshare:
         a += ["--hostname", plan.hostname]
@@ -112,7 +113,7 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
         elif mt.kind == "dev":
             a += ["--dev", dest]
         elif mt.kind == "tmpfs":
-            mode = _opt(mt.options, "mode")
+            mode = _opt(mt.options, "mode") or "1777"  # tmpfs(5): the root's default mode is 1777
             size = _opt(mt.options, "size")
             if mode:
                 a += ["--perms", mode]
@@ -128,6 +129,20 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
         elif mt.kind == "cgroup":
             a += ["--tmpfs", dest, "--remount-ro", dest]
         view.add(Layer(dest, mt.kind))
+
+    if plan.devices:
+        if view.layer_for("/dev").fs != "dev":
+            raise BundleInvalid([BundleProblem("/linux/devices", "linux.devices needs the /dev tmpfs mount",
+                                               "runtime-spec config-linux.md Devices",
+                                               'add {"destination": "/dev", "type": "tmpfs"} to mounts')])
+        from .devnodes import bind_args
+
+        for dev in plan.devices:
+            if not str(dev.get("path") or "").startswith("/dev/"):
+                raise BundleInvalid([BundleProblem("/linux/devices", f"{dev.get('path')!r} is not under /dev",
+                                                   "tenant profile: device nodes live in /dev only",
+                                                   "put it under /dev")])
+        a += bind_args(plan.devices)
 
     for p in plan.masked_paths:
         found = _existing(view, p, "/linux/maskedPaths")
@@ -151,7 +166,9 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
 
     a += ["--chdir", _cwd(plan, view)]
     a += ["--cap-drop", "ALL"]
-    for cap in plan.capabilities:
+    from .credentials import helper_capabilities
+
+    for cap in sorted({*plan.capabilities, *helper_capabilities(plan.unshare, plan.uid, plan.gid)}):
         a += ["--cap-add", cap]
     a.append("--clearenv")
     for k, v in plan.env.items():
@@ -163,6 +180,15 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
         a.append("--as-pid-1")  # the workload is the sandbox's pid 1 (no bwrap init), as with runc
     for fd in fds.seccomp:
         a += ["--add-seccomp-fd", str(fd)]  # repeatable, unlike --seccomp (bwrap(1))
+    from .credentials import switches_without_userns, wrap_argv
+
+    if switches_without_userns(plan.unshare, plan.uid, plan.gid):
+        from .console import CTTY_HELPER, helper_bind_args
+
+        a += helper_bind_args()
+        a.append("--")
+        a += wrap_argv(CTTY_HELPER, plan.uid, plan.gid, plan.args)
+        return a
     a.append("--")
     a += plan.args
     return a

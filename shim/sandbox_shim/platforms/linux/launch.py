@@ -54,7 +54,7 @@ def memfd(name: str, data: bytes) -> int:
 
 def spawn_bwrap(argv: list[str], fds: list[int], stdio_fds: tuple[int, ...] | None = None,
            joins: list[tuple[str, int]] | None = None, cgroup_procs: list[str] | None = None,
-           ) -> subprocess.Popen[bytes]:
+           umask: int | None = None) -> subprocess.Popen[bytes]:
     """Start bwrap with ``fds`` (kept at their numbers) in a minimal environment.
 
     Args:
@@ -62,6 +62,8 @@ def spawn_bwrap(argv: list[str], fds: list[int], stdio_fds: tuple[int, ...] | No
             terminal sandbox, the library caller's choice, or None for this process's own.
         joins: ``(type, fd)`` namespaces to setns(2) into in the child before exec (namespaces.enter).
         cgroup_procs: ``cgroup.procs`` files the child writes itself into before exec (cgroups(7)).
+        umask: ``process.user.umask``, set before exec: bwrap leaves it alone, so the workload inherits it
+            (umask(2)); None leaves the caller's (runtime-spec config.md "user").
     Raises:
         LaunchFailed: bwrap could not be started, or a namespace could not be joined.
     """
@@ -89,6 +91,8 @@ def spawn_bwrap(argv: list[str], fds: list[int], stdio_fds: tuple[int, ...] | No
                 os.close(fd)
         if joins:
             namespaces.enter(joins)
+        if umask is not None:
+            os.umask(umask & 0o777)
     try:
         return subprocess.Popen(argv, pass_fds=tuple(fds), env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
                                 close_fds=True, preexec_fn=preexec, **stdio)  # type: ignore[call-overload]

@@ -57,6 +57,15 @@ class LinuxMechanism:
         root = getattr(self, "root", None) or ""
         tag = hashlib.sha256(root.encode()).hexdigest()[:10]  # ids are unique per state root only
         plan = make_plan(spec, sandbox_id, cgroup_parent=f"/sandbox-shim/{tag}")
+        from .credentials import net_raw_problem, problems
+
+        refused = problems(spec.config, plan.capabilities)  # what bwrap cannot do for process.user
+        raw = net_raw_problem(plan.capabilities, plan.join)
+        refused += [raw] if raw else []
+        if refused:
+            from ...errors import BundleInvalid
+
+            raise BundleInvalid(refused)
         self.require(plan.required)
         return plan
 
@@ -93,6 +102,9 @@ class LinuxMechanism:
         if not bwrap:
             raise LaunchFailed("bwrap not found", "install bubblewrap (apt-get install bubblewrap)")
         check_sysctl_plan(plan)
+        from . import rlimits as _rlimits
+
+        _rlimits.check(plan.rlimits, plan.oom_score_adj)
         console_socket = priv.pop("console_socket", None)
         preserved = preserved_fds(int(priv.pop("preserve_fds", 0) or 0))
         if plan.terminal and not console_socket:
@@ -170,7 +182,7 @@ class LinuxMechanism:
                 procs_files = [os.path.join(x, "cgroup.procs") for x in cg.dirs() if os.path.isdir(x)]
                 proc = spawn_bwrap([bwrap, "--args", str(fds["args"]), *argv[sep:]],
                                    [*fds.values(), *preserved], (pty[1],) * 3 if pty else priv.get("stdio"),
-                                   joins, procs_files)
+                                   joins, procs_files, plan.umask)
             finally:
                 for _, jfd in joins:
                     os.close(jfd)
@@ -181,10 +193,10 @@ class LinuxMechanism:
             kill_quietly(proc)  # the outer bwrap (host namespaces) goes: nothing of ours stays outside
             if pids_limit:
                 cg.apply(Limits(pids_limit=pids_limit))
-            import resource
+            _rlimits.apply(child, plan.rlimits, plan.oom_score_adj)
+            from . import tmpfs_source
 
-            for name, soft, hard in plan.rlimits:
-                resource.prlimit(child, getattr(resource, name), (soft, hard))
+            tmpfs_source.apply(child, tmpfs_source.wanted(plan.mounts))  # /dev/shm from "shm"
             if plan.network == "isolated":
                 # veth + address into the child's network namespace (pyroute2, imported only here)
                 from . import network
@@ -203,7 +215,7 @@ class LinuxMechanism:
                 process={"uid": plan.uid, "gid": plan.gid, "additional_gids": plan.additional_gids,
                          "capabilities": plan.capabilities, "rlimits": plan.rlimits, "env": plan.env,
                          "cwd": plan.cwd, "seccomp_files": seccomp_files,
-                         "userns": "user" in plan.unshare or plan.uid != 0 or plan.gid != 0},
+                         "userns": "user" in plan.unshare},
             )
             undo.pop_all()
             for fd in fds.values():

@@ -202,7 +202,9 @@ def apply_sysctl(pid: int, sysctl: dict[str, str]) -> None:
         code = 0
         try:
             fds = []
-            for t in ("user", "ipc", "uts", "network"):
+            # as root, our capabilities cover every user namespace below ours (user_namespaces(7)); joining
+            # the sandbox's own (bwrap nests one for process.user) would lose them for the ipc/net ones
+            for t in ("ipc", "uts", "network") if os.geteuid() == 0 else ("user", "ipc", "uts", "network"):
                 name = NAMESPACES[t][1]
                 if os.stat(f"/proc/{pid}/ns/{name}").st_ino != os.stat(f"/proc/self/ns/{name}").st_ino:
                     fds.append((t, os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)))
@@ -260,7 +262,7 @@ def check_program(child: int, plan: Plan) -> None:
         candidates = [os.path.join(dd if dd.startswith("/") else os.path.join(plan.cwd, dd), name)
                       for dd in dirs]
     denied = False
-    userns = "user" in plan.unshare or plan.uid != 0 or plan.gid != 0
+    userns = "user" in plan.unshare
     uid, gids = (0, {0}) if userns else (plan.uid, {plan.gid, *plan.additional_gids})
     for cand in candidates if name else []:
         try:

@@ -31,12 +31,13 @@ class Limits(Value):
     """
 
     __match_args__ = ("memory_limit", "memory_swap", "memory_reservation", "pids_limit", "cpu_shares",
-                      "cpu_quota", "cpu_period", "cpu_cpus", "cpu_mems")
+                      "cpu_quota", "cpu_period", "cpu_cpus", "cpu_mems", "devices")
 
     def __init__(self, memory_limit: int | None = None, memory_swap: int | None = None,
                  memory_reservation: int | None = None, pids_limit: int | None = None,
                  cpu_shares: int | None = None, cpu_quota: int | None = None, cpu_period: int | None = None,
-                 cpu_cpus: str | None = None, cpu_mems: str | None = None) -> None:
+                 cpu_cpus: str | None = None, cpu_mems: str | None = None,
+                 devices: list[dict[str, Any]] | None = None) -> None:
         self.memory_limit = memory_limit
         self.memory_swap = memory_swap
         self.memory_reservation = memory_reservation
@@ -46,6 +47,9 @@ class Limits(Value):
         self.cpu_period = cpu_period
         self.cpu_cpus = cpu_cpus
         self.cpu_mems = cpu_mems
+        #: devices cgroup rules in order, deny-all first (``sandbox_shim.devices`` shape: ``{"allow",
+        #: "type", "major", "minor", "access"}``, None = ``*``); None: the devices controller is not used
+        self.devices = devices
 
     @classmethod
     def from_oci(cls, resources: dict[str, Any] | None) -> Limits:
@@ -68,6 +72,7 @@ class Limits(Value):
             cpu_period=pos(cpu.get("period")),
             cpu_cpus=cpu.get("cpus") or None,
             cpu_mems=cpu.get("mems") or None,
+            devices=list(r["devices"]) if r.get("devices") else None,
         )
 
     def controllers(self) -> list[str]:
@@ -81,6 +86,8 @@ class Limits(Value):
             need.append("cpu")
         if self.cpu_cpus or self.cpu_mems:
             need.append("cpuset")
+        if self.devices:
+            need.append("devices")
         return need
 
 

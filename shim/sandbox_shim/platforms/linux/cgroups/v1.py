@@ -34,7 +34,7 @@ class V1Manager(CgroupManager):
 
     def _controllers(self) -> list[str]:
         seen: dict[str, str] = {}
-        for c in (*ALWAYS, "cpuset"):
+        for c in (*ALWAYS, "cpuset", "devices"):
             if c in self.mounts:
                 seen.setdefault(self._dir(c), c)
         return list(seen.values())
@@ -46,7 +46,8 @@ class V1Manager(CgroupManager):
         missing = [c for c in controllers if c not in self.mounts]
         if missing:
             raise LaunchFailed(f"cgroup v1 controller(s) not mounted: {', '.join(missing)}")
-        wanted = [c for c in ALWAYS if c in self.mounts] + (["cpuset"] if "cpuset" in controllers else [])
+        wanted = [c for c in ALWAYS if c in self.mounts]
+        wanted += [c for c in ("cpuset", "devices") if c in controllers]
         created: list[str] = []
         try:
             for c in wanted:
@@ -116,6 +117,13 @@ class V1Manager(CgroupManager):
                 os.path.join(d, "cpuset.mems"),
                 limits.cpu_mems or read(os.path.join(parent, "cpuset.mems")) or "",
             )
+
+        if limits.devices:
+            if "devices" not in self.mounts:
+                raise LaunchFailed("the v1 devices controller is not mounted", "mount the devices hierarchy")
+            from .devices_v1 import apply as apply_devices
+
+            apply_devices(self._dir("devices"), limits.devices)
 
     def add(self, pid: int) -> None:
         for d in self.dirs():

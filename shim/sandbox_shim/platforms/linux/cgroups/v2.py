@@ -64,6 +64,9 @@ class V2Manager(CgroupManager):
 
     def apply(self, limits: Limits) -> None:
         d = self.dir
+        if limits.devices:  # never a silent allow-all: the device program is not built on v2 here
+            raise LaunchFailed("cgroup v2 device rules (a BPF_CGROUP_DEVICE program) are not built in this "
+                               "version", "run on a cgroup v1 host, or drop CAP_MKNOD and the device rules")
         if limits.memory_limit:
             write(os.path.join(d, "memory.max"), str(limits.memory_limit))
         if limits.memory_swap:
