@@ -37,6 +37,8 @@ class LinuxMechanism:
     """bubblewrap + cgroups.  ``state_dir`` of each sandbox is given in ``sandbox.private['dir']``."""
 
     name = "linux"
+    #: runc's ``--systemd-cgroup``: ``cgroupsPath`` is ``slice:prefix:name`` and systemd makes the scope
+    systemd_cgroup = False
 
     def capabilities(self) -> list[Capability]:
         from ...capability import report
@@ -97,9 +99,10 @@ class LinuxMechanism:
             raise LaunchFailed("--console-socket was given but process.terminal is false",
                                "set process.terminal to true, or drop --console-socket")
         with contextlib.ExitStack() as undo:
-            limits = Limits.from_oci(plan.resources)
-            cg = manager(plan.cgroups_path)
-            created = cg.create(limits.controllers())
+            # the device rule list (linux.resources.devices plus the defaults) is the planner's
+            limits = Limits.from_oci(plan.resources, devices=getattr(plan, "devices", None))
+            cg = manager(plan.cgroups_path, systemd=self.systemd_cgroup)
+            created = cg.create(limits.hierarchies())
             priv["cgroup"] = {"version": cg.version, "path": plan.cgroups_path, "created": created}
             undo.callback(cg.remove, created)
             if priv.get("on_cgroup"):

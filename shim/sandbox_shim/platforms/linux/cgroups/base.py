@@ -15,73 +15,13 @@ from abc import ABC, abstractmethod
 
 from ....errors import LaunchFailed
 from ....mechanism import Usage
-from ....values import Value
+from .limits import Limits
 
-TYPE_CHECKING = False  # no typing or dataclasses at run time: the lifecycle verbs load this module
+TYPE_CHECKING = False  # no typing at run time: the lifecycle verbs load this module
 if TYPE_CHECKING:
     from typing import Any
 
-
-class Limits(Value):
-    """Resource limits from OCI ``linux.resources`` (runtime-spec config-linux.md "Control groups").
-
-    Units: bytes for memory; microseconds for cpu quota/period; a count for pids.
-    ``memory_swap`` is memory+swap (the OCI meaning), as v1's ``memory.memsw.limit_in_bytes``.
-    Compared by value; every field defaults to None (no limit).
-    """
-
-    __match_args__ = ("memory_limit", "memory_swap", "memory_reservation", "pids_limit", "cpu_shares",
-                      "cpu_quota", "cpu_period", "cpu_cpus", "cpu_mems")
-
-    def __init__(self, memory_limit: int | None = None, memory_swap: int | None = None,
-                 memory_reservation: int | None = None, pids_limit: int | None = None,
-                 cpu_shares: int | None = None, cpu_quota: int | None = None, cpu_period: int | None = None,
-                 cpu_cpus: str | None = None, cpu_mems: str | None = None) -> None:
-        self.memory_limit = memory_limit
-        self.memory_swap = memory_swap
-        self.memory_reservation = memory_reservation
-        self.pids_limit = pids_limit
-        self.cpu_shares = cpu_shares
-        self.cpu_quota = cpu_quota
-        self.cpu_period = cpu_period
-        self.cpu_cpus = cpu_cpus
-        self.cpu_mems = cpu_mems
-
-    @classmethod
-    def from_oci(cls, resources: dict[str, Any] | None) -> Limits:
-        """Read the fields we honour from an OCI ``linux.resources`` object (None → no limits)."""
-        r = resources or {}
-        mem = r.get("memory") or {}
-        cpu = r.get("cpu") or {}
-        pids = r.get("pids") or {}
-
-        def pos(v: Any) -> int | None:  # -1 / 0 mean "unlimited" in OCI for several fields
-            return int(v) if isinstance(v, int) and v > 0 else None
-
-        return cls(
-            memory_limit=pos(mem.get("limit")),
-            memory_swap=pos(mem.get("swap")),
-            memory_reservation=pos(mem.get("reservation")),
-            pids_limit=pos(pids.get("limit")),
-            cpu_shares=pos(cpu.get("shares")),
-            cpu_quota=pos(cpu.get("quota")),
-            cpu_period=pos(cpu.get("period")),
-            cpu_cpus=cpu.get("cpus") or None,
-            cpu_mems=cpu.get("mems") or None,
-        )
-
-    def controllers(self) -> list[str]:
-        """Controllers these limits need (names as in cgroups(7))."""
-        need = []
-        if self.memory_limit or self.memory_swap or self.memory_reservation:
-            need.append("memory")
-        if self.pids_limit:
-            need.append("pids")
-        if self.cpu_shares or self.cpu_quota or self.cpu_period:
-            need.append("cpu")
-        if self.cpu_cpus or self.cpu_mems:
-            need.append("cpuset")
-        return need
+__all__ = ["CgroupManager", "Limits", "keyed", "read", "read_int", "rmdir_retry", "write"]
 
 
 def write(path: str, value: str) -> None:
@@ -138,6 +78,35 @@ def rmdir_retry(path: str, tries: int = 50, delay: float = 0.02) -> None:
                 raise LaunchFailed(f"cannot remove cgroup {path}: {e.strerror}") from e
             time.sleep(delay)
     raise LaunchFailed(f"cannot remove cgroup {path}: still busy", "kill the processes left in it")
+
+
+def rmdir_parent(path: str) -> None:
+    """rmdir a parent cgroup we made, unless it is gone or still holds another cgroup (not an error)."""
+    try:
+        os.rmdir(path)
+    except OSError as e:
+        if e.errno not in (errno.ENOENT, errno.EBUSY, errno.ENOTEMPTY, errno.EEXIST):
+            raise LaunchFailed(f"cannot remove cgroup {path}: {e.strerror}") from e
+
+
+def make_parents(root: str, rel: str, made: list[str], before: Any = None, after: Any = None) -> None:
+    """Make each missing directory of ``rel`` (a parent path under the hierarchy ``root``), appending
+    the ones made to ``made``.  ``before(parent)`` runs before each step (v2: enable controllers in
+    the parent), ``after(parent, child)`` after each mkdir (v1 cpuset: copy cpus/mems down)."""
+    cur = root
+    for part in [p for p in rel.strip("/").split("/") if p and p != "."]:
+        parent, cur = cur, os.path.join(cur, part)
+        if before is not None:
+            before(parent)
+        try:
+            os.mkdir(cur)
+            made.append(cur)
+            if after is not None:
+                after(parent, cur)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise LaunchFailed(f"cannot create cgroup {cur}: {e.strerror}") from e
 
 
 class CgroupManager(ABC):
@@ -202,11 +171,20 @@ class CgroupManager(ABC):
                 return
 
     def remove(self, created: list[str]) -> None:
-        """Kill what is left and remove exactly the directories in ``created`` (deepest first)."""
+        """Kill what is left and remove exactly the directories in ``created`` (deepest first).
+
+        The cgroup's own directories must go (retried while the kernel reports them busy); parents
+        in ``created`` (made by ``create`` for a nested ``cgroupsPath``) are removed when empty and
+        left alone while another cgroup lives under them.
+        """
         if any(os.path.isdir(d) for d in self.dirs()):
             self.kill_all(9)
             deadline = time.monotonic() + 5
             while self.pids() and time.monotonic() < deadline:
                 time.sleep(0.01)
-        for d in sorted(created, key=len, reverse=True):
-            rmdir_retry(d)
+        own = set(self.dirs())
+        for d in sorted(created, key=lambda p: p.count("/"), reverse=True):
+            if d in own:
+                rmdir_retry(d)
+            else:
+                rmdir_parent(d)

@@ -15,7 +15,7 @@ from .base import CgroupManager
 
 #: controllers whose absence makes a host unsuitable for resource limits
 CORE = ("memory", "pids")
-V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "cpuset", "freezer")
+V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "cpuset", "freezer", "blkio", "hugetlb", "devices")
 
 
 class Layout(FrozenValue):
