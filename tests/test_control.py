@@ -207,7 +207,8 @@ def test_v2_create_apply_and_read(fake_v2: Path) -> None:
     m = manager("/sandbox-shim/x", 2, Layout(str(fake_v2), frozenset({"memory", "pids", "cpu"}), {}))
     assert isinstance(m, V2Manager)
     # the parent made for the nested path is recorded too, so delete removes it when it is empty
-    assert m.create(["memory", "pids"]) == [str(fake_v2 / "sandbox-shim"), str(fake_v2 / "sandbox-shim" / "x")]
+    made = [str(fake_v2 / "sandbox-shim"), str(fake_v2 / "sandbox-shim" / "x")]
+    assert m.create(["memory", "pids"]) == made
     assert set((fake_v2 / "cgroup.subtree_control").read_text().split()) >= {"+memory", "+pids", "+cpu"}
     parent = fake_v2 / "sandbox-shim"
     assert set((parent / "cgroup.subtree_control").read_text().split()) >= {"+memory", "+pids"}

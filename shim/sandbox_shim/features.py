@@ -11,7 +11,9 @@ Everything the shim does not implement is absent, empty or false:
   module constants extended as the plan learns each one.
 * ``linux.capabilities``: the names config.schema.json accepts in ``process.capabilities`` (``plan``
   passes the effective set to bwrap), read from the schema so the two cannot drift.
-* ``apparmor``, ``selinux``, ``cgroup.systemd``, ``cgroup.systemdUser``: false.
+* ``cgroup.systemd``: the ``cgroup.systemd`` probe (systemd is PID 1, its D-Bus API answers, cgroup v2):
+  ``--systemd-cgroup`` is refused where it is false.
+* ``apparmor``, ``selinux``, ``cgroup.systemdUser``: false.
 * ``seccomp``: enabled when the ``seccomp`` probe succeeded; actions, operators and archs are the ones
   libseccomp (through pyseccomp) can express *and* ``platforms.linux.seccomp`` accepts: SCMP_ACT_NOTIFY is
   left out (no listener process), flags are SECCOMP_FILTER_FLAG_TSYNC only (bwrap loads the filter with
@@ -130,7 +132,7 @@ def features(reports: Iterable[Capability] | None = None) -> dict[str, Any]:
             "namespaces": sorted(ns for ns, probe in NAMESPACE_PROBES.items() if ok(probe)),
             "capabilities": capability_names(),
             "cgroup": {"v1": cgroup_version == "cgroup v1", "v2": cgroup_version == "cgroup v2",
-                       "systemd": False, "systemdUser": False, "rdma": False},
+                       "systemd": ok("cgroup.systemd"), "systemdUser": False, "rdma": False},
             "seccomp": seccomp,
             "apparmor": {"enabled": False},
             "selinux": {"enabled": False},

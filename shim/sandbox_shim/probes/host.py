@@ -154,6 +154,23 @@ for _ctl in _CGROUP_TRIALS:
     register(f"cgroup.{_ctl}")(lambda _c=_ctl: probe_cgroup(_c))
 
 
+@register("cgroup.systemd")
+def probe_systemd_cgroup() -> Capability:
+    """The systemd cgroup driver (``--systemd-cgroup``): systemd is PID 1, its D-Bus API answers, and the
+    host is cgroup v2 (``platforms.linux.cgroups.systemd.probe``).  Never raises."""
+    measured = "read /proc/1/comm and /run/systemd/system; D-Bus Get org.freedesktop.systemd1.Manager Version"
+    if (off := _linux_only("cgroup.systemd", measured)) is not None:
+        return off
+    from ..platforms.linux.cgroups.systemd import probe
+
+    try:
+        ok, why = probe()
+    except Exception as e:  # noqa: BLE001 - a probe reports, it does not raise
+        ok, why = False, f"{type(e).__name__}: {e}"
+    detail = "" if ok else f"{why}: drop --systemd-cgroup"
+    return Capability("cgroup.systemd", ok, "systemd", detail, measured)
+
+
 # ---- other platforms ---------------------------------------------------------------------------
 
 @register("sandbox-exec")

@@ -54,6 +54,12 @@ class LinuxMechanism:
         root = getattr(self, "root", None) or ""
         tag = hashlib.sha256(root.encode()).hexdigest()[:10]  # ids are unique per state root only
         plan = make_plan(spec, sandbox_id, cgroup_parent=f"/sandbox-shim/{tag}")
+        if self.systemd_cgroup:  # runc's grammar for the driver: "slice:prefix:name", checked before probing
+            from .cgroups.systemd import parse_path
+
+            plan.cgroups_path = spec.linux.get("cgroupsPath") or f"system.slice:sandbox-shim:{sandbox_id}"
+            parse_path(plan.cgroups_path, sandbox_id)
+            plan.required.append("cgroup.systemd")
         self.require(plan.required)
         return plan
 
@@ -103,7 +109,8 @@ class LinuxMechanism:
             limits = Limits.from_oci(plan.resources, devices=getattr(plan, "devices", None))
             cg = manager(plan.cgroups_path, systemd=self.systemd_cgroup)
             created = cg.create(limits.hierarchies())
-            priv["cgroup"] = {"version": cg.version, "path": plan.cgroups_path, "created": created}
+            priv["cgroup"] = {"version": cg.version, "path": plan.cgroups_path, "created": created,
+                              "systemd": self.systemd_cgroup}
             undo.callback(cg.remove, created)
             if priv.get("on_cgroup"):
                 priv["on_cgroup"](priv["cgroup"])
@@ -161,6 +168,7 @@ class LinuxMechanism:
                 for _, jfd in joins:
                     os.close(jfd)
             undo.callback(kill_quietly, proc)
+            cg.placed()
             child = wait_ready(proc, status_file, fds["block"])
             import resource
 
@@ -223,7 +231,7 @@ class LinuxMechanism:
 
     def cgroup(self, sandbox: Sandbox) -> Any:
         cg = sandbox.private.get("cgroup")
-        return manager(cg["path"], cg["version"]) if cg else None
+        return manager(cg["path"], cg["version"], systemd=bool(cg.get("systemd"))) if cg else None
 
     def paused(self, sandbox: Sandbox) -> bool:
         cg = self.cgroup(sandbox)
@@ -312,5 +320,5 @@ def _reap_if_child(pid: int, start: int | None) -> None:
 
 def remove_cgroups(info: dict[str, Any]) -> None:
     """Kill and remove the cgroups recorded in ``info`` (``{"version", "path", "created"}``)."""
-    cg = manager(info["path"], info["version"])
+    cg = manager(info["path"], info["version"], systemd=bool(info.get("systemd")))
     cg.remove([d for d in info.get("created", []) if os.path.isdir(d)])

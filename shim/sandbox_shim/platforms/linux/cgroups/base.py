@@ -150,6 +150,11 @@ class CgroupManager(ABC):
     def oom_killed(self) -> bool:
         """True if the kernel's OOM killer acted inside this cgroup."""
 
+    def placed(self) -> None:
+        """The sandbox's first process is in the cgroup: drop whatever held it until then (systemd's
+        placeholder); a no-op for the cgroupfs managers."""
+        return None
+
     def kill_all(self, signum: int = 9, exclude: set[int] | frozenset[int] = frozenset()) -> None:
         """Send ``signum`` to every process in the cgroup but ``exclude`` (freezing first for SIGKILL,
         so none can fork away)."""

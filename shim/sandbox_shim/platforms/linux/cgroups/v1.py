@@ -68,8 +68,14 @@ class V1Manager(CgroupManager):
                 if d in created:
                     continue
                 after = self._copy_cpuset if c == "cpuset" else None
-                make_parents(self.mounts[c], os.path.dirname(self.path), created, after=after)
-                os.mkdir(d)
+                for attempt in range(3):  # a parent may vanish when the last sibling's delete removes it
+                    make_parents(self.mounts[c], os.path.dirname(self.path), created, after=after)
+                    try:
+                        os.mkdir(d)
+                        break
+                    except FileNotFoundError:
+                        if attempt == 2:
+                            raise
                 created.append(d)
         except FileExistsError as e:
             self.remove(created)
