@@ -102,6 +102,7 @@ def test_v2_applies_every_field_it_can(fake_v2: Path) -> None:
     ({"unified": {"cgroup.procs": "1"}}, "/linux/resources/unified/cgroup.procs"),
     ({"unified": {"../../cgroup.procs": "1"}}, "/linux/resources/unified/..~1..~1cgroup.procs"),
     ({"unified": {"memory.nonexistent": "1"}}, "/linux/resources/unified/memory.nonexistent"),
+    ({"unified": {"cpuset.cpus.partition": "root"}}, "/linux/resources/unified/cpuset.cpus.partition"),
 ])
 def test_v2_refuses_with_the_pointer_and_writes_nothing(fake_v2: Path, resources: dict, pointer: str) -> None:
     m = V2Manager(str(fake_v2), "/sandbox-shim/r")
@@ -130,6 +131,20 @@ def test_v1_refuses_unified_and_what_its_kernel_lacks(tmp_path: Path) -> None:
         assert e.value.line().startswith(pointer + ":"), e.value.line()
     with pytest.raises(LaunchFailed, match="^/linux/resources/devices:"):
         m.apply(Limits(devices=[]))
+
+
+@pytest.mark.skipif(not linux_root, reason="needs root (creates a sandbox)")
+def test_a_cgroups_path_that_leaves_the_hierarchy_is_refused(make_bundle, state_root: Path,
+                                                             tmp_path: Path) -> None:
+    target = tmp_path / "outside"
+    cfg = base_config(["true"])
+    cfg["linux"]["cgroupsPath"] = "/../../../../../../.." + str(target)
+    cfg["linux"]["resources"] = {"pids": {"limit": 5}}
+    r = run_shim(state_root, "create", "--bundle", str(make_bundle(cfg)), "esc")
+    assert r.returncode != 0 and r.stderr.startswith("sandbox-shim: /linux/cgroupsPath:"), r.stderr
+    assert not target.exists() and not (state_root / "esc").exists()
+    with pytest.raises(LaunchFailed, match="^/linux/cgroupsPath:"):
+        V2Manager("/sys/fs/cgroup", "/a/../b")
 
 
 def test_nested_parents_are_removed_when_the_last_child_goes(fake_v2: Path) -> None:

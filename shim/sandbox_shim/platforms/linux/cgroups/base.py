@@ -109,6 +109,23 @@ def make_parents(root: str, rel: str, made: list[str], before: Any = None, after
             raise LaunchFailed(f"cannot create cgroup {cur}: {e.strerror}") from e
 
 
+def clean_path(path: str) -> str:
+    """``path`` as ``/a/b`` after refusing what would leave the hierarchy: ``..`` or ``.`` components
+    (``/../../tmp/x`` would make plain directories outside cgroupfs, and limits would silently not
+    apply), NUL and newline.
+
+    Raises:
+        LaunchFailed: starting with ``/linux/cgroupsPath``.
+    """
+    parts = [p for p in path.split("/") if p]
+    if any(p in (".", "..") for p in parts) or "\0" in path or "\n" in path:
+        from .limits import refusal
+
+        raise refusal("/linux/cgroupsPath", f"{path!r} leaves the cgroup hierarchy",
+                      "name a path below the hierarchy's root, without . or .. components")
+    return "/" + "/".join(parts)
+
+
 class CgroupManager(ABC):
     """One cgroup across the hierarchies of one version."""
 

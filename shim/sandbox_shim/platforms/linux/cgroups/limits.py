@@ -169,7 +169,7 @@ def check_common(limits: Limits) -> None:
     """
     if limits.memory_kernel:
         raise refusal("/linux/resources/memory/kernel", "kernel memory limits are not supported (deprecated "
-                      "by the kernel; runc ignores them, this runtime refuses rather than ignore a limit)")
+                      "by the kernel; runc ignores them, this runtime refuses to ignore a limit)")
     if limits.memory_swap and limits.memory_limit and limits.memory_swap < limits.memory_limit:
         raise refusal("/linux/resources/memory/swap", "memory+swap must be >= memory.limit",
                       "set swap to at least memory.limit (or -1 for unlimited)")

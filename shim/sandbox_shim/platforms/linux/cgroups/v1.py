@@ -21,7 +21,7 @@ import time
 
 from ....errors import LaunchFailed
 from ....mechanism import Usage
-from .base import CgroupManager, Limits, keyed, make_parents, read, read_int, write
+from .base import CgroupManager, Limits, clean_path, keyed, make_parents, read, read_int, write
 from .limits import THROTTLE, check_common, refusal
 
 #: controllers joined for every sandbox when the host has them (limits or not: accounting, freezing)
@@ -38,7 +38,7 @@ class V1Manager(CgroupManager):
 
     def __init__(self, mounts: dict[str, str], path: str) -> None:
         self.mounts = mounts
-        self.path = "/" + path.strip("/")
+        self.path = clean_path(path)
 
     def _dir(self, controller: str) -> str:
         return os.path.join(self.mounts[controller], self.path.lstrip("/"))

@@ -19,7 +19,7 @@ import time
 
 from ....errors import LaunchFailed
 from ....mechanism import Usage
-from .base import CgroupManager, Limits, keyed, make_parents, read, read_int, write
+from .base import CgroupManager, Limits, clean_path, keyed, make_parents, read, read_int, write
 from .limits import THROTTLE, blkio_to_io_weight, check_common, refusal, shares_to_weight
 
 #: controllers enabled down the path when the host has them
@@ -27,6 +27,9 @@ ENABLE = ("cpuset", "cpu", "io", "memory", "hugetlb", "pids")
 #: ``unified`` keys must name a file of one of these controllers, or one of ``UNIFIED_CGROUP_FILES``
 UNIFIED_CONTROLLERS = ("cpu", "cpuset", "io", "memory", "hugetlb", "pids", "misc", "rdma")
 UNIFIED_CGROUP_FILES = ("cgroup.max.depth", "cgroup.max.descendants")
+#: ``unified`` keys refused although their controller is allowed: a partition root takes CPUs away from
+#: every sibling (kernel doc cgroup-v2.rst "cpuset.cpus.partition"), which is not a limit on the sandbox
+UNIFIED_REFUSED = ("cpuset.cpus.partition", "cpuset.cpus.exclusive")
 
 
 class V2Manager(CgroupManager):
@@ -36,7 +39,7 @@ class V2Manager(CgroupManager):
 
     def __init__(self, mount: str, path: str) -> None:
         self.mount = mount
-        self.path = "/" + path.strip("/")
+        self.path = clean_path(path)
         self.dir = os.path.join(mount, self.path.lstrip("/"))
 
     def dirs(self) -> list[str]:
@@ -136,7 +139,7 @@ class V2Manager(CgroupManager):
     def _check_unified(self, key: str) -> None:
         p = f"/linux/resources/unified/{key.replace('~', '~0').replace('/', '~1')}"
         ctl = key.split(".", 1)[0]
-        allowed = ctl in UNIFIED_CONTROLLERS or key in UNIFIED_CGROUP_FILES
+        allowed = (ctl in UNIFIED_CONTROLLERS or key in UNIFIED_CGROUP_FILES) and key not in UNIFIED_REFUSED
         if "/" in key or "\n" in key or key in (".", "..") or not allowed:
             raise refusal(p, "not a settable cgroup v2 limit file", "use a file of "
                           f"{', '.join(UNIFIED_CONTROLLERS)} or {', '.join(UNIFIED_CGROUP_FILES)}")
