@@ -367,3 +367,27 @@ def test_systemd_scope_holds_the_sandbox_and_goes_at_delete(make_bundle, state_r
         d = run_shim(state_root, "delete", "--force", sid)
     assert d.returncode == 0, d.stderr
     assert not scope.exists()
+
+
+@pytest.mark.skipif(not linux_root or LAYOUT.version == 0,
+                    reason=f"needs root and a cgroup hierarchy (detected: version {LAYOUT.version})")
+def test_a_sandbox_cannot_open_a_device_its_rules_deny(make_bundle, state_root: Path) -> None:
+    """The rule list in the plan reaches the cgroup (v1 devices.*, v2 the BPF program) before user code."""
+    from sandbox_shim import api
+    from sandbox_shim.execution import run_bundle
+
+    script = ("head -c1 /dev/zero >/dev/null && echo ZERO_READ_OK; head -c1 /dev/null && echo NULL_READ_OK; "
+              "echo x >/dev/null && echo NULL_WRITE_OK; true")
+    bundle = make_bundle(base_config(["sh", "-c", script]))
+    mech = api.default_mechanism(str(state_root))
+    make_plan = mech.make_plan
+
+    def with_rules(spec, sandbox_id):  # what the planner hands over from linux.resources.devices
+        plan = make_plan(spec, sandbox_id)
+        plan.devices = RULES
+        return plan
+
+    mech.make_plan = with_rules
+    out = run_bundle(mech, f"dev-{uuid.uuid4().hex[:6]}", bundle, timeout=60).stdout.decode()
+    assert "ZERO_READ_OK" in out and "NULL_WRITE_OK" in out, out  # the control: allowed opens work
+    assert "NULL_READ_OK" not in out, out
