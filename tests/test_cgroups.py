@@ -115,6 +115,19 @@ def test_v2_refuses_with_the_pointer_and_writes_nothing(fake_v2: Path, resources
     assert sorted(os.listdir(d)) == before  # pids.max (checked fine) was not written either
 
 
+def test_open_shapes_in_the_schema_are_refused_with_their_pointer() -> None:
+    for resources, pointer in (
+            ({"blockIO": {"throttleReadBpsDevice": [{"major": "8", "minor": 0, "rate": 1}]}},
+             "/linux/resources/blockIO/throttleReadBpsDevice/0/major"),
+            ({"blockIO": {"weightDevice": "8:0 100"}}, "/linux/resources/blockIO/weightDevice"),
+            ({"hugepageLimits": [{"pageSize": "2MB", "limit": -1}]},
+             "/linux/resources/hugepageLimits/0/limit"),
+            ({"hugepageLimits": ["2MB"]}, "/linux/resources/hugepageLimits")):
+        with pytest.raises(LaunchFailed) as e:
+            Limits.from_oci(resources)
+        assert e.value.line().startswith(pointer + ":"), e.value.line()
+
+
 def test_v1_refuses_unified_and_what_its_kernel_lacks(tmp_path: Path) -> None:
     mounts = {c: str(tmp_path / c) for c in ("memory", "pids", "cpu", "cpuacct", "freezer")}
     for p in set(mounts.values()):

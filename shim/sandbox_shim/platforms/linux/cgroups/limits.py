@@ -79,6 +79,9 @@ class Limits(Value):
                  devices: list[dict[str, Any]] | None = None) -> Limits:
         """Read an OCI ``linux.resources`` object (None → no limits).
 
+        Raises ``LaunchFailed`` (starting with the pointer) for blockIO/hugepageLimits entries of the
+        wrong shape, which the schema leaves open.
+
         ``devices`` is the device rule list (shape above) built from ``linux.resources.devices`` by the
         planner; ``resources["devices"]`` itself is not read here.
         """
@@ -97,11 +100,35 @@ class Limits(Value):
         def flag(v: Any) -> bool | None:
             return v if isinstance(v, bool) else None
 
-        def dev(e: dict[str, Any]) -> tuple[int, int]:
-            return int(e.get("major", 0)), int(e.get("minor", 0))
+        def entries(ptr: str, v: Any) -> list[dict[str, Any]]:
+            if v is None:
+                return []
+            if not isinstance(v, list) or not all(isinstance(e, dict) for e in v):
+                raise refusal(ptr, "must be an array of objects")
+            return v
 
-        throttle = {k: [(*dev(e), int(e.get("rate", 0))) for e in bio.get(k) or []]
+        def integer(ptr: str, v: Any, default: int | None = None) -> int:
+            if v is None and default is not None:
+                return default
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise refusal(ptr, f"{v!r} is not a non-negative integer")
+            return v
+
+        def dev(ptr: str, e: dict[str, Any]) -> tuple[int, int]:
+            return integer(f"{ptr}/major", e.get("major")), integer(f"{ptr}/minor", e.get("minor"))
+
+        if not isinstance(bio, dict):
+            raise refusal("/linux/resources/blockIO", "must be an object")
+        b = "/linux/resources/blockIO"
+        throttle = {k: [(*dev(f"{b}/{k}/{i}", e), integer(f"{b}/{k}/{i}/rate", e.get("rate")))
+                        for i, e in enumerate(entries(f"{b}/{k}", bio.get(k)))]
                     for k in THROTTLE if bio.get(k)}
+        weight_dev = [(*dev(f"{b}/weightDevice/{i}", e), pos(e.get("weight")), pos(e.get("leafWeight")))
+                      for i, e in enumerate(entries(f"{b}/weightDevice", bio.get("weightDevice")))]
+        h = "/linux/resources/hugepageLimits"
+        huge = [(e.get("pageSize") if isinstance(e.get("pageSize"), str) else "",
+                 integer(f"{h}/{i}/limit", e.get("limit")))
+                for i, e in enumerate(entries(h, r.get("hugepageLimits")))]
         return cls(
             memory_limit=pos(mem.get("limit")),
             memory_swap=pos(mem.get("swap")),
@@ -124,11 +151,9 @@ class Limits(Value):
             cpu_idle=num(cpu.get("idle")),
             blkio_weight=pos(bio.get("weight")),
             blkio_leaf_weight=pos(bio.get("leafWeight")),
-            blkio_weight_device=[(*dev(e), pos(e.get("weight")), pos(e.get("leafWeight")))
-                                 for e in bio.get("weightDevice") or []] or None,
+            blkio_weight_device=weight_dev or None,
             blkio_throttle=throttle or None,
-            hugepage_limits=[(str(h.get("pageSize", "")), int(h.get("limit", 0)))
-                             for h in r.get("hugepageLimits") or []] or None,
+            hugepage_limits=huge or None,
             unified={str(k): str(v) for k, v in (r.get("unified") or {}).items()} or None,
             devices=list(devices) if devices is not None else None,
         )
