@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import base_config, run_shim
+from conftest import base_config, cgroup_dirs, run_shim
 from sandbox_shim import control
 from sandbox_shim.errors import LaunchFailed
 from sandbox_shim.platforms.linux.cgroups import Limits, devices
@@ -171,6 +171,12 @@ def test_nested_parents_are_removed_when_the_last_child_goes(fake_v2: Path) -> N
     (fake_v2 / "k8s" / "pod1" / "cgroup.procs").unlink(missing_ok=True)
     b.remove(made_b)
     assert os.path.isdir(fake_v2 / "k8s" / "pod1")  # b did not make them, so b leaves them
+    # nesting under a cgroup that holds processes (another container's) is refused, nothing made
+    (fake_v2 / "k8s" / "pod1" / "cgroup.procs").write_text("4242\n")
+    with pytest.raises(LaunchFailed, match="^/linux/cgroupsPath: .* holds processes"):
+        V2Manager(str(fake_v2), "/k8s/pod1/sub/d").create([])
+    assert not (fake_v2 / "k8s" / "pod1" / "sub").exists()
+    (fake_v2 / "k8s" / "pod1" / "cgroup.procs").write_text("")
     # a parent that existed before the sandbox is never removed
     c = V2Manager(str(fake_v2), "/k8s/pod1/c")
     c.remove(c.create([]))
@@ -344,7 +350,7 @@ def test_systemd_cgroup_is_refused_without_systemd(make_bundle, state_root: Path
     assert r.returncode == 4  # CapabilityUnavailable: refused before anything was made
     assert "Traceback" not in r.stderr
     assert not (state_root / "sd1").exists()
-    assert not [p for p in Path("/sys/fs/cgroup").glob("**/sd1") if p.is_dir()]
+    assert cgroup_dirs("sd1") == []
     feats = json.loads(run_shim(state_root, "features").stdout)
     assert feats["linux"]["cgroup"]["systemd"] is False
 

@@ -104,7 +104,13 @@ def make_parents(root: str, rel: str, made: list[str], before: Any = None, after
             if after is not None:
                 after(parent, cur)
         except FileExistsError:
-            pass
+            if (read(os.path.join(cur, "cgroup.procs")) or "").strip():
+                from .limits import refusal
+
+                # a cgroup with processes is a container's, not a parent: nesting under it would charge
+                # this sandbox to that one and keep its delete from removing it
+                raise refusal("/linux/cgroupsPath", f"{cur} holds processes (another container's cgroup)",
+                              "pick a cgroupsPath whose parents hold no processes") from None
         except OSError as e:
             raise LaunchFailed(f"cannot create cgroup {cur}: {e.strerror}") from e
 

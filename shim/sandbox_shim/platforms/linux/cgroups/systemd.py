@@ -300,10 +300,18 @@ class SystemdManager(V2Manager):
 
 
 def _placeholder() -> int:
-    """Fork a child that only waits to be killed (it holds the new scope until bwrap is in it)."""
+    """Fork a child that only waits to be killed (it holds the new scope until bwrap is in it).  It dies
+    with its parent (PR_SET_PDEATHSIG, prctl(2)), so a create killed midway leaves an empty scope, which
+    systemd removes, and no process."""
+    import ctypes
+
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os._exit(0)
             while True:
                 signal.pause()
         finally:

@@ -59,9 +59,13 @@ class V2Manager(CgroupManager):
         made: list[str] = []
         parent = os.path.dirname(self.dir)
         for _ in range(3):  # a parent may vanish under us when the last sibling's delete removes it
-            make_parents(self.mount, os.path.relpath(parent, self.mount), made,
-                         before=lambda p: self._enable(p, enable))
-            self._enable(parent, enable)
+            try:
+                make_parents(self.mount, os.path.relpath(parent, self.mount), made,
+                             before=lambda p: self._enable(p, enable))
+                self._enable(parent, enable)
+            except LaunchFailed:
+                self.remove(made)
+                raise
             try:
                 os.mkdir(self.dir)
                 return [*made, self.dir]
