@@ -39,6 +39,9 @@ class Facts:
         pids_current / pids_limit: processes now / pids.max (None = unlimited).
         pids_max_hits: forks refused by pids.max (pids.events ``max``).
         cpu_total_ns / cpu_user_ns / cpu_kernel_ns: CPU time, nanoseconds.
+        io_read_bytes / io_write_bytes: block I/O, bytes (v2 io.stat, v1 blkio service bytes).
+        psi: v2 pressure stall information ``{"cpu"|"memory"|"io": {"some"|"full": {"avg10", "avg60",
+            "avg300", "total"}}}`` (kernel doc accounting/psi.rst); empty on v1.
     """
 
     memory_usage: int | None = None
@@ -52,6 +55,9 @@ class Facts:
     cpu_total_ns: int | None = None
     cpu_user_ns: int | None = None
     cpu_kernel_ns: int | None = None
+    io_read_bytes: int | None = None
+    io_write_bytes: int | None = None
+    psi: dict[str, Any] | None = None
 
 
 def _read(path: str) -> str | None:
@@ -81,13 +87,16 @@ def facts(cg: Any) -> Facts:
     f = Facts()
     u = cg.usage()
     f.memory_usage, f.memory_peak, f.pids_current = u.memory_bytes, u.memory_peak_bytes, u.pids
+    f.io_read_bytes, f.io_write_bytes = u.io_read_bytes, u.io_write_bytes
     if u.cpu_user_us is not None:
         f.cpu_user_ns, f.cpu_kernel_ns = u.cpu_user_us * 1000, (u.cpu_system_us or 0) * 1000
     if cg.version == 2:
         d = cg.dir
         mem_ev = _keyed(os.path.join(d, "memory.events"))
         f.memory_failcnt = mem_ev.get("max")
-        f.oom_kills = mem_ev.get("oom_kill", 0)
+        # processes the OOM killer killed, and whole-cgroup kills (memory.oom.group, Linux 5.19)
+        f.oom_kills = mem_ev.get("oom_kill", 0) + mem_ev.get("oom_group_kill", 0)
+        f.psi = cg.pressure()
         f.memory_limit = _int(os.path.join(d, "memory.max"))
         f.pids_limit = _int(os.path.join(d, "pids.max"))
         f.pids_max_hits = _keyed(os.path.join(d, "pids.events")).get("max", 0)
@@ -189,13 +198,21 @@ def stats(mechanism: Any, sandbox_id: str) -> dict[str, Any]:
 
 
 def _stats_event(sandbox_id: str, f: Facts) -> dict[str, Any]:
-    return {"type": "stats", "id": sandbox_id, "data": {
+    """runc's stats shape; ``psi`` (runc 1.2, cgroup v2) under cpu, memory and blkio where present."""
+    data: dict[str, Any] = {
         "cpu": {"usage": {"total": f.cpu_total_ns or 0, "user": f.cpu_user_ns or 0,
                           "kernel": f.cpu_kernel_ns or 0}},
         "memory": {"usage": {"usage": f.memory_usage or 0, "max": f.memory_peak or 0,
                              "failcnt": f.memory_failcnt or 0, "limit": f.memory_limit or 0}},
         "pids": {"current": f.pids_current or 0, "limit": f.pids_limit or 0},
-    }}
+        "blkio": {"ioServiceBytesRecursive": [
+            {"op": op, "value": v} for op, v in (("Read", f.io_read_bytes), ("Write", f.io_write_bytes))
+            if v is not None]},
+    }
+    for res, key in (("cpu", "cpu"), ("memory", "memory"), ("io", "blkio")):
+        if f.psi and res in f.psi:
+            data[key]["psi"] = f.psi[res]
+    return {"type": "stats", "id": sandbox_id, "data": data}
 
 
 def events(mechanism: Any, sandbox_id: str, interval: float = 5.0) -> Iterator[dict[str, Any]]:

@@ -13,7 +13,9 @@ Everything the shim does not implement is absent, empty or false:
   passes the granted set to bwrap), read from the schema so the two cannot drift; the annotation
   ``sandbox-shim.capabilities.without-userns`` lists the ones granted without a user namespace
   (``hardening.capabilities``), ``sandbox-shim.devices-cgroup`` whether the devices cgroup works here.
-* ``apparmor``, ``selinux``, ``cgroup.systemd``, ``cgroup.systemdUser``: false.
+* ``cgroup.systemd``: the ``cgroup.systemd`` probe (systemd is PID 1, its D-Bus API answers, cgroup v2):
+  ``--systemd-cgroup`` is refused where it is false.
+* ``apparmor``, ``selinux``, ``cgroup.systemdUser``: false.
 * ``seccomp``: enabled when the ``seccomp`` probe succeeded; actions, operators and archs are the ones
   libseccomp (through pyseccomp) can express *and* ``platforms.linux.seccomp`` accepts: SCMP_ACT_NOTIFY is
   left out (no listener process), flags are SECCOMP_FILTER_FLAG_TSYNC only (bwrap loads the filter with
@@ -137,7 +139,7 @@ def features(reports: Iterable[Capability] | None = None) -> dict[str, Any]:
             "namespaces": sorted(ns for ns, probe in NAMESPACE_PROBES.items() if ok(probe)),
             "capabilities": capability_names(),
             "cgroup": {"v1": cgroup_version == "cgroup v1", "v2": cgroup_version == "cgroup v2",
-                       "systemd": False, "systemdUser": False, "rdma": False},
+                       "systemd": ok("cgroup.systemd"), "systemdUser": False, "rdma": False},
             "seccomp": seccomp,
             "apparmor": {"enabled": False},
             "selinux": {"enabled": False},

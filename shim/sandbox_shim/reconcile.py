@@ -29,7 +29,7 @@ def lost_sandboxes(store: StateStore, known: set[str]) -> list[Status]:
             continue
         from .platforms.linux.cgroups import manager
 
-        cg = manager(info["path"], info["version"])
+        cg = manager(info["path"], info["version"], systemd=bool(info.get("systemd")))
         if not any(os.path.isdir(d) for d in cg.dirs()):
             continue
         pids = [p for p in cg.pids() if proc_start_time(p) is not None]

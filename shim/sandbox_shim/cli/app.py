@@ -46,14 +46,16 @@ Lifecycle verbs (runc grammar, parsed without click for speed):
 @click.option("--log", "log_file", default=None, help="Append log records to this file.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--debug", is_flag=True, help="More detail in logs.")
-@click.option("--systemd-cgroup", is_flag=True, hidden=True, help="Accepted for runc compatibility.")
+@click.option("--systemd-cgroup", is_flag=True,
+              help="cgroupsPath is slice:prefix:name; systemd makes the scope (refused without systemd).")
 @click.version_option(package_name="sandbox-shim", prog_name="sandbox-shim")
 @click.pass_context
 def cli(
     ctx: click.Context, root: str, log_file: str | None, log_format: str, debug: bool, systemd_cgroup: bool
 ) -> None:
     """sandbox-shim: run OCI bundles as sandboxes with the host's own isolation."""
-    ctx.obj = Globals(root=root, log=log_file, log_format=log_format, debug=debug)
+    ctx.obj = Globals(root=root, log=log_file, log_format=log_format, debug=debug,
+                      systemd_cgroup=systemd_cgroup)
     attach_telemetry(ctx.obj)
 
 

@@ -92,8 +92,8 @@ def parse(argv: list[str]) -> tuple[Globals, str, dict[str, object], list[str]]:
                 g.log_format = val
         elif a == "--debug":
             g.debug = True
-        elif a in ("--systemd-cgroup",):
-            pass
+        elif a == "--systemd-cgroup":
+            g.systemd_cgroup = True
         else:
             raise UsageError(f"unknown global flag {a}")
         i += 1
@@ -142,6 +142,7 @@ def main(argv: list[str]) -> int:
         from .. import api
 
         mech = api.default_mechanism(g.root)
+        mech.systemd_cgroup = g.systemd_cgroup  # create makes a systemd scope; the others read the record
         sid = pos[0]
         if verb == "create":
             from ..mechanism import Sandbox

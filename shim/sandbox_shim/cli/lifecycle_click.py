@@ -27,6 +27,7 @@ def run(g: Globals, bundle: str, detach: bool, pid_file: str | None, keep: bool,
     from ..mechanism import Sandbox
 
     mech = api.default_mechanism(g.root)
+    mech.systemd_cgroup = g.systemd_cgroup
     try:
         st = api.provision(mech, Sandbox(container_id, bundle), pid_file=pid_file)
         api.start(mech, container_id)

@@ -22,16 +22,18 @@ DEFAULT_ROOT = "/run/sandbox-shim"
 
 
 class Globals(Value):
-    """Global flags (runc grammar): ``--root``, ``--log``, ``--log-format``, ``--debug``."""
+    """Global flags (runc grammar): ``--root``, ``--log``, ``--log-format``, ``--debug``,
+    ``--systemd-cgroup``."""
 
-    __match_args__ = ("root", "log", "log_format", "debug")
+    __match_args__ = ("root", "log", "log_format", "debug", "systemd_cgroup")
 
     def __init__(self, root: str = DEFAULT_ROOT, log: str | None = None, log_format: str = "text",
-                 debug: bool = False) -> None:
+                 debug: bool = False, systemd_cgroup: bool = False) -> None:
         self.root = root
         self.log = log
         self.log_format = log_format
         self.debug = debug
+        self.systemd_cgroup = systemd_cgroup
 
 
 def rfc3339_now() -> str:

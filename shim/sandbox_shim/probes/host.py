@@ -111,9 +111,11 @@ def probe_cgroup(controller: str, layout: Layout | None = None) -> Capability:
         return Capability(name, False, mech, "no usable cgroup hierarchy (need memory and pids): mount "
                           "cgroup2 with them enabled, or the v1 memory and pids hierarchies",
                           "read /proc/self/mountinfo")
+    if version == 2 and controller == "devices":
+        return _probe_v2_devices(name, mech, path, version, lay, limits_kw)
     if version not in files:
         return Capability(name, False, mech, f"the cgroup v{version} {controller} controller is not built in "
-                          "this version (v2 needs a BPF_CGROUP_DEVICE program)", "none")
+                          "this version", "none")
     fname, want = files[version]
     root = lay.v2_mount if version == 2 else lay.v1_mounts.get(controller)
     if root is None:
@@ -157,8 +159,49 @@ def probe_cgroup(controller: str, layout: Layout | None = None) -> Capability:
             pass
 
 
+def _probe_v2_devices(name: str, mech: str, path: str, version: int, lay: Layout,
+                      limits_kw: dict[str, object]) -> Capability:
+    """v2 has no devices files: load and attach the trial rules as a BPF_CGROUP_DEVICE program
+    (cgroup-v2.rst "Device controller") to a throwaway cgroup; the attach succeeding is the proof."""
+    from ..errors import LaunchFailed
+    from ..platforms.linux.cgroups import Limits, manager
+
+    measured = f"mkdir {path}; BPF_PROG_LOAD + BPF_PROG_ATTACH (BPF_CGROUP_DEVICE); rmdir"
+    mgr = manager(path, version, lay)
+    created: list[str] = []
+    try:
+        created = mgr.create([])
+        mgr.apply(Limits(**limits_kw))  # type: ignore[arg-type]
+        return Capability(name, True, mech, "", measured)
+    except (LaunchFailed, OSError) as e:
+        return Capability(name, False, mech, f"{e}: the kernel refused the device program (needs root and "
+                          f"CONFIG_CGROUP_BPF){_seccomp_note()}", measured)
+    finally:
+        try:
+            mgr.remove(created)
+        except (LaunchFailed, OSError):
+            pass
+
+
 for _ctl in _CGROUP_TRIALS:
     register(f"cgroup.{_ctl}")(lambda _c=_ctl: probe_cgroup(_c))
+
+
+@register("cgroup.systemd")
+def probe_systemd_cgroup() -> Capability:
+    """The systemd cgroup driver (``--systemd-cgroup``): systemd is PID 1, its D-Bus API answers, and the
+    host is cgroup v2 (``platforms.linux.cgroups.systemd.probe``).  Never raises."""
+    measured = "read /proc/1/comm and /run/systemd/system; D-Bus Get org.freedesktop.systemd1.Manager Version"
+    if (off := _linux_only("cgroup.systemd", measured)) is not None:
+        return off
+    from ..platforms.linux.cgroups.systemd import probe
+
+    try:
+        ok, why = probe()
+    except Exception as e:  # noqa: BLE001 - a probe reports, it does not raise
+        ok, why = False, f"{type(e).__name__}: {e}"
+    detail = "" if ok else f"{why}: drop --systemd-cgroup"
+    return Capability("cgroup.systemd", ok, "systemd", detail, measured)
 
 
 # ---- other platforms ---------------------------------------------------------------------------

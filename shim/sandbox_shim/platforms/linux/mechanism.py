@@ -42,6 +42,8 @@ class LinuxMechanism:
     """bubblewrap + cgroups.  ``state_dir`` of each sandbox is given in ``sandbox.private['dir']``."""
 
     name = "linux"
+    #: runc's ``--systemd-cgroup``: ``cgroupsPath`` is ``slice:prefix:name`` and systemd makes the scope
+    systemd_cgroup = False
 
     def capabilities(self) -> list[Capability]:
         from ...capability import report
@@ -66,6 +68,12 @@ class LinuxMechanism:
             from ...errors import BundleInvalid
 
             raise BundleInvalid(refused)
+        if self.systemd_cgroup:  # runc's grammar for the driver: "slice:prefix:name", checked before probing
+            from .cgroups.systemd import parse_path
+
+            plan.cgroups_path = spec.linux.get("cgroupsPath") or f"system.slice:sandbox-shim:{sandbox_id}"
+            parse_path(plan.cgroups_path, sandbox_id)
+            plan.required.append("cgroup.systemd")
         self.require(plan.required)
         return plan
 
@@ -114,10 +122,12 @@ class LinuxMechanism:
             raise LaunchFailed("--console-socket was given but process.terminal is false",
                                "set process.terminal to true, or drop --console-socket")
         with contextlib.ExitStack() as undo:
-            limits = Limits.from_oci(plan.resources)
-            cg = manager(plan.cgroups_path)
-            created = cg.create(limits.controllers())
-            priv["cgroup"] = {"version": cg.version, "path": plan.cgroups_path, "created": created}
+            # the device rule list (linux.resources.devices plus the defaults) is the planner's
+            limits = Limits.from_oci(plan.resources, devices=(plan.resources or {}).get("devices"))
+            cg = manager(plan.cgroups_path, systemd=self.systemd_cgroup)
+            created = cg.create(limits.hierarchies())
+            priv["cgroup"] = {"version": cg.version, "path": plan.cgroups_path, "created": created,
+                              "systemd": self.systemd_cgroup}
             undo.callback(cg.remove, created)
             if priv.get("on_cgroup"):
                 priv["on_cgroup"](priv["cgroup"])
@@ -187,6 +197,7 @@ class LinuxMechanism:
                 for _, jfd in joins:
                     os.close(jfd)
             undo.callback(kill_quietly, proc)
+            cg.placed()
             child = wait_ready(proc, status_file, fds["block"])
             child_start = proc_start_time(child)
             undo.callback(_kill_child, child, child_start)
@@ -264,7 +275,7 @@ class LinuxMechanism:
 
     def cgroup(self, sandbox: Sandbox) -> Any:
         cg = sandbox.private.get("cgroup")
-        return manager(cg["path"], cg["version"]) if cg else None
+        return manager(cg["path"], cg["version"], systemd=bool(cg.get("systemd"))) if cg else None
 
     def paused(self, sandbox: Sandbox) -> bool:
         cg = self.cgroup(sandbox)
@@ -350,5 +361,5 @@ def record_exit(state_dir: str, code: int) -> None:
 
 def remove_cgroups(info: dict[str, Any]) -> None:
     """Kill and remove the cgroups recorded in ``info`` (``{"version", "path", "created"}``)."""
-    cg = manager(info["path"], info["version"])
+    cg = manager(info["path"], info["version"], systemd=bool(info.get("systemd")))
     cg.remove([d for d in info.get("created", []) if os.path.isdir(d)])

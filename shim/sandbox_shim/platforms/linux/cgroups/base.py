@@ -15,80 +15,13 @@ from abc import ABC, abstractmethod
 
 from ....errors import LaunchFailed
 from ....mechanism import Usage
-from ....values import Value
+from .limits import Limits
 
-TYPE_CHECKING = False  # no typing or dataclasses at run time: the lifecycle verbs load this module
+TYPE_CHECKING = False  # no typing at run time: the lifecycle verbs load this module
 if TYPE_CHECKING:
     from typing import Any
 
-
-class Limits(Value):
-    """Resource limits from OCI ``linux.resources`` (runtime-spec config-linux.md "Control groups").
-
-    Units: bytes for memory; microseconds for cpu quota/period; a count for pids.
-    ``memory_swap`` is memory+swap (the OCI meaning), as v1's ``memory.memsw.limit_in_bytes``.
-    Compared by value; every field defaults to None (no limit).
-    """
-
-    __match_args__ = ("memory_limit", "memory_swap", "memory_reservation", "pids_limit", "cpu_shares",
-                      "cpu_quota", "cpu_period", "cpu_cpus", "cpu_mems", "devices")
-
-    def __init__(self, memory_limit: int | None = None, memory_swap: int | None = None,
-                 memory_reservation: int | None = None, pids_limit: int | None = None,
-                 cpu_shares: int | None = None, cpu_quota: int | None = None, cpu_period: int | None = None,
-                 cpu_cpus: str | None = None, cpu_mems: str | None = None,
-                 devices: list[dict[str, Any]] | None = None) -> None:
-        self.memory_limit = memory_limit
-        self.memory_swap = memory_swap
-        self.memory_reservation = memory_reservation
-        self.pids_limit = pids_limit
-        self.cpu_shares = cpu_shares
-        self.cpu_quota = cpu_quota
-        self.cpu_period = cpu_period
-        self.cpu_cpus = cpu_cpus
-        self.cpu_mems = cpu_mems
-        #: devices cgroup rules in order, deny-all first (``sandbox_shim.devices`` shape: ``{"allow",
-        #: "type", "major", "minor", "access"}``, None = ``*``); None: the devices controller is not used
-        self.devices = devices
-
-    @classmethod
-    def from_oci(cls, resources: dict[str, Any] | None) -> Limits:
-        """Read the fields we honour from an OCI ``linux.resources`` object (None → no limits)."""
-        r = resources or {}
-        mem = r.get("memory") or {}
-        cpu = r.get("cpu") or {}
-        pids = r.get("pids") or {}
-
-        def pos(v: Any) -> int | None:  # -1 / 0 mean "unlimited" in OCI for several fields
-            return int(v) if isinstance(v, int) and v > 0 else None
-
-        return cls(
-            memory_limit=pos(mem.get("limit")),
-            memory_swap=pos(mem.get("swap")),
-            memory_reservation=pos(mem.get("reservation")),
-            pids_limit=pos(pids.get("limit")),
-            cpu_shares=pos(cpu.get("shares")),
-            cpu_quota=pos(cpu.get("quota")),
-            cpu_period=pos(cpu.get("period")),
-            cpu_cpus=cpu.get("cpus") or None,
-            cpu_mems=cpu.get("mems") or None,
-            devices=list(r["devices"]) if r.get("devices") else None,
-        )
-
-    def controllers(self) -> list[str]:
-        """Controllers these limits need (names as in cgroups(7))."""
-        need = []
-        if self.memory_limit or self.memory_swap or self.memory_reservation:
-            need.append("memory")
-        if self.pids_limit:
-            need.append("pids")
-        if self.cpu_shares or self.cpu_quota or self.cpu_period:
-            need.append("cpu")
-        if self.cpu_cpus or self.cpu_mems:
-            need.append("cpuset")
-        if self.devices:
-            need.append("devices")
-        return need
+__all__ = ["CgroupManager", "Limits", "keyed", "read", "read_int", "rmdir_retry", "write"]
 
 
 def write(path: str, value: str) -> None:
@@ -147,6 +80,58 @@ def rmdir_retry(path: str, tries: int = 50, delay: float = 0.02) -> None:
     raise LaunchFailed(f"cannot remove cgroup {path}: still busy", "kill the processes left in it")
 
 
+def rmdir_parent(path: str) -> None:
+    """rmdir a parent cgroup we made, unless it is gone or still holds another cgroup (not an error)."""
+    try:
+        os.rmdir(path)
+    except OSError as e:
+        if e.errno not in (errno.ENOENT, errno.EBUSY, errno.ENOTEMPTY, errno.EEXIST):
+            raise LaunchFailed(f"cannot remove cgroup {path}: {e.strerror}") from e
+
+
+def make_parents(root: str, rel: str, made: list[str], before: Any = None, after: Any = None) -> None:
+    """Make each missing directory of ``rel`` (a parent path under the hierarchy ``root``), appending
+    the ones made to ``made``.  ``before(parent)`` runs before each step (v2: enable controllers in
+    the parent), ``after(parent, child)`` after each mkdir (v1 cpuset: copy cpus/mems down)."""
+    cur = root
+    for part in [p for p in rel.strip("/").split("/") if p and p != "."]:
+        parent, cur = cur, os.path.join(cur, part)
+        if before is not None:
+            before(parent)
+        try:
+            os.mkdir(cur)
+            made.append(cur)
+            if after is not None:
+                after(parent, cur)
+        except FileExistsError:
+            if (read(os.path.join(cur, "cgroup.procs")) or "").strip():
+                from .limits import refusal
+
+                # a cgroup with processes is a container's, not a parent: nesting under it would charge
+                # this sandbox to that one and keep its delete from removing it
+                raise refusal("/linux/cgroupsPath", f"{cur} holds processes (another container's cgroup)",
+                              "pick a cgroupsPath whose parents hold no processes") from None
+        except OSError as e:
+            raise LaunchFailed(f"cannot create cgroup {cur}: {e.strerror}") from e
+
+
+def clean_path(path: str) -> str:
+    """``path`` as ``/a/b`` after refusing what would leave the hierarchy: ``..`` or ``.`` components
+    (``/../../tmp/x`` would make plain directories outside cgroupfs, and limits would silently not
+    apply), NUL and newline.
+
+    Raises:
+        LaunchFailed: starting with ``/linux/cgroupsPath``.
+    """
+    parts = [p for p in path.split("/") if p]
+    if any(p in (".", "..") for p in parts) or "\0" in path or "\n" in path:
+        from .limits import refusal
+
+        raise refusal("/linux/cgroupsPath", f"{path!r} leaves the cgroup hierarchy",
+                      "name a path below the hierarchy's root, without . or .. components")
+    return "/" + "/".join(parts)
+
+
 class CgroupManager(ABC):
     """One cgroup across the hierarchies of one version."""
 
@@ -188,6 +173,11 @@ class CgroupManager(ABC):
     def oom_killed(self) -> bool:
         """True if the kernel's OOM killer acted inside this cgroup."""
 
+    def placed(self) -> None:
+        """The sandbox's first process is in the cgroup: drop whatever held it until then (systemd's
+        placeholder); a no-op for the cgroupfs managers."""
+        return None
+
     def kill_all(self, signum: int = 9, exclude: set[int] | frozenset[int] = frozenset()) -> None:
         """Send ``signum`` to every process in the cgroup but ``exclude`` (freezing first for SIGKILL,
         so none can fork away)."""
@@ -209,11 +199,20 @@ class CgroupManager(ABC):
                 return
 
     def remove(self, created: list[str]) -> None:
-        """Kill what is left and remove exactly the directories in ``created`` (deepest first)."""
+        """Kill what is left and remove exactly the directories in ``created`` (deepest first).
+
+        The cgroup's own directories must go (retried while the kernel reports them busy); parents
+        in ``created`` (made by ``create`` for a nested ``cgroupsPath``) are removed when empty and
+        left alone while another cgroup lives under them.
+        """
         if any(os.path.isdir(d) for d in self.dirs()):
             self.kill_all(9)
             deadline = time.monotonic() + 5
             while self.pids() and time.monotonic() < deadline:
                 time.sleep(0.01)
-        for d in sorted(created, key=len, reverse=True):
-            rmdir_retry(d)
+        own = set(self.dirs())
+        for d in sorted(created, key=lambda p: p.count("/"), reverse=True):
+            if d in own:
+                rmdir_retry(d)
+            else:
+                rmdir_parent(d)

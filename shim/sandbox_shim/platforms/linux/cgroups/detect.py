@@ -1,6 +1,7 @@
 """Which cgroup hierarchies this host has, read from /proc/self/mountinfo (proc(5), cgroups(7)).
 
-Detection happens once per process.  ``manager(path)`` picks the v2 manager when the cgroup2 mount
+Detection happens once per process (the youki shape: one manager per version, plus the systemd driver,
+picked here and nowhere else).  ``manager(path)`` picks the v2 manager when the cgroup2 mount
 holds the controllers we need (memory and pids), else the v1 manager when the v1 hierarchies have
 them — a hybrid host (v1 controllers plus a cgroup2 mount holding only e.g. hugetlb) is v1.
 """
@@ -15,7 +16,7 @@ from .base import CgroupManager
 
 #: controllers whose absence makes a host unsuitable for resource limits
 CORE = ("memory", "pids")
-V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "cpuset", "freezer", "devices")
+V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "cpuset", "freezer", "blkio", "hugetlb", "devices")
 
 
 class Layout(FrozenValue):
@@ -85,20 +86,30 @@ def detect() -> Layout:
         return parse_mountinfo(fh.read())
 
 
-def manager(path: str, version: int | None = None, layout: Layout | None = None) -> CgroupManager:
+def manager(path: str, version: int | None = None, layout: Layout | None = None,
+            systemd: bool = False) -> CgroupManager:
     """A manager for the cgroup at ``path`` (relative to each hierarchy's root, e.g. ``/sandbox-shim/ID``).
 
     Args:
-        path: cgroup path, absolute within the hierarchy.
+        path: cgroup path, absolute within the hierarchy; with ``systemd``, runc's ``slice:prefix:name``.
         version: force 1 or 2 (as recorded in a sandbox's state); default: detect.
         layout: the host layout (default: ``detect()``).
+        systemd: the systemd driver (``systemd.SystemdManager``, v2 hosts only).
     Raises:
-        LaunchFailed: the host has no usable cgroup hierarchy of that version.
+        LaunchFailed: the host has no usable cgroup hierarchy of that version; with ``systemd``, a
+            ``cgroupsPath`` that is not ``slice:prefix:name`` or a host that is not cgroup v2.
     """
     from ....errors import LaunchFailed
 
     lay = layout or detect()
     ver = version or lay.version
+    if systemd:
+        if ver != 2 or not lay.v2_mount:
+            raise LaunchFailed("--systemd-cgroup: the systemd cgroup driver is implemented for cgroup v2 "
+                               "hosts only", "drop --systemd-cgroup on this host")
+        from .systemd import SystemdManager
+
+        return SystemdManager(lay.v2_mount, path)
     if ver == 2 and lay.v2_mount:
         from .v2 import V2Manager
 

@@ -1,0 +1,412 @@
+"""The cgroup managers field by field: every ``linux.resources`` field applied or refused with its pointer.
+
+File-level checks run on a fake cgroup2 tree (directories with the files the kernel would make); the
+v1 checks and the device filters run on this host's real hierarchies when the detection the product
+uses finds them (``cgroups.detect``), and are skipped with that reason elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import base_config, cgroup_dirs, run_shim
+from sandbox_shim import control
+from sandbox_shim.errors import LaunchFailed
+from sandbox_shim.platforms.linux.cgroups import Limits, devices
+from sandbox_shim.platforms.linux.cgroups.detect import Layout, detect, manager
+from sandbox_shim.platforms.linux.cgroups.limits import blkio_to_io_weight, shares_to_weight
+from sandbox_shim.platforms.linux.cgroups.v2 import V2Manager
+
+MiB = 1 << 20
+linux_root = sys.platform.startswith("linux") and os.geteuid() == 0
+LAYOUT = detect() if sys.platform.startswith("linux") else Layout()
+needs_v1 = pytest.mark.skipif(not (linux_root and LAYOUT.version == 1),
+                              reason=f"needs root and cgroup v1 (detected: version {LAYOUT.version})")
+needs_cgroup2_mount = pytest.mark.skipif(not (linux_root and LAYOUT.v2_mount),
+                                         reason="needs root and a cgroup2 mount (none in mountinfo)")
+
+
+@pytest.fixture
+def fake_v2(tmp_path: Path) -> Path:
+    mount = tmp_path / "cgroup2"
+    mount.mkdir()
+    (mount / "cgroup.controllers").write_text("cpuset cpu io memory hugetlb pids\n")
+    (mount / "cgroup.subtree_control").write_text("")
+    return mount
+
+
+def kernel_files(d: Path, *names: str) -> None:
+    """The files the kernel would create in a new v2 cgroup with these controllers."""
+    for n in names:
+        (d / n).write_text("")
+
+
+def test_runc_conversions() -> None:
+    # runc >= 1.3.2 (quadratic): min, default and max land on v2's min, default and max
+    assert [shares_to_weight(s) for s in (2, 1024, 262144, 512, 2048)] == [1, 100, 10000, 59, 174]
+    # runc ConvertBlkIOToIOWeightValue: [10..1000] -> [1..10000], linear
+    assert [blkio_to_io_weight(w) for w in (10, 500, 1000)] == [1, 4950, 10000]
+
+
+def test_v2_applies_every_field_it_can(fake_v2: Path) -> None:
+    m = V2Manager(str(fake_v2), "/sandbox-shim/all")
+    m.create(["memory", "pids", "cpu", "io", "hugetlb"])
+    d = fake_v2 / "sandbox-shim" / "all"
+    kernel_files(d, "memory.swap.max", "cpu.max.burst", "cpu.idle", "io.weight", "io.max", "hugetlb.2MB.max",
+                 "memory.high", "memory.oom.group")
+    assert set((fake_v2 / "sandbox-shim" / "cgroup.subtree_control").read_text().split()) >= {
+        "+io", "+hugetlb", "+memory", "+pids", "+cpu", "+cpuset"}
+    resources = {
+        "memory": {"limit": 64 * MiB, "swap": 96 * MiB, "reservation": 16 * MiB, "useHierarchy": True},
+        "cpu": {"shares": 2048, "quota": 20000, "period": 50000, "burst": 1000, "idle": 0,
+                "cpus": "0", "mems": "0"},
+        "pids": {"limit": 99},
+        "blockIO": {"weight": 500, "throttleReadBpsDevice": [{"major": 8, "minor": 0, "rate": 1048576}],
+                    "throttleWriteIOPSDevice": [{"major": 8, "minor": 0, "rate": 100}]},
+        "hugepageLimits": [{"pageSize": "2MB", "limit": 4 * MiB}],
+        "unified": {"memory.high": "50331648", "memory.oom.group": "1"},
+    }
+    m.apply(Limits.from_oci(resources))
+    files = ("memory.max", "memory.swap.max", "memory.low", "pids.max", "cpu.weight", "cpu.max",
+             "cpu.max.burst", "cpu.idle", "cpuset.cpus", "cpuset.mems", "io.weight", "io.max",
+             "hugetlb.2MB.max", "memory.high", "memory.oom.group")
+    got = {f: (d / f).read_text() for f in files}
+    assert got == {"memory.max": str(64 * MiB), "memory.swap.max": str(32 * MiB), "memory.low": str(16 * MiB),
+                   "pids.max": "99", "cpu.weight": "174", "cpu.max": "20000 50000", "cpu.max.burst": "1000",
+                   "cpu.idle": "0", "cpuset.cpus": "0", "cpuset.mems": "0", "io.weight": "default 4950",
+                   "io.max": "8:0 wiops=100",  # the fake file keeps the last write; the kernel merges them
+                   "hugetlb.2MB.max": str(4 * MiB), "memory.high": "50331648", "memory.oom.group": "1"}
+
+
+@pytest.mark.parametrize(("resources", "pointer"), [
+    ({"memory": {"kernel": 1 << 30}}, "/linux/resources/memory/kernel"),
+    ({"memory": {"kernelTCP": 1 << 30}}, "/linux/resources/memory/kernelTCP"),
+    ({"memory": {"swappiness": 10}}, "/linux/resources/memory/swappiness"),
+    ({"memory": {"disableOOMKiller": True}}, "/linux/resources/memory/disableOOMKiller"),
+    ({"memory": {"useHierarchy": False}}, "/linux/resources/memory/useHierarchy"),
+    ({"memory": {"swap": 1 << 30}}, "/linux/resources/memory/swap"),
+    ({"memory": {"limit": 1 << 30, "swap": 1 << 20}}, "/linux/resources/memory/swap"),
+    ({"cpu": {"realtimeRuntime": 1000}}, "/linux/resources/cpu/realtimeRuntime"),
+    ({"cpu": {"burst": 1000}}, "/linux/resources/cpu/burst"),  # no cpu.max.burst in this cgroup
+    ({"blockIO": {"leafWeight": 100}}, "/linux/resources/blockIO/leafWeight"),
+    ({"blockIO": {"weight": 100}}, "/linux/resources/blockIO/weight"),  # no io.weight
+    ({"hugepageLimits": [{"pageSize": "2MB", "limit": 1}]}, "/linux/resources/hugepageLimits/0/pageSize"),
+    ({"hugepageLimits": [{"pageSize": "huge", "limit": 1}]}, "/linux/resources/hugepageLimits/0/pageSize"),
+    ({"unified": {"cgroup.procs": "1"}}, "/linux/resources/unified/cgroup.procs"),
+    ({"unified": {"../../cgroup.procs": "1"}}, "/linux/resources/unified/..~1..~1cgroup.procs"),
+    ({"unified": {"memory.nonexistent": "1"}}, "/linux/resources/unified/memory.nonexistent"),
+    ({"unified": {"cpuset.cpus.partition": "root"}}, "/linux/resources/unified/cpuset.cpus.partition"),
+])
+def test_v2_refuses_with_the_pointer_and_writes_nothing(fake_v2: Path, resources: dict, pointer: str) -> None:
+    m = V2Manager(str(fake_v2), "/sandbox-shim/r")
+    m.create([])
+    d = fake_v2 / "sandbox-shim" / "r"
+    before = sorted(os.listdir(d))
+    with pytest.raises(LaunchFailed) as e:
+        m.apply(Limits.from_oci({**resources, "pids": {"limit": 5}}))
+    assert e.value.line().startswith(pointer + ":"), e.value.line()
+    assert sorted(os.listdir(d)) == before  # pids.max (checked fine) was not written either
+
+
+def test_open_shapes_in_the_schema_are_refused_with_their_pointer() -> None:
+    for resources, pointer in (
+            ({"blockIO": {"throttleReadBpsDevice": [{"major": "8", "minor": 0, "rate": 1}]}},
+             "/linux/resources/blockIO/throttleReadBpsDevice/0/major"),
+            ({"blockIO": {"weightDevice": "8:0 100"}}, "/linux/resources/blockIO/weightDevice"),
+            ({"hugepageLimits": [{"pageSize": "2MB", "limit": -1}]},
+             "/linux/resources/hugepageLimits/0/limit"),
+            ({"hugepageLimits": ["2MB"]}, "/linux/resources/hugepageLimits")):
+        with pytest.raises(LaunchFailed) as e:
+            Limits.from_oci(resources)
+        assert e.value.line().startswith(pointer + ":"), e.value.line()
+
+
+def test_v1_refuses_unified_and_what_its_kernel_lacks(tmp_path: Path) -> None:
+    mounts = {c: str(tmp_path / c) for c in ("memory", "pids", "cpu", "cpuacct", "freezer")}
+    for p in set(mounts.values()):
+        os.makedirs(p)
+    m = manager("/sandbox-shim/v1", 1, Layout(v1_mounts=mounts))
+    m.create(["memory"])
+    for resources, pointer in (({"unified": {"memory.high": "1"}}, "/linux/resources/unified"),
+                               ({"blockIO": {"weight": 100}}, "/linux/resources/blockIO/weight"),
+                               ({"hugepageLimits": [{"pageSize": "2MB", "limit": 1}]},
+                                "/linux/resources/hugepageLimits/0/pageSize"),
+                               ({"memory": {"swappiness": 5}}, "/linux/resources/memory/swappiness")):
+        with pytest.raises(LaunchFailed) as e:
+            m.apply(Limits.from_oci(resources))
+        assert e.value.line().startswith(pointer + ":"), e.value.line()
+    with pytest.raises(LaunchFailed, match="^/linux/resources/devices:"):
+        m.apply(Limits(devices=[]))
+
+
+@pytest.mark.skipif(not linux_root, reason="needs root (creates a sandbox)")
+def test_a_cgroups_path_that_leaves_the_hierarchy_is_refused(make_bundle, state_root: Path,
+                                                             tmp_path: Path) -> None:
+    target = tmp_path / "outside"
+    cfg = base_config(["true"])
+    cfg["linux"]["cgroupsPath"] = "/../../../../../../.." + str(target)
+    cfg["linux"]["resources"] = {"pids": {"limit": 5}}
+    r = run_shim(state_root, "create", "--bundle", str(make_bundle(cfg)), "esc")
+    assert r.returncode != 0 and r.stderr.startswith("sandbox-shim: /linux/cgroupsPath:"), r.stderr
+    assert not target.exists() and not (state_root / "esc").exists()
+    with pytest.raises(LaunchFailed, match="^/linux/cgroupsPath:"):
+        V2Manager("/sys/fs/cgroup", "/a/../b")
+
+
+def test_nested_parents_are_removed_when_the_last_child_goes(fake_v2: Path) -> None:
+    a = V2Manager(str(fake_v2), "/k8s/pod1/a")
+    b = V2Manager(str(fake_v2), "/k8s/pod1/b")
+    made_a, made_b = a.create([]), b.create([])
+    assert made_a == [str(fake_v2 / "k8s"), str(fake_v2 / "k8s" / "pod1"), a.dir]
+    assert made_b == [b.dir]  # its parents existed already: not b's to remove
+    a.remove(made_a)  # the parents a made still hold b: they stay
+    assert not os.path.exists(a.dir) and os.path.isdir(b.dir)
+    (fake_v2 / "k8s" / "pod1" / "cgroup.procs").unlink(missing_ok=True)
+    b.remove(made_b)
+    assert os.path.isdir(fake_v2 / "k8s" / "pod1")  # b did not make them, so b leaves them
+    # nesting under a cgroup that holds processes (another container's) is refused, nothing made
+    (fake_v2 / "k8s" / "pod1" / "cgroup.procs").write_text("4242\n")
+    with pytest.raises(LaunchFailed, match="^/linux/cgroupsPath: .* holds processes"):
+        V2Manager(str(fake_v2), "/k8s/pod1/sub/d").create([])
+    assert not (fake_v2 / "k8s" / "pod1" / "sub").exists()
+    (fake_v2 / "k8s" / "pod1" / "cgroup.procs").write_text("")
+    # a parent that existed before the sandbox is never removed
+    c = V2Manager(str(fake_v2), "/k8s/pod1/c")
+    c.remove(c.create([]))
+    assert os.path.isdir(fake_v2 / "k8s" / "pod1")
+
+
+def test_stats_carry_psi_io_and_group_ooms(fake_v2: Path) -> None:
+    m = V2Manager(str(fake_v2), "/sandbox-shim/s")
+    m.create([])
+    d = fake_v2 / "sandbox-shim" / "s"
+    (d / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 2\noom_kill 0\noom_group_kill 1\n")
+    (d / "io.stat").write_text("8:0 rbytes=4096 wbytes=8192 rios=1 wios=2 dbytes=0 dios=0\n"
+                               "8:16 rbytes=1 wbytes=2 rios=1 wios=1 dbytes=0 dios=0\n")
+    psi = ("some avg10=1.50 avg60=0.25 avg300=0.00 total=12345\n"
+           "full avg10=0.00 avg60=0.00 avg300=0.00 total=7\n")
+    for res in ("cpu", "memory", "io"):
+        (d / f"{res}.pressure").write_text(psi)
+    f = control.facts(m)
+    assert f.oom_kills == 1 and m.oom_killed()  # a group kill counts as an OOM kill (LimitExceeded memory)
+    assert (f.io_read_bytes, f.io_write_bytes) == (4097, 8194)
+    ev = control._stats_event("s", f)["data"]
+    assert ev["memory"]["psi"] == {"some": {"avg10": 1.5, "avg60": 0.25, "avg300": 0.0, "total": 12345},
+                                   "full": {"avg10": 0.0, "avg60": 0.0, "avg300": 0.0, "total": 7}}
+    assert ev["cpu"]["psi"]["some"]["total"] == 12345 and ev["blkio"]["psi"]["full"]["total"] == 7
+    assert ev["blkio"]["ioServiceBytesRecursive"] == [{"op": "Read", "value": 4097},
+                                                      {"op": "Write", "value": 8194}]
+
+
+# -- devices ---------------------------------------------------------------------------------------
+
+RULES = [{"allow": False, "type": "a", "major": None, "minor": None, "access": "rwm"},
+         {"allow": True, "type": "c", "major": 1, "minor": 5, "access": "rwm"},  # /dev/zero
+         {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"},  # /dev/null ...
+         {"allow": False, "type": "c", "major": 1, "minor": 3, "access": "r"}]  # ... but not for reading
+
+
+def test_device_rules_as_v1_lines_and_refusals() -> None:
+    assert devices.v1_lines(RULES) == [("devices.deny", "a"), ("devices.deny", "a"),
+                                       ("devices.allow", "c 1:5 rwm"), ("devices.allow", "c 1:3 rwm"),
+                                       ("devices.deny", "c 1:3 r")]
+    assert devices.v1_lines([{"allow": True, "type": "b", "major": 8, "minor": None, "access": "r"}])[1] == (
+        "devices.allow", "b 8:* r")
+    for bad, pointer in (({"allow": "yes", "type": "a"}, "/linux/resources/devices/0/allow"),
+                         ({"allow": True, "type": "x"}, "/linux/resources/devices/0/type"),
+                         ({"allow": True, "type": "c", "major": -1}, "/linux/resources/devices/0/major"),
+                         ({"allow": True, "type": "a", "minor": 3}, "/linux/resources/devices/0/minor"),
+                         ({"allow": True, "type": "c", "access": "rwx"},
+                          "/linux/resources/devices/0/access")):
+        with pytest.raises(LaunchFailed) as e:
+            devices.validate([bad])
+        assert e.value.line().startswith(pointer + ":")
+
+
+def open_results(cgroup_procs: list[str], paths: list[str]) -> dict[str, str]:
+    """Open each path read-only and write-only from a child placed in the cgroups first."""
+    code = ("import json, os, sys\n"
+            "for f in filter(None, sys.argv[1].split(',')):\n"
+            "    open(f, 'w').write(str(os.getpid()))\n"
+            "out = {}\n"
+            "for p in sys.argv[2:]:\n"
+            "    for mode, flag in (('r', os.O_RDONLY), ('w', os.O_WRONLY)):\n"
+            "        try:\n"
+            "            os.close(os.open(p, flag)); out[p + ':' + mode] = 'ok'\n"
+            "        except OSError as e:\n"
+            "            out[p + ':' + mode] = e.strerror\n"
+            "print(json.dumps(out))\n")
+    r = subprocess.run([sys.executable, "-c", code, ",".join(cgroup_procs), *paths], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Device nodes made with mknod(2) for this test: c 1:5 (zero) and c 1:3 (null)."""
+    made = {"zero": str(tmp_path / "zero"), "null": str(tmp_path / "null")}
+    try:
+        os.mknod(made["zero"], 0o666 | 0o020000, os.makedev(1, 5))
+        os.mknod(made["null"], 0o666 | 0o020000, os.makedev(1, 3))
+    except PermissionError as e:
+        pytest.skip(f"cannot mknod here: {e}")
+    control = open_results([], list(made.values()))
+    if control != {f"{p}:{m}": "ok" for p in made.values() for m in "rw"}:
+        pytest.skip(f"device nodes cannot be opened in {tmp_path} (nodev?): {control}")
+    yield made
+
+
+def expected(made: dict[str, str]) -> dict[str, str]:
+    return {f"{made['zero']}:r": "ok", f"{made['zero']}:w": "ok",
+            f"{made['null']}:r": "Operation not permitted", f"{made['null']}:w": "ok"}
+
+
+@needs_v1
+def test_v1_devices_controller_denies_what_the_rules_deny(nodes: dict[str, str]) -> None:
+    m = manager(f"/sandbox-shim/test-dev-{uuid.uuid4().hex[:8]}", 1)
+    created = m.create(["devices"])
+    try:
+        m.apply(Limits(devices=RULES))
+        procs = [os.path.join(d, "cgroup.procs") for d in m.dirs() if os.path.isdir(d)]
+        assert open_results(procs, list(nodes.values())) == expected(nodes)
+    finally:
+        m.remove(created)
+    assert not any(os.path.isdir(d) for d in m.dirs())
+
+
+@needs_cgroup2_mount
+def test_v2_device_program_loads_attaches_and_denies(nodes: dict[str, str]) -> None:
+    # a load that succeeds means the kernel's verifier accepted the generated program
+    block = {"allow": True, "type": "b", "major": 8, "minor": None, "access": "r"}
+    for rules in (RULES, [], RULES[:1], [block]):
+        os.close(devices.load(rules))
+    d = os.path.join(LAYOUT.v2_mount, f"sandbox-shim-test-dev-{uuid.uuid4().hex[:8]}")
+    os.mkdir(d)
+    try:
+        devices.attach(d, RULES)
+        assert open_results([os.path.join(d, "cgroup.procs")], list(nodes.values())) == expected(nodes)
+        # default deny: a rule list that allows nothing denies everything
+        d2 = os.path.join(d, "none")
+        os.mkdir(d2)
+        try:
+            devices.attach(d2, [])
+            res = open_results([os.path.join(d2, "cgroup.procs")], [nodes["zero"]])
+            assert set(res.values()) == {"Operation not permitted"}
+        finally:
+            os.rmdir(d2)
+    finally:
+        os.rmdir(d)
+
+
+# -- the systemd driver ----------------------------------------------------------------------------
+
+def test_systemd_paths_expand_as_runc() -> None:
+    from sandbox_shim.platforms.linux.cgroups.systemd import (
+        cpuset_bits,
+        expand_slice,
+        parse_path,
+        quota_per_sec,
+    )
+
+    assert expand_slice("kubepods-besteffort-pod1.slice") == \
+        "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice"
+    assert expand_slice("system.slice") == "/system.slice" and expand_slice("-.slice") == ""
+    assert parse_path("kubepods-pod1.slice:cri-containerd:abc", "x") == ("kubepods-pod1.slice",
+                                                                         "cri-containerd-abc.scope")
+    assert parse_path("", "id1") == ("system.slice", "sandbox-shim-id1.scope")
+    assert parse_path(":p:n", "x") == ("system.slice", "p-n.scope")
+    for bad in ("/sys/fs/cgroup/x", "a:b", "a-.slice:p:n", "a--b.slice:p:n", "x.scope:p:n",
+                "s.slice:p:n/../x", "s.slice:p:y.slice"):
+        with pytest.raises(LaunchFailed, match="^/linux/cgroupsPath:"):
+            parse_path(bad, "x")
+    assert cpuset_bits("0-3,9") == bytes([0x0F, 0x02]) and cpuset_bits("0") == b"\x01"
+    assert quota_per_sec(50000, 100000) == 500000 and quota_per_sec(12345, 100000) == 130000
+
+
+def _systemd_probe() -> tuple[bool, str]:
+    from sandbox_shim.platforms.linux.cgroups.systemd import probe
+
+    return probe() if sys.platform.startswith("linux") else (False, "not Linux")
+
+
+SYSTEMD_OK, SYSTEMD_WHY = _systemd_probe()
+
+
+@pytest.mark.skipif(not linux_root or SYSTEMD_OK, reason="systemd is usable here: the scope test runs")
+def test_systemd_cgroup_is_refused_without_systemd(make_bundle, state_root: Path) -> None:
+    bundle = make_bundle(base_config(["true"]))
+    r = run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), "sd1")
+    assert r.returncode != 0
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "cgroup.systemd" in lines[0] and SYSTEMD_WHY in lines[0], r.stderr
+    assert r.returncode == 4  # CapabilityUnavailable: refused before anything was made
+    assert "Traceback" not in r.stderr
+    assert not (state_root / "sd1").exists()
+    assert cgroup_dirs("sd1") == []
+    feats = json.loads(run_shim(state_root, "features").stdout)
+    assert feats["linux"]["cgroup"]["systemd"] is False
+
+
+@pytest.mark.skipif(not (linux_root and SYSTEMD_OK), reason=f"needs systemd as PID 1: {SYSTEMD_WHY}")
+def test_systemd_scope_holds_the_sandbox_and_goes_at_delete(make_bundle, state_root: Path) -> None:
+    from sandbox_shim.platforms.linux.cgroups.systemd import call, connect
+
+    cfg = base_config(["sleep", "30"])
+    sid = f"sd-{uuid.uuid4().hex[:8]}"
+    cfg["linux"]["cgroupsPath"] = f"sandboxshimtest-a.slice:sbx:{sid}"
+    cfg["linux"]["resources"] = {"memory": {"limit": 64 * MiB}, "pids": {"limit": 50},
+                                 "cpu": {"quota": 50000, "period": 100000}}
+    bundle = make_bundle(cfg)
+    r = run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), sid)
+    assert r.returncode == 0, r.stderr
+    scope = Path(LAYOUT.v2_mount) / "sandboxshimtest.slice" / "sandboxshimtest-a.slice" / f"sbx-{sid}.scope"
+    try:
+        assert scope.is_dir() and (scope / "memory.max").read_text().strip() == str(64 * MiB)
+        assert (scope / "pids.max").read_text().strip() == "50"
+        state = json.loads(run_shim(state_root, "state", sid).stdout)
+        assert str(state["pid"]) in (scope / "cgroup.procs").read_text().split()
+        conn = connect()
+        try:
+            (path,) = call(conn, "GetUnit", "s", (f"sbx-{sid}.scope",))
+            (val,) = call(conn, "Get", "ss", ("org.freedesktop.systemd1.Scope", "MemoryMax"), path=path,
+                          iface="org.freedesktop.DBus.Properties")
+            assert val[1] == 64 * MiB  # set as a unit property, as runc does
+        finally:
+            conn.close()
+        assert run_shim(state_root, "start", sid).returncode == 0
+    finally:
+        d = run_shim(state_root, "delete", "--force", sid)
+    assert d.returncode == 0, d.stderr
+    assert not scope.exists()
+
+
+@pytest.mark.skipif(not linux_root or LAYOUT.version == 0,
+                    reason=f"needs root and a cgroup hierarchy (detected: version {LAYOUT.version})")
+def test_a_sandbox_cannot_open_a_device_its_rules_deny(make_bundle, state_root: Path) -> None:
+    """The rule list in the plan reaches the cgroup (v1 devices.*, v2 the BPF program) before user code."""
+    from sandbox_shim import api
+    from sandbox_shim.execution import run_bundle
+
+    script = ("head -c1 /dev/zero >/dev/null && echo ZERO_READ_OK; head -c1 /dev/null && echo NULL_READ_OK; "
+              "echo x >/dev/null && echo NULL_WRITE_OK; true")
+    bundle = make_bundle(base_config(["sh", "-c", script]))
+    mech = api.default_mechanism(str(state_root))
+    make_plan = mech.make_plan
+
+    def with_rules(spec, sandbox_id):  # what the planner hands over from linux.resources.devices
+        plan = make_plan(spec, sandbox_id)
+        plan.devices = RULES
+        return plan
+
+    mech.make_plan = with_rules
+    out = run_bundle(mech, f"dev-{uuid.uuid4().hex[:6]}", bundle, timeout=60).stdout.decode()
+    assert "ZERO_READ_OK" in out and "NULL_WRITE_OK" in out, out  # the control: allowed opens work
+    assert "NULL_READ_OK" not in out, out
