@@ -403,7 +403,7 @@ def test_a_sandbox_cannot_open_a_device_its_rules_deny(make_bundle, state_root: 
 
     def with_rules(spec, sandbox_id):  # what the planner hands over from linux.resources.devices
         plan = make_plan(spec, sandbox_id)
-        plan.devices = RULES
+        plan.resources = {**(plan.resources or {}), "devices": RULES}
         return plan
 
     mech.make_plan = with_rules
