@@ -100,7 +100,7 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
                      owner_ref=sandbox.owner_ref, context=sandbox.context)
         sandbox.bundle = spec.bundle
         sandbox.private["dir"] = d
-        sandbox.private["on_cgroup"] = lambda info: store.write_cgroup_index(sandbox.id, info)
+        sandbox.private["on_cgroup"] = recorder = _CgroupRecorder(store, sandbox.id)
         sandbox.private.update(console_socket=console_socket, preserve_fds=preserve_fds, stdio=stdio)
         try:
             store.write(rec)
@@ -122,10 +122,12 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
                 st.write_atomic(os.path.abspath(pid_file), str(rec.pid), 0o644)
         except BaseException as e:
             sandbox.private.pop("on_cgroup", None)
+            recorder.release()
             with contextlib.suppress(Exception):
                 if sandbox.private.get("pid"):
                     mechanism.destroy(sandbox)
-            _drop_cgroups(store, sandbox.id)
+            with contextlib.suppress(Exception):
+                _drop_cgroups(store, sandbox.id)
             store.remove(sandbox.id)
             if isinstance(e, hooks.HookFailed):
                 hooks.run(plan_hooks, "poststop", hooks.state_doc(sandbox.id, "stopped", 0, spec.bundle,
@@ -134,26 +136,64 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
     return _status(mechanism, rec, store)
 
 
-def _drop_cgroups(store: StateStore, sandbox_id: str) -> None:
-    """Remove what an id left outside its state dir: cgroups (index) and network links (marker)."""
-    if os.path.exists(os.path.join(store.root, ".network", sandbox_id)):
-        from .platforms.linux import network
+class _CgroupRecorder:
+    """The ``on_cgroup`` hook given to the mechanism: called with what will be made *before* making it
+    (``created`` empty: the record is written and the state root's cgroup lock taken, so no delete
+    removes a shared parent meanwhile), then with what was made (record rewritten, lock released)."""
 
-        network.teardown_orphan(store.root, sandbox_id)
-    info = store.read_cgroup_index(sandbox_id)
-    if info:
-        from .platforms.linux.mechanism import remove_cgroups
+    def __init__(self, store: StateStore, sandbox_id: str) -> None:
+        self.store, self.id = store, sandbox_id
+        self._lock: Any = None
 
-        remove_cgroups(info)
-    store.drop_cgroup_index(sandbox_id)
+    def __call__(self, info: dict[str, Any]) -> None:
+        if not info.get("created") and self._lock is None:
+            self._lock = self.store.cgroup_lock()
+            self._lock.__enter__()
+            parents = info.get("parents") or []
+            if parents:
+                known = self.store.read_cgroup_parents()
+                self.store.write_cgroup_parents(sorted({*known, *parents}))
+            self.store.write_cgroup_index(self.id, info)
+            return
+        prev = self.store.read_cgroup_index(self.id) or {}
+        self.store.write_cgroup_index(self.id, {**prev, **info})
+        self.release()
+
+    def release(self) -> None:
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            lock.__exit__(None, None, None)
+
+
+def _drop_cgroups(store: StateStore, sandbox_id: str) -> list[str]:
+    """Remove what an id left outside its state dir (cgroups and their parents, network links: each
+    recorded before it was made) and what a crashed create/delete left in the root.  Returns
+    problems, one line each (the record is kept for another try then)."""
+    import sys
+
+    store.sweep(sandbox_id)
+    if not sys.platform.startswith("linux"):
+        store.drop_cgroup_index(sandbox_id)
+        return []
+    from .platforms.linux import residue
+
+    problems = residue.remove(store, sandbox_id)
+    if os.path.isdir(os.path.join(store.root, ".cgroups")) and not os.path.exists(
+            os.path.join(store.root, ".cgroups", sandbox_id)):
+        residue.sweep_probe_cgroups()
+    return problems
 
 
 def observed_status(mechanism: Any, rec: Record, store: StateStore) -> str:
-    """The OCI status as observed now (the stored one corrected by what the kernel says)."""
+    """The OCI status as observed now: the stored one corrected by what the host shows.  A ``start``
+    killed after releasing the process but before recording it leaves "created" in the file: the
+    mechanism's own view (``status``: the start FIFO gone) says "running"."""
     if rec.status in ("created", "running"):
         sb = sandbox_of(rec, store)
         if not mechanism.alive(sb):
             return "stopped"
+        if rec.status == "created" and hasattr(mechanism, "status"):
+            return str(mechanism.status(sb).status)
         if rec.status == "running" and mechanism.paused(sb):
             return "paused"
     return rec.status
@@ -240,7 +280,13 @@ def destroy(mechanism: Any, sandbox_id: str, force: bool = False) -> None:
     """OCI delete: kill what is left, remove cgroups and state.  Never capability-gated.
 
     Without ``force`` a created, running or paused sandbox is refused (``InvalidState``).  With it,
-    an unknown id is not an error, and cgroups recorded for an id whose state dir is gone are removed.
+    an unknown id is not an error, and whatever was recorded for the id (cgroups and their parents,
+    network links, a half-made or half-removed state dir) is removed even when its state is gone.
+
+    Raises:
+        SandboxNotFound (without ``force``), InvalidState, LaunchFailed: the processes were killed but
+        a recorded host object could not be removed (e.g. a read-only cgroup hierarchy); the record
+        is kept, so ``destroy(force=True)`` again finishes the job.
     """
     store = store_of(mechanism)
     try:
@@ -249,16 +295,23 @@ def destroy(mechanism: Any, sandbox_id: str, force: bool = False) -> None:
     except ShimError:
         if not force:
             raise
-        _drop_cgroups(store, sandbox_id)
+        problems = _drop_cgroups(store, sandbox_id)
         store.remove(sandbox_id)  # a corrupt state file: only a directory the store made is removed
+        _raise_leftovers(sandbox_id, problems)
         return
+    problems: list[str] = []
     try:
         now = observed_status(mechanism, rec, store)
         if not st.can_delete(now, force):
             st.require(sandbox_id, now, "delete")
         if rec.private:
-            mechanism.destroy(sandbox_of(rec, store))
-        _drop_cgroups(store, sandbox_id)
+            sb = sandbox_of(rec, store)
+            try:
+                mechanism.destroy(sb)
+            except (ShimError, OSError) as e:
+                problems.append(str(e))
+                _kill_by_identity(rec)  # a read-only cgroup hierarchy must not keep the processes alive
+        problems += _drop_cgroups(store, sandbox_id)
         store.remove(sandbox_id)
     finally:
         cm.__exit__(None, None, None)
@@ -266,6 +319,26 @@ def destroy(mechanism: Any, sandbox_id: str, force: bool = False) -> None:
 
     hooks.run((rec.private.get("plan") or {}).get("hooks"), "poststop",
               hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations), cwd=rec.bundle)
+    _raise_leftovers(sandbox_id, problems)
+
+
+def _kill_by_identity(rec: Record) -> None:
+    """SIGKILL the sandbox's recorded processes, each only if pid *and* start time still match."""
+    import signal as _signal
+
+    for pid, start in ((rec.init_pid, rec.init_start), (rec.pid, rec.pid_start)):
+        if st.same_process(pid, start):
+            try:
+                os.kill(pid, _signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _raise_leftovers(sandbox_id: str, problems: list[str]) -> None:
+    if problems:
+        raise LaunchFailed(f"deleted {sandbox_id!r} and killed its processes, but could not remove: "
+                           + "; ".join(problems)[:300],
+                           "the record is kept: run `delete --force` again once that is fixed")
 
 
 def usage(mechanism: Any, sandbox_id: str) -> Usage:

@@ -19,7 +19,7 @@ def lost_sandboxes(store: StateStore, known: set[str]) -> list[Status]:
     """``source="observed"`` statuses for ids with recorded cgroups that still exist but no state dir."""
     index = os.path.join(store.root, ".cgroups")
     try:
-        lost = sorted(set(os.listdir(index)) - known)
+        lost = sorted({n for n in os.listdir(index) if not n.startswith(".")} - known)
     except FileNotFoundError:
         return []
     out = []

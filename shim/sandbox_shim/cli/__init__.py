@@ -79,7 +79,7 @@ def _dispatch(g: object, rest: list[str]) -> int:
         if {"-h", "--help"} & set(rest):
             sys.stdout.write((lifecycle.__doc__ or "").strip() + "\n")
             return 0
-        return lifecycle.main(g, rest)
+        return lifecycle.main(rest, g)
     from .app import run_click
 
     return run_click(g, rest)

@@ -105,9 +105,14 @@ def parse(argv: list[str]) -> tuple[str, dict[str, object], list[str]]:
     return verb, opts, pos
 
 
-def main(g: Globals, argv: list[str]) -> int:
-    """Run one lifecycle verb (``argv`` starts with it); return the exit status.  Errors propagate to
-    the boundary in ``cli.main``."""
+def main(argv: list[str], g: Globals | None = None) -> int:
+    """Run one lifecycle verb; return the exit status.  ``argv`` starts with the verb when ``g`` (the
+    parsed global flags) is given, else with the global flags.  Errors propagate (to the boundary in
+    ``cli.main``)."""
+    if g is None:
+        from .flags import parse_globals
+
+        g, argv = parse_globals(argv)
     verb, opts, pos = parse(argv)
     attach_telemetry(g)
     if not pos:

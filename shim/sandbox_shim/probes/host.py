@@ -80,41 +80,7 @@ _CGROUP_TRIALS: dict[str, tuple[dict[str, object], dict[int, tuple[str, str]]]] 
 }
 
 
-PROBE_PREFIX = ".probe-"
 _swept = False
-
-
-def sweep_probe_cgroups(layout: Layout | None = None) -> list[str]:
-    """Remove throwaway probe cgroups (``/sandbox-shim/.probe-<pid>-<controller>``) whose prober is gone.
-
-    A prober killed mid-probe (kill -9) cannot remove its own directories; the next prober, and every
-    ``delete --force``, sweeps them.  Only empty directories are removed (``rmdir(2)``), and only those
-    whose pid is no longer alive, so a concurrent prober's directories are never touched.
-
-    Returns: the directories removed.
-    """
-    if not sys.platform.startswith("linux"):
-        return []
-    from ..platforms.linux.cgroups import detect
-
-    lay = layout if layout is not None else detect()
-    removed: list[str] = []
-    for mount in {lay.v2_mount, *lay.v1_mounts.values()} - {None}:
-        base = os.path.join(str(mount), "sandbox-shim")
-        try:
-            names = [n for n in os.listdir(base) if n.startswith(PROBE_PREFIX)]
-        except OSError:
-            continue
-        for n in names:
-            pid = n[len(PROBE_PREFIX):].split("-", 1)[0]
-            if pid.isdigit() and os.path.exists(f"/proc/{pid}"):
-                continue
-            try:
-                os.rmdir(os.path.join(base, n))
-                removed.append(os.path.join(base, n))
-            except OSError:
-                pass
-    return removed
 
 
 def probe_cgroup(controller: str, layout: Layout | None = None) -> Capability:
@@ -155,6 +121,8 @@ def probe_cgroup(controller: str, layout: Layout | None = None) -> Capability:
     global _swept
     if not _swept and layout is None:
         _swept = True
+        from ..platforms.linux.residue import sweep_probe_cgroups
+
         sweep_probe_cgroups(lay)
     cdir = os.path.join(root, path.lstrip("/"))
     measured = f"mkdir {cdir}; write {fname}; read back; rmdir"

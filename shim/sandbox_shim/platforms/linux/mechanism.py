@@ -99,6 +99,10 @@ class LinuxMechanism:
         with contextlib.ExitStack() as undo:
             limits = Limits.from_oci(plan.resources)
             cg = manager(plan.cgroups_path)
+            if priv.get("on_cgroup"):  # recorded before it is made: delete --force finds it after a crash
+                from .residue import planned
+
+                priv["on_cgroup"](planned(cg, plan.cgroups_path))
             created = cg.create(limits.controllers())
             priv["cgroup"] = {"version": cg.version, "path": plan.cgroups_path, "created": created}
             undo.callback(cg.remove, created)
@@ -199,11 +203,13 @@ class LinuxMechanism:
             raise LaunchFailed(f"cannot open the start FIFO {fifo}: {e.strerror}",
                                "the sandbox's process is gone; delete it and create it again") from e
         try:
+            # unlinked before the byte is written: a start killed in between is never seen as
+            # "created" while the process runs (status reads the FIFO's presence)
+            with contextlib.suppress(OSError):
+                os.unlink(fifo)
             os.write(fd, b"1")
         finally:
             os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(fifo)
 
     # -- observe --------------------------------------------------------------------------------
     def exit_status(self, sandbox: Sandbox) -> int | None:
