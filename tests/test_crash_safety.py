@@ -70,8 +70,12 @@ def _leftovers(root: Path, sid: str) -> list[str]:
     _reap()
     left = [f"process {p}" for p in _our_processes()]
     tag = hashlib.sha256(str(root).encode()).hexdigest()[:10]
-    left += glob.glob(f"/sys/fs/cgroup/*/sandbox-shim/{tag}") + glob.glob(f"/sys/fs/cgroup/sandbox-shim/{tag}")
-    for probe in glob.glob("/sys/fs/cgroup/*/sandbox-shim/.probe-*") + glob.glob("/sys/fs/cgroup/sandbox-shim/.probe-*"):
+    def cg(name: str) -> list[str]:
+        return [*glob.glob(f"/sys/fs/cgroup/*/sandbox-shim/{name}"),
+                *glob.glob(f"/sys/fs/cgroup/sandbox-shim/{name}")]
+
+    left += cg(tag)
+    for probe in cg(".probe-*"):
         pid = probe.rsplit(".probe-", 1)[1].split("-")[0]
         if not os.path.exists(f"/proc/{pid}"):
             left.append(probe)
@@ -84,13 +88,15 @@ def _leftovers(root: Path, sid: str) -> list[str]:
     return left
 
 
-def _clean_and_reuse(root: Path, bundle: Path, sid: str, where: str) -> None:
+def _clean_and_reuse(root: Path, bundle: Path, sid: str, where: str, reuse: bool = True) -> None:
     r = run_shim(root, "state", sid)
     assert r.returncode in (0, 6), f"{where}: state gave {r.returncode}: {r.stderr}"
     assert len(r.stderr.strip().splitlines()) <= 1, f"{where}: {r.stderr}"
     d = run_shim(root, "delete", "--force", sid)
     assert d.returncode == 0, f"{where}: delete --force gave {d.returncode}: {d.stderr}"
-    assert _leftovers(root, sid) == [], where
+    assert _leftovers(root, sid) == [], where  # the id is free: nothing of it is left
+    if not reuse:
+        return
     again = run_shim(root, "create", "--bundle", str(bundle), sid, stdin=_devnull())
     assert again.returncode == 0, f"{where}: the id is not reusable: {again.stderr}"
     assert run_shim(root, "delete", "--force", sid).returncode == 0
@@ -120,12 +126,20 @@ def _kill_create_at_every_step(tmp_path: Path, bundle: Path, cold: bool) -> int:
     n = _steps(fresh(0), "create", "--bundle", str(bundle), "c", stdin=_devnull())
     assert run_shim(fresh(0), "delete", "--force", "c").returncode == 0
     assert n > 10  # the control: the hook does see create's side effects
-    for k in range(1, n + 1):
+    last = n
+    if cold:  # probing comes first: past its steps a cold create is a warm one (the other test)
+        warm_root = tmp_path / "warm-count"
+        warm_root.mkdir()
+        n_warm = _steps(warm_root, "create", "--bundle", str(bundle), "c", stdin=_devnull())
+        assert run_shim(warm_root, "delete", "--force", "c").returncode == 0
+        assert n > n_warm  # the control: a cold root does probe
+        last = n - n_warm + 2
+    for k in range(1, last + 1):
         root = fresh(k)
         r = run_shim(root, "create", "--bundle", str(bundle), "c", stdin=_devnull(),
                      env=_env(SANDBOX_SHIM_CRASH_AT=str(k)))
         assert r.returncode == -9, f"create step {k}/{n}: not killed ({r.returncode}: {r.stderr})"
-        _clean_and_reuse(root, bundle, "c", f"create killed at step {k}/{n}")
+        _clean_and_reuse(root, bundle, "c", f"create killed at step {k}/{n}", reuse=k % 8 == 0 or k == last)
     return n
 
 
@@ -133,7 +147,7 @@ def test_create_killed_at_every_step_leaves_nothing(tmp_path: Path, sleeper: Pat
     _kill_create_at_every_step(tmp_path, sleeper, cold=False)
 
 
-def test_first_create_on_a_new_root_killed_while_probing_leaves_nothing(tmp_path: Path, sleeper: Path) -> None:
+def test_first_create_on_a_new_root_killed_while_probing(tmp_path: Path, sleeper: Path) -> None:
     _kill_create_at_every_step(tmp_path, sleeper, cold=True)
 
 
@@ -161,7 +175,9 @@ def test_start_and_delete_killed_at_every_step(tmp_path: Path, sleeper: Path, ve
             s = run_shim(root, "state", "v")
             assert s.returncode == 0, s.stderr
             assert json.loads(s.stdout)["status"] in ("created", "running"), s.stdout
-        _clean_and_reuse(root, sleeper, "v", f"{verb} killed at step {k}/{n}")
+        _clean_and_reuse(root, sleeper, "v", f"{verb} killed at step {k}/{n}", reuse=False)
+    made()  # the id is reusable after the last kill too
+    assert run_shim(root, "delete", "--force", "v").returncode == 0
 
 
 def test_start_killed_after_release_reads_running(tmp_path: Path, sleeper: Path) -> None:

@@ -43,6 +43,11 @@ def default_mechanism(root: str | None = None) -> Any:
     return mech
 
 
+def id_of(sandbox: Sandbox | str) -> str:
+    """The id of ``sandbox``: every call takes a ``Sandbox`` or its id, the same everywhere."""
+    return sandbox.id if isinstance(sandbox, Sandbox) else sandbox
+
+
 def store_of(mechanism: Any) -> StateStore:
     """The state store a mechanism keeps its sandboxes in (its ``root``)."""
     return StateStore(getattr(mechanism, "root", None))
@@ -76,8 +81,10 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
         pid_file: where to write the pid (digits only, atomically), or None.
         console_socket: unix socket path to send the pty master to (``process.terminal``), or None.
         preserve_fds: how many fds from 3 up the workload inherits (runc ``--preserve-fds``).
-        stdio: (stdin, stdout, stderr) fds for the sandbox, or None for this process's own (OCI create
-            hands the caller's stdio to the container).
+        stdio: (stdin, stdout, stderr) fds for the sandbox, or None for /dev/null on all three: a
+            library caller's own stdio (a service's log file, its terminal) is never the tenant's.
+            The CLI's ``create`` passes its own (0, 1, 2): OCI create hands the caller's stdio to
+            the container.
     Returns:
         the ``created`` status.
     Raises:
@@ -88,6 +95,12 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
     from . import hooks
     from .bundle import load
 
+    if stdio is None:
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            return provision(mechanism, sandbox, pid_file, console_socket, preserve_fds, (null, null, null))
+        finally:
+            os.close(null)
     st.check_id(sandbox.id)
     spec = load(sandbox.bundle)
     plan = mechanism.make_plan(spec, sandbox.id)  # the platform's plan; refusal happens in there
@@ -206,18 +219,20 @@ def _status(mechanism: Any, rec: Record, store: StateStore) -> Status:
                   annotations=rec.annotations, exit_status=exit_status, created=rec.created or None)
 
 
-def status(mechanism: Any, sandbox_id: str) -> Status:
+def status(mechanism: Any, sandbox: Sandbox | str) -> Status:
     """OCI state of ``sandbox_id``.  Raises ``SandboxNotFound``."""
+    sandbox_id = id_of(sandbox)
     store = store_of(mechanism)
     return _status(mechanism, store.read(sandbox_id), store)
 
 
-def start(mechanism: Any, sandbox_id: str) -> Status:
+def start(mechanism: Any, sandbox: Sandbox | str) -> Status:
     """OCI start: release the process.  Checks capabilities again (it may run on another host).
 
     Raises:
         SandboxNotFound, InvalidState (not ``created``), CapabilityUnavailable, LaunchFailed.
     """
+    sandbox_id = id_of(sandbox)
     from . import hooks
 
     store = store_of(mechanism)
@@ -245,16 +260,18 @@ def start(mechanism: Any, sandbox_id: str) -> Status:
         return _status(mechanism, rec, store)
 
 
-def signal(mechanism: Any, sandbox_id: str, signum: int, all_processes: bool = False) -> None:
+def signal(mechanism: Any, sandbox: Sandbox | str, signum: int, all_processes: bool = False) -> None:
     """Deliver ``signum`` (runtime-spec "kill").  Raises ``InvalidState`` unless created/running/paused."""
+    sandbox_id = id_of(sandbox)
     store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
         st.require(sandbox_id, observed_status(mechanism, rec, store), "kill")
         mechanism.signal(sandbox_of(rec, store), signum, all_processes)
 
 
-def stop(mechanism: Any, sandbox_id: str, grace: float = 10.0) -> Status:
+def stop(mechanism: Any, sandbox: Sandbox | str, grace: float = 10.0) -> Status:
     """SIGTERM, wait up to ``grace`` seconds, then SIGKILL every process of the cgroup; resources stay."""
+    sandbox_id = id_of(sandbox)
     import signal as _signal
 
     store = store_of(mechanism)
@@ -276,7 +293,7 @@ def stop(mechanism: Any, sandbox_id: str, grace: float = 10.0) -> Status:
     return _status(mechanism, store.read(sandbox_id), store)
 
 
-def destroy(mechanism: Any, sandbox_id: str, force: bool = False) -> None:
+def destroy(mechanism: Any, sandbox: Sandbox | str, force: bool = False) -> None:
     """OCI delete: kill what is left, remove cgroups and state.  Never capability-gated.
 
     Without ``force`` a created, running or paused sandbox is refused (``InvalidState``).  With it,
@@ -288,6 +305,7 @@ def destroy(mechanism: Any, sandbox_id: str, force: bool = False) -> None:
         a recorded host object could not be removed (e.g. a read-only cgroup hierarchy); the record
         is kept, so ``destroy(force=True)`` again finishes the job.
     """
+    sandbox_id = id_of(sandbox)
     store = store_of(mechanism)
     try:
         cm = store.locked(sandbox_id)
@@ -341,15 +359,17 @@ def _raise_leftovers(sandbox_id: str, problems: list[str]) -> None:
                            "the record is kept: run `delete --force` again once that is fixed")
 
 
-def usage(mechanism: Any, sandbox_id: str) -> Usage:
+def usage(mechanism: Any, sandbox: Sandbox | str) -> Usage:
     """Resource usage from the sandbox's cgroup."""
+    sandbox_id = id_of(sandbox)
     store = store_of(mechanism)
     return mechanism.usage(sandbox_of(store.read(sandbox_id), store))
 
 
-def list_running(mechanism: Any) -> list[Status]:
-    """Every sandbox under the state root with its observed status, plus sandboxes the store has lost
-    but the kernel still shows (``source="observed"``, see ``reconcile``), sorted by id."""
+def list_sandboxes(mechanism: Any) -> list[Status]:
+    """Every sandbox under the state root with its observed status (created, running, paused, stopped),
+    plus sandboxes the store has lost but the kernel still shows (``source="observed"``, see
+    ``reconcile``), sorted by id.  The CLI's ``list``."""
     import contextlib
 
     from .reconcile import lost_sandboxes
@@ -363,12 +383,19 @@ def list_running(mechanism: Any) -> list[Status]:
     return sorted(out, key=lambda s: s.id)
 
 
+def list_running(mechanism: Any) -> list[Status]:
+    """The sandboxes whose status is ``running`` now (observed, not as stored), sorted by id;
+    ``list_sandboxes`` gives every one."""
+    return [s for s in list_sandboxes(mechanism) if s.status == "running"]
+
+
 # Telemetry: every call above emits start/stop/exception events (telemetry.py).
 def _instrument() -> None:
     from . import telemetry
 
     g = globals()
-    for name in ("provision", "start", "stop", "destroy", "signal", "status", "usage", "list_running"):
+    for name in ("provision", "start", "stop", "destroy", "signal", "status", "usage", "list_running",
+                 "list_sandboxes"):
         g[name] = telemetry.instrument(name)(g[name])
 
 

@@ -279,6 +279,13 @@ class StateStore:
         """Remove what a crashed create or delete of ``sandbox_id`` left (``.new-ID.PID`` /
         ``.dead-ID.PID`` whose process is gone)."""
         check_id(sandbox_id)
+        for sub in (".cgroups", ".network"):  # temp files of a write_atomic killed before its rename
+            with contextlib.suppress(OSError):
+                for n in os.listdir(os.path.join(self.root, sub)):
+                    pid = n.rsplit(".tmp.", 1)[-1]
+                    dead = pid.isdigit() and not os.path.exists(f"/proc/{pid}")
+                    if n.startswith(".") and ".tmp." in n and dead:
+                        os.unlink(os.path.join(self.root, sub, n))
         try:
             names = os.listdir(self.root)
         except OSError:

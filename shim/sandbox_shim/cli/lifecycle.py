@@ -130,7 +130,8 @@ def main(argv: list[str], g: Globals | None = None) -> int:
         api.provision(mech, Sandbox(sid, str(opts.get("bundle") or ".")),
                       pid_file=opts.get("pid_file"),  # type: ignore[arg-type]
                       console_socket=opts.get("console_socket"),  # type: ignore[arg-type]
-                      preserve_fds=_preserve_fds(opts.get("preserve_fds")))
+                      preserve_fds=_preserve_fds(opts.get("preserve_fds")),
+                      stdio=(0, 1, 2))  # OCI create: the caller's stdio is the container's
     elif verb == "start":
         api.start(mech, sid)
     elif verb == "state":

@@ -251,7 +251,7 @@ class ApiTarget(ConformanceTarget):
         from .. import api
 
         self._reap()
-        return {s.id: s.status for s in api.list_running(self.mechanism)}
+        return {s.id: s.status for s in api.list_sandboxes(self.mechanism)}
 
     def reopen(self) -> ApiTarget:
         other = type(self).__new__(type(self))

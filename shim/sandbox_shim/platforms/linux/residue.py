@@ -14,7 +14,6 @@ cgroup with no tasks and no children).
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 TYPE_CHECKING = False
@@ -127,10 +126,11 @@ def _remove_cgroups(store: StateStore, info: dict[str, Any]) -> list[str]:
         shared = set(store.read_cgroup_parents()) | set(info.get("parents", []))
         left = []
         for p in sorted(shared, key=len, reverse=True):
-            with contextlib.suppress(FileNotFoundError):
-                try:
-                    os.rmdir(p)
-                except OSError:
-                    left.append(p)  # still used by another sandbox (or not removable): kept listed
+            try:
+                os.rmdir(p)
+            except FileNotFoundError:
+                pass  # gone already, or never made (a hierarchy create did not need)
+            except OSError:
+                left.append(p)  # still used by another sandbox (or not removable): kept listed
         store.write_cgroup_parents(sorted(left))
     return problems
