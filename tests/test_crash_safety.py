@@ -128,10 +128,8 @@ def _kill_create_at_every_step(tmp_path: Path, bundle: Path, cold: bool) -> int:
     assert n > 10  # the control: the hook does see create's side effects
     last = n
     if cold:  # probing comes first: past its steps a cold create is a warm one (the other test)
-        warm_root = tmp_path / "warm-count"
-        warm_root.mkdir()
-        n_warm = _steps(warm_root, "create", "--bundle", str(bundle), "c", stdin=_devnull())
-        assert run_shim(warm_root, "delete", "--force", "c").returncode == 0
+        n_warm = _steps(fresh(0), "create", "--bundle", str(bundle), "c", stdin=_devnull())  # probed now
+        assert run_shim(fresh(0), "delete", "--force", "c").returncode == 0
         assert n > n_warm  # the control: a cold root does probe
         last = n - n_warm + 2
     for k in range(1, last + 1):
