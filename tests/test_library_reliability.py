@@ -94,7 +94,7 @@ def test_execute_emits_telemetry_events(running: Any) -> None:
 
 def test_library_default_stdio_is_not_the_callers(make_bundle: Any, state_root: Path, tmp_path: Path) -> None:
     """A service whose stdout is its log file: the tenant neither reads, writes nor truncates it."""
-    bundle = make_bundle(base_config(["sh", "-c", "echo TENANT; echo TENANT >&2; cat; : > /proc/self/fd/1"]))
+    bundle = make_bundle(base_config(["sh", "-c", "echo TENANT; echo TENANT >&2; cat; : >/proc/self/fd/1"]))
     log = tmp_path / "service.log"
     log.write_text("service line\n")
     code = ("import sys, time; from sandbox_shim import api; from sandbox_shim.mechanism import Sandbox\n"
@@ -134,7 +134,8 @@ def test_the_readme_execute_example_runs(tmp_path: Path, state_root: Path, rootf
     shutil.copytree(rootfs_template, bundles / "busybox" / "rootfs", symlinks=True)
     (bundles / "busybox" / "storage").mkdir()
     code = block.replace("/run/sandbox-shim", str(state_root)).replace("/tmp/box1", str(tmp_path / "box1"))
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("0 hello from") and lines[-1] == "3 b'hi\\n' False", r.stdout

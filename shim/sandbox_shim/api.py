@@ -191,9 +191,7 @@ def _drop_cgroups(store: StateStore, sandbox_id: str) -> list[str]:
     from .platforms.linux import residue
 
     problems = residue.remove(store, sandbox_id)
-    if os.path.isdir(os.path.join(store.root, ".cgroups")) and not os.path.exists(
-            os.path.join(store.root, ".cgroups", sandbox_id)):
-        residue.sweep_probe_cgroups()
+    residue.sweep_probe_cgroups()  # a prober killed mid-probe (a first create on this root) left these
     return problems
 
 
