@@ -69,6 +69,11 @@ def _our_processes() -> list[int]:
 def _leftovers(root: Path, sid: str) -> list[str]:
     _reap()
     left = [f"process {p}" for p in _our_processes()]
+    from sandbox_shim.platforms.linux.network import link_name
+
+    link = link_name(str(root), sid)
+    if os.path.exists(f"/sys/class/net/{link}"):
+        left.append(f"veth {link}")
     tag = hashlib.sha256(str(root).encode()).hexdigest()[:10]
     def cg(name: str) -> list[str]:
         return [*glob.glob(f"/sys/fs/cgroup/*/sandbox-shim/{name}"),
@@ -143,6 +148,12 @@ def _kill_create_at_every_step(tmp_path: Path, bundle: Path, cold: bool) -> int:
 
 def test_create_killed_at_every_step_leaves_nothing(tmp_path: Path, sleeper: Path) -> None:
     _kill_create_at_every_step(tmp_path, sleeper, cold=False)
+
+
+def test_create_with_a_network_killed_at_every_step(tmp_path: Path, make_bundle: Any) -> None:
+    cfg = base_config(["sleep", TOKEN])
+    cfg["annotations"] = {"sandbox-shim.network": "isolated"}
+    _kill_create_at_every_step(tmp_path, make_bundle(cfg, name="net"), cold=False)
 
 
 def test_first_create_on_a_new_root_killed_while_probing(tmp_path: Path, sleeper: Path) -> None:

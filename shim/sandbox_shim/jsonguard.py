@@ -34,7 +34,7 @@ MAX_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 20
 MAX_ITEMS = 16384
-MAX_STRING = 65536
+MAX_STRING = 1024 * 1024  # characters: room for large orchestrator annotations
 MAX_PROBLEMS = 20
 RULE = "json-limits"
 
