@@ -90,17 +90,22 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
     Raises:
         BundleInvalid, CapabilityUnavailable, SandboxExists, LaunchFailed (``HookFailed``), CouldNotRun.
     """
+    if stdio is None:
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            return _provision(mechanism, sandbox, pid_file, console_socket, preserve_fds, (null, null, null))
+        finally:
+            os.close(null)
+    return _provision(mechanism, sandbox, pid_file, console_socket, preserve_fds, stdio)
+
+
+def _provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None, console_socket: str | None,
+               preserve_fds: int, stdio: tuple[int, int, int]) -> Status:
     import contextlib
 
     from . import hooks
     from .bundle import load
 
-    if stdio is None:
-        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-        try:
-            return provision(mechanism, sandbox, pid_file, console_socket, preserve_fds, (null, null, null))
-        finally:
-            os.close(null)
     st.check_id(sandbox.id)
     spec = load(sandbox.bundle)
     plan = mechanism.make_plan(spec, sandbox.id)  # the platform's plan; refusal happens in there
