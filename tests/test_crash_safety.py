@@ -141,7 +141,8 @@ def _kill_create_at_every_step(tmp_path: Path, bundle: Path, cold: bool) -> int:
         root = fresh(k)
         r = run_shim(root, "create", "--bundle", str(bundle), "c", stdin=_devnull(),
                      env=_env(SANDBOX_SHIM_CRASH_AT=str(k)))
-        assert r.returncode == -9, f"create step {k}/{n}: not killed ({r.returncode}: {r.stderr})"
+        assert r.returncode == -9 or (r.returncode == 0 and k > n - 5), \
+            f"create step {k}/{n}: not killed ({r.returncode}: {r.stderr})"
         _clean_and_reuse(root, bundle, "c", f"create killed at step {k}/{n}", reuse=k % 8 == 0 or k == last)
     return n
 
@@ -178,7 +179,10 @@ def test_start_and_delete_killed_at_every_step(tmp_path: Path, sleeper: Path, ve
         made()
         args = [verb, *(["--force"] if verb == "delete" else []), "v"]
         r = run_shim(root, *args, env=_env(SANDBOX_SHIM_CRASH_AT=str(k)))
-        assert r.returncode == -9, f"{verb} step {k}/{n}: not killed ({r.returncode})"
+        # the last steps vary in number (rmdir(2) retried while the kernel says EBUSY): a verb that
+        # finished before step k is fine there, and only there
+        assert r.returncode == -9 or (r.returncode == 0 and k > n - 5), \
+            f"{verb} step {k}/{n}: not killed ({r.returncode}: {r.stderr})"
         if verb == "start":
             # the state the next verb reads is the kernel's: released or not, never a lost sandbox
             s = run_shim(root, "state", "v")
