@@ -95,3 +95,24 @@ def test_command_json_and_exit_status_on_fail() -> None:
         ("fs: absolute host path", "ok", "succeeded", "fail")]
     bad = cli("--mechanism", "no_such_module:Nothing")
     assert bad.returncode == 2 and "cannot load the conformance target" in bad.stderr
+
+
+@linux_root
+def test_a_run_in_which_checks_cannot_run_is_not_a_pass() -> None:
+    nothing = cli("-k", "no check has this name")
+    assert nothing.returncode == 3, nothing.stdout + nothing.stderr
+    accepted = cli("-k", "no check has this name", "--accept-skips")
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+
+
+def test_the_probe_rootfs_is_built_from_the_host_without_a_checkout(tmp_path: Path) -> None:
+    from sandbox_shim.conformance import rootfs
+
+    try:
+        bb = rootfs.host_busybox()
+    except rootfs.NoBusybox as e:
+        pytest.skip(str(e))
+    assert rootfs.is_static(bb) and not rootfs.is_static(sys.executable)  # the control: a dynamic ELF
+    rootfs.fill(str(tmp_path / "r"))
+    assert (tmp_path / "r" / "bin" / "busybox").is_file()
+    assert os.readlink(tmp_path / "r" / "bin" / "sh") == "busybox"

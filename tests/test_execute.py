@@ -30,11 +30,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteu
                                 reason="needs Linux, root, bwrap and cgroups")
 
 ALLOC_64M = ["awk", 'BEGIN{s="x"; while (length(s) < 64*1024*1024) s = s s; print length(s)}']
-#: the CLI with this change's commands registered (app.COMMANDS may not list them yet)
-CLI = ("import sys; from sandbox_shim.cli import app, control as c; "
-       "[app.cli.add_command(x) for x in (c.exec_cmd, c.ps_cmd, c.pause_cmd, c.resume_cmd, c.update_cmd, "
-       "c.events_cmd) if x.name not in app.cli.commands]; "
-       "app.cli.main(args=sys.argv[1:], prog_name='sandbox-shim')")
+#: the CLI, through its entry point (global flags and error boundary included)
+CLI = "import sys; from sandbox_shim.cli import main; main(sys.argv[1:])"
 
 
 def cli(root: Path, *args: str, **kw: Any) -> Any:

@@ -158,8 +158,7 @@ def test_proxy_errors_are_distinct(server: tuple[str, str], make_bundle: Any, st
 
 def test_proxy_cli_forwards_a_loopback_port(server: tuple[str, str], state_root: Path) -> None:
     sid, _ = server
-    code = ("import sys; from sandbox_shim.cli.app import cli; from sandbox_shim.cli.proxy import command; "
-            "cli.add_command(command); cli.main(args=sys.argv[1:], prog_name='sandbox-shim')")
+    code = "import sys; from sandbox_shim.cli import main; main(sys.argv[1:])"
     argv = [sys.executable, "-c", code, "--root", str(state_root), "proxy", sid, "--listen", "127.0.0.1:0"]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

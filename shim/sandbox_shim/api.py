@@ -43,6 +43,11 @@ def default_mechanism(root: str | None = None) -> Any:
     return mech
 
 
+def id_of(sandbox: Sandbox | str) -> str:
+    """The id of ``sandbox``: every call takes a ``Sandbox`` or its id, the same everywhere."""
+    return sandbox.id if isinstance(sandbox, Sandbox) else sandbox
+
+
 def store_of(mechanism: Any) -> StateStore:
     """The state store a mechanism keeps its sandboxes in (its ``root``)."""
     return StateStore(getattr(mechanism, "root", None))
@@ -76,13 +81,26 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
         pid_file: where to write the pid (digits only, atomically), or None.
         console_socket: unix socket path to send the pty master to (``process.terminal``), or None.
         preserve_fds: how many fds from 3 up the workload inherits (runc ``--preserve-fds``).
-        stdio: (stdin, stdout, stderr) fds for the sandbox, or None for this process's own (OCI create
-            hands the caller's stdio to the container).
+        stdio: (stdin, stdout, stderr) fds for the sandbox, or None for /dev/null on all three: a
+            library caller's own stdio (a service's log file, its terminal) is never the tenant's.
+            The CLI's ``create`` passes its own (0, 1, 2): OCI create hands the caller's stdio to
+            the container.
     Returns:
         the ``created`` status.
     Raises:
         BundleInvalid, CapabilityUnavailable, SandboxExists, LaunchFailed (``HookFailed``), CouldNotRun.
     """
+    if stdio is None:
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            return _provision(mechanism, sandbox, pid_file, console_socket, preserve_fds, (null, null, null))
+        finally:
+            os.close(null)
+    return _provision(mechanism, sandbox, pid_file, console_socket, preserve_fds, stdio)
+
+
+def _provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None, console_socket: str | None,
+               preserve_fds: int, stdio: tuple[int, int, int]) -> Status:
     import contextlib
 
     from . import hooks
@@ -100,7 +118,7 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
                      owner_ref=sandbox.owner_ref, context=sandbox.context)
         sandbox.bundle = spec.bundle
         sandbox.private["dir"] = d
-        sandbox.private["on_cgroup"] = lambda info: store.write_cgroup_index(sandbox.id, info)
+        sandbox.private["on_cgroup"] = recorder = _CgroupRecorder(store, sandbox.id)
         sandbox.private.update(console_socket=console_socket, preserve_fds=preserve_fds, stdio=stdio)
         try:
             store.write(rec)
@@ -122,10 +140,12 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
                 st.write_atomic(os.path.abspath(pid_file), str(rec.pid), 0o644)
         except BaseException as e:
             sandbox.private.pop("on_cgroup", None)
+            recorder.release()
             with contextlib.suppress(Exception):
                 if sandbox.private.get("pid"):
                     mechanism.destroy(sandbox)
-            _drop_cgroups(store, sandbox.id)
+            with contextlib.suppress(Exception):
+                _drop_cgroups(store, sandbox.id)
             store.remove(sandbox.id)
             if isinstance(e, hooks.HookFailed):
                 hooks.run(plan_hooks, "poststop", hooks.state_doc(sandbox.id, "stopped", 0, spec.bundle,
@@ -134,26 +154,62 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
     return _status(mechanism, rec, store)
 
 
-def _drop_cgroups(store: StateStore, sandbox_id: str) -> None:
-    """Remove what an id left outside its state dir: cgroups (index) and network links (marker)."""
-    if os.path.exists(os.path.join(store.root, ".network", sandbox_id)):
-        from .platforms.linux import network
+class _CgroupRecorder:
+    """The ``on_cgroup`` hook given to the mechanism: called with what will be made *before* making it
+    (``created`` empty: the record is written and the state root's cgroup lock taken, so no delete
+    removes a shared parent meanwhile), then with what was made (record rewritten, lock released)."""
 
-        network.teardown_orphan(store.root, sandbox_id)
-    info = store.read_cgroup_index(sandbox_id)
-    if info:
-        from .platforms.linux.mechanism import remove_cgroups
+    def __init__(self, store: StateStore, sandbox_id: str) -> None:
+        self.store, self.id = store, sandbox_id
+        self._lock: Any = None
 
-        remove_cgroups(info)
-    store.drop_cgroup_index(sandbox_id)
+    def __call__(self, info: dict[str, Any]) -> None:
+        if not info.get("created") and self._lock is None:
+            self._lock = self.store.cgroup_lock()
+            self._lock.__enter__()
+            parents = info.get("parents") or []
+            if parents:
+                known = self.store.read_cgroup_parents()
+                self.store.write_cgroup_parents(sorted({*known, *parents}))
+            self.store.write_cgroup_index(self.id, info)
+            return
+        prev = self.store.read_cgroup_index(self.id) or {}
+        self.store.write_cgroup_index(self.id, {**prev, **info})
+        self.release()
+
+    def release(self) -> None:
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            lock.__exit__(None, None, None)
+
+
+def _drop_cgroups(store: StateStore, sandbox_id: str) -> list[str]:
+    """Remove what an id left outside its state dir (cgroups and their parents, network links: each
+    recorded before it was made) and what a crashed create/delete left in the root.  Returns
+    problems, one line each (the record is kept for another try then)."""
+    import sys
+
+    store.sweep(sandbox_id)
+    if not sys.platform.startswith("linux"):
+        store.drop_cgroup_index(sandbox_id)
+        return []
+    from .platforms.linux import residue
+
+    problems = residue.remove(store, sandbox_id)
+    residue.sweep_probe_cgroups()  # a prober killed mid-probe (a first create on this root) left these
+    return problems
 
 
 def observed_status(mechanism: Any, rec: Record, store: StateStore) -> str:
-    """The OCI status as observed now (the stored one corrected by what the kernel says)."""
+    """The OCI status as observed now: the stored one corrected by what the host shows.  A ``start``
+    killed after releasing the process but before recording it leaves "created" in the file: the
+    mechanism's own view (``status``: the start FIFO gone) says "running"."""
     if rec.status in ("created", "running"):
         sb = sandbox_of(rec, store)
         if not mechanism.alive(sb):
             return "stopped"
+        if rec.status == "created" and hasattr(mechanism, "status"):
+            return str(mechanism.status(sb).status)
         if rec.status == "running" and mechanism.paused(sb):
             return "paused"
     return rec.status
@@ -176,18 +232,20 @@ def _status(mechanism: Any, rec: Record, store: StateStore) -> Status:
                   annotations=annotations, exit_status=exit_status, created=rec.created or None)
 
 
-def status(mechanism: Any, sandbox_id: str) -> Status:
+def status(mechanism: Any, sandbox: Sandbox | str) -> Status:
     """OCI state of ``sandbox_id``.  Raises ``SandboxNotFound``."""
+    sandbox_id = id_of(sandbox)
     store = store_of(mechanism)
     return _status(mechanism, store.read(sandbox_id), store)
 
 
-def start(mechanism: Any, sandbox_id: str) -> Status:
+def start(mechanism: Any, sandbox: Sandbox | str) -> Status:
     """OCI start: release the process.  Checks capabilities again (it may run on another host).
 
     Raises:
         SandboxNotFound, InvalidState (not ``created``), CapabilityUnavailable, LaunchFailed.
     """
+    sandbox_id = id_of(sandbox)
     from . import hooks
 
     store = store_of(mechanism)
@@ -215,16 +273,18 @@ def start(mechanism: Any, sandbox_id: str) -> Status:
         return _status(mechanism, rec, store)
 
 
-def signal(mechanism: Any, sandbox_id: str, signum: int, all_processes: bool = False) -> None:
+def signal(mechanism: Any, sandbox: Sandbox | str, signum: int, all_processes: bool = False) -> None:
     """Deliver ``signum`` (runtime-spec "kill").  Raises ``InvalidState`` unless created/running/paused."""
+    sandbox_id = id_of(sandbox)
     store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
         st.require(sandbox_id, observed_status(mechanism, rec, store), "kill")
         mechanism.signal(sandbox_of(rec, store), signum, all_processes)
 
 
-def stop(mechanism: Any, sandbox_id: str, grace: float = 10.0) -> Status:
+def stop(mechanism: Any, sandbox: Sandbox | str, grace: float = 10.0) -> Status:
     """SIGTERM, wait up to ``grace`` seconds, then SIGKILL every process of the cgroup; resources stay."""
+    sandbox_id = id_of(sandbox)
     import signal as _signal
 
     store = store_of(mechanism)
@@ -246,12 +306,19 @@ def stop(mechanism: Any, sandbox_id: str, grace: float = 10.0) -> Status:
     return _status(mechanism, store.read(sandbox_id), store)
 
 
-def destroy(mechanism: Any, sandbox_id: str, force: bool = False) -> None:
+def destroy(mechanism: Any, sandbox: Sandbox | str, force: bool = False) -> None:
     """OCI delete: kill what is left, remove cgroups and state.  Never capability-gated.
 
     Without ``force`` a created, running or paused sandbox is refused (``InvalidState``).  With it,
-    an unknown id is not an error, and cgroups recorded for an id whose state dir is gone are removed.
+    an unknown id is not an error, and whatever was recorded for the id (cgroups and their parents,
+    network links, a half-made or half-removed state dir) is removed even when its state is gone.
+
+    Raises:
+        SandboxNotFound (without ``force``), InvalidState, LaunchFailed: the processes were killed but
+        a recorded host object could not be removed (e.g. a read-only cgroup hierarchy); the record
+        is kept, so ``destroy(force=True)`` again finishes the job.
     """
+    sandbox_id = id_of(sandbox)
     store = store_of(mechanism)
     try:
         cm = store.locked(sandbox_id)
@@ -259,16 +326,23 @@ def destroy(mechanism: Any, sandbox_id: str, force: bool = False) -> None:
     except ShimError:
         if not force:
             raise
-        _drop_cgroups(store, sandbox_id)
+        problems = _drop_cgroups(store, sandbox_id)
         store.remove(sandbox_id)  # a corrupt state file: only a directory the store made is removed
+        _raise_leftovers(sandbox_id, problems)
         return
+    problems: list[str] = []
     try:
         now = observed_status(mechanism, rec, store)
         if not st.can_delete(now, force):
             st.require(sandbox_id, now, "delete")
         if rec.private:
-            mechanism.destroy(sandbox_of(rec, store))
-        _drop_cgroups(store, sandbox_id)
+            sb = sandbox_of(rec, store)
+            try:
+                mechanism.destroy(sb)
+            except (ShimError, OSError) as e:
+                problems.append(str(e))
+                _kill_by_identity(rec)  # a read-only cgroup hierarchy must not keep the processes alive
+        problems += _drop_cgroups(store, sandbox_id)
         store.remove(sandbox_id)
     finally:
         cm.__exit__(None, None, None)
@@ -276,17 +350,39 @@ def destroy(mechanism: Any, sandbox_id: str, force: bool = False) -> None:
 
     hooks.run((rec.private.get("plan") or {}).get("hooks"), "poststop",
               hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations), cwd=rec.bundle)
+    _raise_leftovers(sandbox_id, problems)
 
 
-def usage(mechanism: Any, sandbox_id: str) -> Usage:
+def _kill_by_identity(rec: Record) -> None:
+    """SIGKILL the sandbox's recorded processes, each only if pid *and* start time still match."""
+    import signal as _signal
+
+    for pid, start in ((rec.init_pid, rec.init_start), (rec.pid, rec.pid_start)):
+        if st.same_process(pid, start):
+            try:
+                os.kill(pid, _signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _raise_leftovers(sandbox_id: str, problems: list[str]) -> None:
+    if problems:
+        raise LaunchFailed(f"deleted {sandbox_id!r} and killed its processes, but could not remove: "
+                           + "; ".join(problems)[:300],
+                           "the record is kept: run `delete --force` again once that is fixed")
+
+
+def usage(mechanism: Any, sandbox: Sandbox | str) -> Usage:
     """Resource usage from the sandbox's cgroup."""
+    sandbox_id = id_of(sandbox)
     store = store_of(mechanism)
     return mechanism.usage(sandbox_of(store.read(sandbox_id), store))
 
 
-def list_running(mechanism: Any) -> list[Status]:
-    """Every sandbox under the state root with its observed status, plus sandboxes the store has lost
-    but the kernel still shows (``source="observed"``, see ``reconcile``), sorted by id."""
+def list_sandboxes(mechanism: Any) -> list[Status]:
+    """Every sandbox under the state root with its observed status (created, running, paused, stopped),
+    plus sandboxes the store has lost but the kernel still shows (``source="observed"``, see
+    ``reconcile``), sorted by id.  The CLI's ``list``."""
     import contextlib
 
     from .reconcile import lost_sandboxes
@@ -300,12 +396,19 @@ def list_running(mechanism: Any) -> list[Status]:
     return sorted(out, key=lambda s: s.id)
 
 
+def list_running(mechanism: Any) -> list[Status]:
+    """The sandboxes whose status is ``running`` now (observed, not as stored), sorted by id;
+    ``list_sandboxes`` gives every one."""
+    return [s for s in list_sandboxes(mechanism) if s.status == "running"]
+
+
 # Telemetry: every call above emits start/stop/exception events (telemetry.py).
 def _instrument() -> None:
     from . import telemetry
 
     g = globals()
-    for name in ("provision", "start", "stop", "destroy", "signal", "status", "usage", "list_running"):
+    for name in ("provision", "start", "stop", "destroy", "signal", "status", "usage", "list_running",
+                 "list_sandboxes"):
         g[name] = telemetry.instrument(name)(g[name])
 
 

@@ -8,11 +8,11 @@ never echoed.  Keys the schema does not describe are warnings, not failures.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import jsonguard
 from .errors import BundleInvalid, BundleProblem
 from .hardening import tenant
 from .paths import bind_source, canonical
@@ -118,8 +118,8 @@ def read_config(bundle: str) -> dict[str, Any]:
         )
     path = os.path.join(bundle, "config.json")
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:
+            data = fh.read(jsonguard.MAX_BYTES + 1)
     except FileNotFoundError:
         raise BundleInvalid(
             [
@@ -131,27 +131,19 @@ def read_config(bundle: str) -> dict[str, Any]:
                 )
             ]
         ) from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise BundleInvalid(
             [
                 BundleProblem(
-                    "", f"cannot read {path}: {e}", "runtime-spec bundle.md", "make it a readable UTF-8 file"
+                    "", f"cannot read {path}: {e.strerror}", "runtime-spec bundle.md",
+                    "make it a readable file"
                 )
             ]
         ) from e
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise BundleInvalid(
-            [
-                BundleProblem(
-                    "",
-                    f"config.json is not valid JSON at line {e.lineno} column {e.colno}: {e.msg}",
-                    "RFC 8259",
-                    "fix the JSON syntax there",
-                )
-            ]
-        ) from e
+    # parse-level limits (depth, number size, sizes, text) before anything recurses over the document
+    cfg, limit_problems = jsonguard.loads(data)
+    if any(p.rule != jsonguard.NUL_RULE for p in limit_problems):
+        raise BundleInvalid(limit_problems)
     if not isinstance(cfg, dict):
         raise BundleInvalid(
             [
@@ -163,7 +155,12 @@ def read_config(bundle: str) -> dict[str, Any]:
                 )
             ]
         )
+    if limit_problems:
+        cfg[_TEXT_PROBLEMS] = limit_problems  # taken out again by load(), before validation
     return cfg
+
+
+_TEXT_PROBLEMS = "\0text-problems"  # a key no parsed document can hold (NUL is refused in keys)
 
 
 def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
@@ -182,15 +179,18 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
     cfg = read_config(bundle)
     from .validation import schema_problems
 
+    text_problems: list[BundleProblem] = cfg.pop(_TEXT_PROBLEMS, [])
     problems, warnings = schema_problems(cfg)
     env_errors, env_warnings = tenant.check_env(
         (cfg.get("process") or {}).get("env") if isinstance(cfg.get("process"), dict) else None
     )
     problems += env_errors
     warnings += env_warnings
+    seen = {p.pointer for p in problems}
+    problems += [p for p in text_problems if p.pointer not in seen]
     rootfs = ""
     root = cfg.get("root")
-    if isinstance(root, dict) and isinstance(root.get("path"), str) and root["path"]:
+    if not text_problems and isinstance(root, dict) and isinstance(root.get("path"), str) and root["path"]:
         rootfs = canonical(root["path"], bundle)
         if not os.path.isdir(rootfs):
             problems.append(

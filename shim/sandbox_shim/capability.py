@@ -48,6 +48,7 @@ Probe = Callable[[], Capability]
 PROBES: dict[str, Probe] = {}
 
 _cache: dict[str, Capability] = {}
+_loaded = False
 
 
 def register(name: str) -> Callable[[Probe], Probe]:
@@ -61,11 +62,16 @@ def register(name: str) -> Callable[[Probe], Probe]:
 
 
 def _load_probes() -> None:
-    """Import the probe modules (they register on import); a no-op once any probe is registered."""
-    if not PROBES:
+    """Import every probe module (they register on import), once per process.
+
+    Keyed on a flag, not on ``PROBES`` being empty: importing one probe module directly (a test, the
+    conformance suite) registers some probes, and the registry must still end up complete."""
+    global _loaded
+    if not _loaded:
         from . import probes
 
         probes.load_all()
+        _loaded = True
 
 
 def probe(name: str) -> Capability:

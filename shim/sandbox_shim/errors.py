@@ -220,3 +220,20 @@ class LimitExceeded(ShimError):
         self.kind_of_limit = kind_of_limit
         self.completion = completion
         super().__init__(f"limit exceeded: {kind_of_limit}" + (f" ({detail})" if detail else ""))
+
+
+class StateUnwritable(ShimError):
+    """The state root refused a write (no space, read-only, quota): the previous state is kept.
+
+    Attributes:
+        path: the file that could not be written; errno: the OS error number.
+    """
+
+    exit_status = 11
+    kind = "state_unwritable"
+
+    def __init__(self, path: str, errno: int, strerror: str) -> None:
+        self.path = path
+        self.errno = errno
+        super().__init__(f"cannot write state {path}: {strerror}; the previous state is kept",
+                         "free space on (or remount read-write) the state root, then retry")

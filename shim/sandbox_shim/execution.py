@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import api
+from .capture import MAX_OUTPUT, Collected, collect
 from .control import Facts, facts
 from .errors import CouldNotRun, LimitExceeded
 from .mechanism import Completion, Sandbox, Usage
@@ -69,16 +70,22 @@ def _cpu_limit(rlimits: Sequence[Sequence[Any]]) -> int | None:
     return next((int(r[1]) for r in rlimits if r[0] == "RLIMIT_CPU"), None)
 
 
-def execute(mechanism: Any, sandbox_id: str, command: tuple[str, Sequence[str]], timeout: float | None = None,
+def execute(mechanism: Any, sandbox: Any, command: tuple[str, Sequence[str]], timeout: float | None = None,
             env: dict[str, str] | None = None, cwd: str | None = None, input: bytes | None = None,
             capture: bool = True, on_start: Callable[[Started], None] | None = None,
-            **opts: Any) -> Completion:
+            max_output: int = MAX_OUTPUT, **opts: Any) -> Completion:
     """Run ``command`` = (program, args) inside the running sandbox; wait; capture stdout/stderr.
 
     Args:
-        timeout: wall-clock seconds before the program is killed (None: no limit).
+        sandbox: a ``Sandbox`` or its id (as every call of ``api``).
+        timeout: a wall-clock deadline in seconds, counted from the program's start (None: none).  It
+            holds whatever the program's children do: the wait ends when the program itself exits
+            (a background child holding stdout open does not extend it), or at the deadline, when
+            the program is killed.
         env / cwd: as for ``spawn``; input: bytes for its stdin (default: /dev/null).
         capture: False to let the program use this process's stdin/stdout/stderr (the CLI).
+        max_output: bytes of stdout and of stderr kept (default ``capture.MAX_OUTPUT``, 16 MiB each);
+            the rest is read and dropped, counted in ``Completion.stdout_dropped`` / ``stderr_dropped``.
         on_start: called with the ``Started`` handle once it runs (e.g. to forward signals).
         opts: ``spawn``'s ``replace_env``, ``user``, ``capabilities``, ``console_socket``.
     Returns:
@@ -90,6 +97,7 @@ def execute(mechanism: Any, sandbox_id: str, command: tuple[str, Sequence[str]],
         UsageError, SandboxNotFound, InvalidState, LaunchFailed.
     """
     cmd, args = command
+    sandbox_id = api.id_of(sandbox)
     store = api.store_of(mechanism)
     rec = store.read(sandbox_id)
     cg = mechanism.cgroup(api.sandbox_of(rec, store))
@@ -100,23 +108,25 @@ def execute(mechanism: Any, sandbox_id: str, command: tuple[str, Sequence[str]],
               stdout=pipe, stderr=pipe, **opts)
     if on_start is not None:
         on_start(s)
-    timed_out = False
-    try:
-        out, err = s.helper.communicate(input, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        s.kill()
+    deadline = None if timeout is None else s.started + timeout
+    if capture or input is not None:
+        got = collect(s, input, deadline, max_output)
+    else:
+        got = Collected()
         try:
-            out, err = s.helper.communicate(timeout=10)
-        except subprocess.TimeoutExpired:  # something in the sandbox still holds the pipes
-            s.helper.kill()
-            out, err = s.helper.communicate()
+            s.helper.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            got.timed_out = True
+            s.kill()
+            s.helper.wait()
+    timed_out = got.timed_out
     duration = time.monotonic() - s.started
     end = s.result()
     ru = end.get("rusage") or {}
     usage = Usage(memory_peak_bytes=ru.get("maxrss_bytes"), cpu_user_us=ru.get("utime_us"),
                   cpu_system_us=ru.get("stime_us"))
-    done = Completion(end.get("exit"), end.get("signal"), out or b"", err or b"", duration, usage)
+    done = Completion(end.get("exit"), end.get("signal"), bytes(got.out), bytes(got.err), duration, usage,
+                      stdout_dropped=got.dropped["stdout"], stderr_dropped=got.dropped["stderr"])
     if not end:
         done.signal = _signal.SIGKILL
     after = facts(cg) if cg else Facts()
@@ -126,6 +136,16 @@ def execute(mechanism: Any, sandbox_id: str, command: tuple[str, Sequence[str]],
     if kind:
         raise LimitExceeded(kind, _detail(kind, after, cpu_limit, cpu_used, timeout), done)
     return done
+
+
+def _instrument() -> None:
+    from . import telemetry
+
+    global execute
+    execute = telemetry.instrument("execute")(execute)
+
+
+_instrument()
 
 
 # -- a bundle's own process ---------------------------------------------------------------------------
@@ -197,12 +217,20 @@ def preflight(bundle: str) -> None:
 
 
 def run_bundle(mechanism: Any, sandbox_id: str, bundle: str | os.PathLike[str],
-               timeout: float | None = None) -> Completion:
+               timeout: float | None = None, *, stdio: tuple[int, int, int] | None = None,
+               pid_file: str | None = None, keep: bool = False,
+               on_start: Callable[[str], None] | None = None, max_output: int = MAX_OUTPUT) -> Completion:
     """Run a bundle's own process to its end and remove everything: provision, start, wait, collect, destroy.
+
+    The CLI's ``run`` is this function (with ``stdio=(0, 1, 2)``), so both honour the same limits.
 
     Args:
         timeout: wall-clock seconds; the bundle's ``sandbox-shim.wall-clock-seconds`` applies too (the
             smaller wins).  Counted from start.
+        stdio: fds for the sandbox's stdin/stdout/stderr instead of capturing (output then is b"").
+        pid_file: written as by ``api.provision``.  keep: leave the stopped sandbox (no destroy).
+        on_start: called with the id once the process is released (e.g. to forward signals).
+        max_output: bytes of stdout and of stderr kept (``Completion.stdout_dropped`` counts the rest).
     Returns:
         ``Completion``: exit status (bwrap reports a signal as 128+n, read back as ``signal``), stdout and
         stderr, duration, and the cgroup's usage (peak memory, CPU) read before the cgroup is removed.
@@ -213,7 +241,8 @@ def run_bundle(mechanism: Any, sandbox_id: str, bundle: str | os.PathLike[str],
     preflight(os.fspath(bundle))
     sb = Sandbox(sandbox_id, os.fspath(bundle))
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, open(os.devnull, "rb") as null:
-        api.provision(mechanism, sb, stdio=(null.fileno(), out.fileno(), err.fileno()))
+        api.provision(mechanism, sb, pid_file=pid_file,
+                      stdio=stdio or (null.fileno(), out.fileno(), err.fileno()))
         try:
             rec = api.store_of(mechanism).read(sandbox_id)
             sb = api.sandbox_of(rec, api.store_of(mechanism))
@@ -223,6 +252,8 @@ def run_bundle(mechanism: Any, sandbox_id: str, bundle: str | os.PathLike[str],
             before = facts(cg) if cg else Facts()
             api.start(mechanism, sandbox_id)
             t0 = time.monotonic()
+            if on_start is not None:
+                on_start(sandbox_id)
             code = _wait_exit(mechanism, sb, rec.pid, None if limit is None else t0 + limit)
             timed_out = code is None
             if timed_out:
@@ -231,17 +262,20 @@ def run_bundle(mechanism: Any, sandbox_id: str, bundle: str | os.PathLike[str],
             duration = time.monotonic() - t0
             after = facts(cg) if cg else Facts()
         finally:
-            api.destroy(mechanism, sandbox_id, force=True)
+            if not keep:
+                api.destroy(mechanism, sandbox_id, force=True)
+        dropped = [max(0, os.fstat(f.fileno()).st_size - max_output) for f in (out, err)]
         out.seek(0)
         err.seek(0)
-        stdout, stderr = out.read(), err.read()
+        stdout, stderr = out.read(max_output), err.read(max_output)
     code = 255 if code is None else code
     sig = code - 128 if 128 < code < 128 + _signal.NSIG else None
     usage = Usage(memory_bytes=after.memory_usage, memory_peak_bytes=after.memory_peak,
                   cpu_user_us=None if after.cpu_user_ns is None else after.cpu_user_ns // 1000,
                   cpu_system_us=None if after.cpu_kernel_ns is None else after.cpu_kernel_ns // 1000,
                   pids=after.pids_current)
-    done = Completion(None if sig else code, sig, stdout, stderr, duration, usage)
+    done = Completion(None if sig else code, sig, stdout, stderr, duration, usage, stdout_dropped=dropped[0],
+                      stderr_dropped=dropped[1])
     cpu_limit = _cpu_limit(rec.private.get("process", {}).get("rlimits") or [])
     cpu_used = ((after.cpu_total_ns or 0) - (before.cpu_total_ns or 0)) / 1e9
     end = {"signal": sig} if sig else {"exit": code}

@@ -85,18 +85,29 @@ class Completion(Value):
         stdout / stderr: what it wrote, bytes.
         duration: wall-clock seconds from start to end.
         usage: resource usage at the end, where measured.
+        stdout_dropped / stderr_dropped: bytes written past the capture limit and not kept (0: the
+            stream is whole; see ``capture.MAX_OUTPUT``).
     """
 
-    __match_args__ = ("exit_status", "signal", "stdout", "stderr", "duration", "usage")
+    __match_args__ = ("exit_status", "signal", "stdout", "stderr", "duration", "usage", "stdout_dropped",
+                      "stderr_dropped")
 
     def __init__(self, exit_status: int | None, signal: int | None, stdout: bytes, stderr: bytes,
-                 duration: float, usage: Usage | None = None) -> None:
+                 duration: float, usage: Usage | None = None, stdout_dropped: int = 0,
+                 stderr_dropped: int = 0) -> None:
         self.exit_status = exit_status
         self.signal = signal
         self.stdout = stdout
         self.stderr = stderr
         self.duration = duration
         self.usage = usage
+        self.stdout_dropped = stdout_dropped
+        self.stderr_dropped = stderr_dropped
+
+    @property
+    def truncated(self) -> bool:
+        """True when either stream was cut at the capture limit."""
+        return bool(self.stdout_dropped or self.stderr_dropped)
 
     @property
     def shell_status(self) -> int:

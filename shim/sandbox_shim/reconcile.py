@@ -19,7 +19,7 @@ def lost_sandboxes(store: StateStore, known: set[str]) -> list[Status]:
     """``source="observed"`` statuses for ids with recorded cgroups that still exist but no state dir."""
     index = os.path.join(store.root, ".cgroups")
     try:
-        lost = sorted(set(os.listdir(index)) - known)
+        lost = sorted({n for n in os.listdir(index) if not n.startswith(".")} - known)
     except FileNotFoundError:
         return []
     out = []
@@ -48,7 +48,7 @@ def lost_sandboxes(store: StateStore, known: set[str]) -> list[Status]:
 
 
 def observe(mechanism: Any) -> list[Status]:
-    """Alias of ``api.list_running``: the store's sandboxes plus the ones found only in cgroups."""
+    """Alias of ``api.list_sandboxes``: the store's sandboxes plus the ones found only in cgroups."""
     from . import api
 
-    return api.list_running(mechanism)
+    return api.list_sandboxes(mechanism)

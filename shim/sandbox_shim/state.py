@@ -1,8 +1,15 @@
 """The state store: one directory per sandbox id under the state root (``--root``).
 
-Layout: ``ROOT/ID/state.json`` (written atomically: temp file + rename), an exclusive ``flock`` on
-``ROOT/ID`` while a verb changes it, and ``ROOT/.cgroups/ID`` naming the cgroups made for ID, kept
-outside the state directory so ``delete --force`` can remove them even when ``ROOT/ID`` is gone.
+Layout: ``ROOT/ID/state.json`` (written atomically and durably: temp file, fsync, rename, fsync of
+the directory), an exclusive ``flock`` on ``ROOT/ID`` while a verb changes it, and ``ROOT/.cgroups/ID``
+naming the cgroups made for ID — written *before* they are made — kept outside the state directory
+so ``delete --force`` can remove them even when ``ROOT/ID`` is gone.
+
+Crash safety: ``ROOT/ID`` appears whole or not at all.  It is made as ``ROOT/.new-ID.PID`` (marker
+inside, lock held) and renamed into place; rename(2) replaces an empty directory, so an empty
+``ROOT/ID`` left by anything never blocks the id, and a non-empty one is refused (``SandboxExists``).
+It goes the same way: renamed to ``ROOT/.dead-ID.PID`` first, then removed, so a verb killed while
+removing leaves the id free; ``sweep`` removes what such a verb left (``delete --force`` calls it).
 
 Identity is pid **and** process start time (field 22 of /proc/PID/stat, proc(5)): a pid whose start
 time differs is another process and is never signalled.
@@ -19,13 +26,16 @@ import json
 import os
 import re
 
-from .errors import InvalidState, SandboxExists, SandboxNotFound, StateCorrupt, UsageError
+from .durable import MARKER, write_atomic
+from .durable import fsync_dir as _fsync_dir
+from .durable import rmtree as _rmtree
+from .errors import InvalidState, SandboxExists, SandboxNotFound, StateCorrupt, StateUnwritable, UsageError
 from .values import Value
+
+__all__ = ["MARKER", "Record", "StateStore", "write_atomic"]
 
 DEFAULT_ROOT = "/run/sandbox-shim"
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}$")  # one file name, with room for suffixes
-#: written into ROOT/ID when it is made: only directories carrying it are sandboxes (never rmtree others)
-MARKER = ".sandbox-shim"
 
 ACTIVE = ("created", "running", "paused")
 
@@ -166,17 +176,38 @@ class StateStore:
 
     @contextlib.contextmanager
     def new(self, sandbox_id: str) -> Iterator[str]:
-        """Make ``ROOT/ID`` (fails if it exists) and hold its lock; yield the directory."""
+        """Make ``ROOT/ID`` whole (marker inside) and hold its lock; yield the directory.
+
+        Raises:
+            SandboxExists: ``ROOT/ID`` exists and is not empty.
+            StateUnwritable: the state root refused the directory.
+        """
         d = self.dir(sandbox_id)
-        os.makedirs(self.root, mode=0o711, exist_ok=True)
+        tmp = os.path.join(self.root, f".new-{sandbox_id}.{os.getpid()}")
         try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            raise SandboxExists(sandbox_id) from None
-        with open(os.path.join(d, MARKER), "w"):
-            pass
-        with self._flock(d):
+            os.makedirs(self.root, mode=0o711, exist_ok=True)
+            if os.path.isdir(d) and self.is_ours(sandbox_id):  # the common refusal, before making anything
+                raise SandboxExists(sandbox_id)
+            _rmtree(tmp)  # a leftover of a crashed create with our (reused) pid
+            os.mkdir(tmp, 0o700)
+        except OSError as e:
+            raise StateUnwritable(tmp, e.errno or 0, e.strerror or str(e)) from e
+        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                with open(os.path.join(tmp, MARKER), "w"):
+                    pass
+                os.rename(tmp, d)  # atomic; replaces only an empty directory
+            except OSError as e:
+                _rmtree(tmp)
+                if e.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                    raise SandboxExists(sandbox_id) from None
+                raise StateUnwritable(d, e.errno or 0, e.strerror or str(e)) from e
+            _fsync_dir(self.root)
             yield d
+        finally:
+            os.close(fd)
 
     def is_ours(self, sandbox_id: str) -> bool:
         """True if ``ROOT/ID`` exists and was made by this store (carries ``MARKER``)."""
@@ -225,14 +256,52 @@ class StateStore:
             raise StateCorrupt(sandbox_id, path) from e
 
     def write(self, rec: Record) -> None:
-        """Replace ``state.json`` atomically."""
+        """Replace ``state.json`` atomically and durably.  Raises ``StateUnwritable`` (old state kept)."""
         doc = {k: getattr(rec, k) for k in rec.FIELDS}
         write_atomic(os.path.join(self.dir(rec.id), "state.json"), json.dumps(doc))
 
     def remove(self, sandbox_id: str) -> None:
-        """Remove ``ROOT/ID`` entirely (idempotent) — only a directory this store made."""
+        """Remove ``ROOT/ID`` entirely (idempotent) — only a directory this store made, or an empty one.
+
+        The directory is renamed out of the way first (``ROOT/.dead-ID.PID``), so the id is free at
+        once even if this process is killed while removing the rest."""
+        d = self.dir(sandbox_id)
         if self.is_ours(sandbox_id):
-            _rmtree(self.dir(sandbox_id))
+            dead = os.path.join(self.root, f".dead-{sandbox_id}.{os.getpid()}")
+            _rmtree(dead)
+            try:
+                os.rename(d, dead)
+            except OSError:
+                dead = d
+            _rmtree(dead)
+        else:
+            with contextlib.suppress(OSError):
+                os.rmdir(d)  # an empty directory of anyone's: blocks nothing, holds nothing
+
+    def sweep(self, sandbox_id: str) -> None:
+        """Remove what a crashed create or delete of ``sandbox_id`` left (``.new-ID.PID`` /
+        ``.dead-ID.PID`` whose process is gone)."""
+        check_id(sandbox_id)
+        for sub in (".cgroups", ".network"):  # temp files of a write_atomic killed before its rename
+            with contextlib.suppress(OSError):
+                for n in os.listdir(os.path.join(self.root, sub)):
+                    pid = n.rsplit(".tmp.", 1)[-1]
+                    dead = pid.isdigit() and not os.path.exists(f"/proc/{pid}")
+                    if n.startswith(".") and ".tmp." in n and dead:
+                        os.unlink(os.path.join(self.root, sub, n))
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return
+        for n in names:
+            for prefix in (f".new-{sandbox_id}.", f".dead-{sandbox_id}."):
+                pid = n[len(prefix):]
+                if n.startswith(prefix) and pid.isdigit():
+                    if int(pid) != os.getpid() and os.path.exists(f"/proc/{pid}"):
+                        continue
+                    p = os.path.join(self.root, n)
+                    if os.path.isfile(os.path.join(p, MARKER)) or not os.listdir(p):
+                        _rmtree(p)
 
     def ids(self) -> list[str]:
         """Ids with a state directory, sorted."""
@@ -243,7 +312,11 @@ class StateStore:
             return []
 
     def write_cgroup_index(self, sandbox_id: str, info: dict[str, Any]) -> None:
-        os.makedirs(os.path.dirname(self.cgroup_index(sandbox_id)), exist_ok=True)
+        """Record ``info`` (what will be made, then what was) for ``delete --force``; durable."""
+        try:
+            os.makedirs(os.path.dirname(self.cgroup_index(sandbox_id)), exist_ok=True)
+        except OSError as e:
+            raise StateUnwritable(self.cgroup_index(sandbox_id), e.errno or 0, e.strerror or str(e)) from e
         write_atomic(self.cgroup_index(sandbox_id), json.dumps(info))
 
     def read_cgroup_index(self, sandbox_id: str) -> dict[str, Any] | None:
@@ -257,41 +330,30 @@ class StateStore:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.cgroup_index(sandbox_id))
 
+    @contextlib.contextmanager
+    def cgroup_lock(self) -> Iterator[None]:
+        """Exclusive lock over the shared parent-cgroup list (``ROOT/.cgroups``) of this root."""
+        d = os.path.join(self.root, ".cgroups")
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        with self._flock(d):
+            yield
 
-def _rmtree(d: str) -> None:
-    """``shutil.rmtree(d, ignore_errors=True)``, without loading shutil (and bz2, lzma under it) for the
-    usual state directory: plain files only.  Anything else (a subdirectory, an error) goes to rmtree."""
-    try:
-        with os.scandir(d) as it:
-            entries = list(it)
-        if not any(e.is_dir(follow_symlinks=False) for e in entries):
-            for e in entries:
-                os.unlink(e.path)
-            os.rmdir(d)
-            return
-    except OSError:
-        pass
-    import shutil
+    def read_cgroup_parents(self) -> list[str]:
+        """Parent cgroup directories made by sandboxes of this root (removed when empty)."""
+        try:
+            with open(os.path.join(self.root, ".cgroups", PARENTS), encoding="utf-8") as fh:
+                doc = json.load(fh)
+            return [p for p in doc if isinstance(p, str)] if isinstance(doc, list) else []
+        except (OSError, ValueError):
+            return []
 
-    shutil.rmtree(d, ignore_errors=True)
+    def write_cgroup_parents(self, parents: list[str]) -> None:
+        path = os.path.join(self.root, ".cgroups", PARENTS)
+        if parents:
+            write_atomic(path, json.dumps(parents))
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
 
-def write_atomic(path: str, text: str, mode: int = 0o600) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and ``rename(2)``.
-
-    A reader sees the old content or the new, never a mix; a longer old file is fully replaced.
-    """
-    tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    try:
-        os.rename(tmp, path)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if e.errno != errno.ENOENT:
-            raise
-        raise
+PARENTS = ".parents"

@@ -24,13 +24,20 @@ if TYPE_CHECKING:
 
     F = TypeVar("F", bound=Callable[..., Any])
 
-CALLS = ("provision", "start", "stop", "destroy", "signal", "status", "usage", "execute", "list_running")
+CALLS = ("provision", "start", "stop", "destroy", "signal", "status", "usage", "execute", "list_running",
+         "list_sandboxes")
 PHASES = ("start", "stop", "exception")
 
 Event = tuple[str, str, str]
 Handler = Callable[[Event, dict[str, int], dict[str, "Any"]], None]
 
 _handlers: dict[str, Handler] = {}
+
+
+def events() -> list[Event]:
+    """Every event name a handler can receive: ``("sandbox_shim", CALL, PHASE)`` for each of ``CALLS``
+    and ``PHASES``, in that order."""
+    return [("sandbox_shim", c, p) for c in CALLS for p in PHASES]
 
 
 def attach(handler_id: str, handler: Handler) -> None:
@@ -61,7 +68,7 @@ def instrument(call: str) -> Callable[[F], F]:
             if not _handlers:
                 return fn(*args, **kwargs)
             mech = args[0] if args else kwargs.get("mechanism")
-            target = args[1] if len(args) > 1 else kwargs.get("sandbox", kwargs.get("sandbox_id"))
+            target = args[1] if len(args) > 1 else kwargs.get("sandbox")
             meta: dict[str, Any] = {
                 "sandbox_id": getattr(target, "id", target),
                 "mechanism": getattr(mech, "name", None),

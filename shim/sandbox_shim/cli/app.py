@@ -10,7 +10,7 @@ import importlib
 
 import click
 
-from .output import DEFAULT_ROOT, Globals, attach_telemetry
+from .output import Globals, attach_telemetry
 
 #: module name under sandbox_shim.cli -> attribute holding the click command
 COMMANDS: list[str] = [
@@ -35,6 +35,11 @@ COMMANDS: list[str] = [
 ]
 
 LIFECYCLE_HELP = """\b
+Global flags (before the command):
+  --root DIR  --log FILE  --log-format text|json  --debug
+  --systemd-cgroup  --rootless VALUE  --criu PATH   (accepted for runc compatibility)
+
+\b
 Lifecycle verbs (runc grammar, parsed without click for speed):
   create [-b|--bundle DIR] [--pid-file F] [--console-socket S] ID
   start ID | state ID | kill [--all] ID [SIGNAL] | delete [-f|--force] ID
@@ -42,21 +47,35 @@ Lifecycle verbs (runc grammar, parsed without click for speed):
 
 
 @click.group(epilog=LIFECYCLE_HELP, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--root", default=DEFAULT_ROOT, show_default=True, help="State directory for sandboxes.")
-@click.option("--log", "log_file", default=None, help="Append log records to this file.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--debug", is_flag=True, help="More detail in logs.")
-@click.option("--systemd-cgroup", is_flag=True,
-              help="cgroupsPath is slice:prefix:name; systemd makes the scope (refused without systemd).")
 @click.version_option(package_name="sandbox-shim", prog_name="sandbox-shim")
 @click.pass_context
-def cli(
-    ctx: click.Context, root: str, log_file: str | None, log_format: str, debug: bool, systemd_cgroup: bool
-) -> None:
+def cli(ctx: click.Context) -> None:
     """sandbox-shim: run OCI bundles as sandboxes with the host's own isolation."""
-    ctx.obj = Globals(root=root, log=log_file, log_format=log_format, debug=debug,
-                      systemd_cgroup=systemd_cgroup)
+    if not isinstance(ctx.obj, Globals):  # called directly (tests' CliRunner): the defaults
+        ctx.obj = Globals()
     attach_telemetry(ctx.obj)
+
+
+def run_click(g: Globals, args: list[str]) -> int:
+    """Run the click commands with the already-parsed global flags ``g``; return the exit status.
+
+    Click's own usage errors become ``UsageError`` (one line, status 2); everything else propagates
+    to the boundary in ``cli.main``."""
+    from ..errors import UsageError
+
+    try:
+        cli.main(args=args, prog_name="sandbox-shim", standalone_mode=False, obj=g)
+    except click.exceptions.NoArgsIsHelpError as e:  # click >= 8.2: a bare group prints its help
+        click.echo(e.ctx.get_help() if e.ctx else "")
+        return 0
+    except click.exceptions.Exit as e:
+        return int(e.exit_code or 0)
+    except click.exceptions.Abort:
+        return 130
+    except click.exceptions.ClickException as e:
+        raise UsageError(e.format_message().replace("\n", " "),
+                         "see `sandbox-shim --help` or `sandbox-shim COMMAND --help`") from e
+    return 0
 
 
 for _entry in COMMANDS:

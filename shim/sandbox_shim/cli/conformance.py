@@ -1,7 +1,8 @@
 """``sandbox-shim conformance``: run the conformance suite on this host and print the table.
 
 Parses, calls ``sandbox_shim.conformance.runner``, renders.  Exit status 1 when any check is ``fail`` or
-``error``, 2 when the target cannot be loaded, else 0.
+``error``, 3 when a check could not run (``skip``) unless ``--accept-skips``, 2 when the target cannot be
+loaded, else 0.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ import click
               type=click.Choice(["Lifecycle", "Isolation", "ResourceLimits", "Execution"]),
               help="Run only this group (repeatable).")
 @click.option("-k", "name_contains", default=None, help="Run only checks whose name contains this text.")
-def command(fmt: str, mechanism: str | None, groups: tuple[str, ...], name_contains: str | None) -> None:
+@click.option("--accept-skips", is_flag=True,
+              help="Exit 0 even when some checks could not run here (default: exit 3).")
+def command(fmt: str, mechanism: str | None, groups: tuple[str, ...], name_contains: str | None,
+            accept_skips: bool) -> None:
     """Attack a sandbox the way a hostile tenant would, and print what stopped it.
 
     Every check runs a CONTROL (the probe where it is permitted: must succeed and print a marker)
@@ -42,4 +46,4 @@ def command(fmt: str, mechanism: str | None, groups: tuple[str, ...], name_conta
     finally:
         target.close()
     click.echo(render_table(rows) if fmt == "table" else to_json(rows, target))
-    sys.exit(exit_status(rows))
+    sys.exit(exit_status(rows, accept_skips))

@@ -22,13 +22,20 @@ from .output import Globals, emit_json, fail
 
 def _load_json(source: str) -> Any:
     """JSON from a file, or from stdin when ``source`` is ``-``.  Raises UsageError."""
+    from ..jsonguard import MAX_BYTES, loads
+
     try:
         if source == "-":
-            return json.load(sys.stdin)
-        with open(source, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError) as e:
-        raise UsageError(f"cannot read JSON from {source}: {e}") from e
+            data = sys.stdin.buffer.read(MAX_BYTES + 1)
+        else:
+            with open(source, "rb") as fh:
+                data = fh.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise UsageError(f"cannot read JSON from {source}: {e.strerror}") from e
+    doc, problems = loads(data, source)
+    if problems:
+        raise UsageError(f"{source}: {problems[0].line()}")
+    return doc
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -5,7 +5,7 @@
   [global flags] state ID
   [global flags] kill [-a|--all] ID [SIGNAL]        SIGNAL: TERM, SIGTERM or 15 (default TERM)
   [global flags] delete [-f|--force] ID
-Global flags: --root DIR, --log FILE, --log-format text|json, --debug, --systemd-cgroup.
+Global flags (before the verb): see ``cli.flags``.
 
 Flags may come before or after the id.  A missing id fails (the OCI validation suite checks this).
 """
@@ -16,8 +16,8 @@ import json
 import signal as _signal
 import sys
 
-from ..errors import ShimError, UsageError
-from .output import Globals, attach_telemetry, fail, log
+from ..errors import UsageError
+from .output import Globals, attach_telemetry, log
 
 _VALUE_FLAGS = {
     "create": {"-b": "bundle", "--bundle": "bundle", "--pid-file": "pid_file",
@@ -70,34 +70,11 @@ def _preserve_fds(text: object) -> int:
     return n
 
 
-def parse(argv: list[str]) -> tuple[Globals, str, dict[str, object], list[str]]:
-    """Split ``argv`` into (globals, verb, options, positionals).  Raises ``UsageError``."""
-    g = Globals()
+def parse(argv: list[str]) -> tuple[str, dict[str, object], list[str]]:
+    """Split ``argv`` (the command and what follows; global flags are already taken off by
+    ``cli.flags``) into (verb, options, positionals).  Raises ``UsageError``."""
     i = 0
-    while i < len(argv) and argv[i].startswith("-"):
-        a, _, inline = argv[i].partition("=")
-        if a in ("--root", "--log", "--log-format", "--criu", "--rootless"):
-            if inline:
-                val = inline
-            else:
-                i += 1
-                if i >= len(argv):
-                    raise UsageError(f"{a} needs a value")
-                val = argv[i]
-            if a == "--root":
-                g.root = val
-            elif a == "--log":
-                g.log = val
-            elif a == "--log-format":
-                g.log_format = val
-        elif a == "--debug":
-            g.debug = True
-        elif a == "--systemd-cgroup":
-            g.systemd_cgroup = True
-        else:
-            raise UsageError(f"unknown global flag {a}")
-        i += 1
-    if i >= len(argv):
+    if not argv:
         raise UsageError("no command given")
     verb = argv[i]
     i += 1
@@ -125,48 +102,49 @@ def parse(argv: list[str]) -> tuple[Globals, str, dict[str, object], list[str]]:
         else:
             pos.append(a)
         i += 1
-    return g, verb, opts, pos
+    return verb, opts, pos
 
 
-def main(argv: list[str]) -> int:
-    """Run one lifecycle verb; return the exit status."""
-    g = Globals()
-    try:
-        g, verb, opts, pos = parse(argv)
-        attach_telemetry(g)
-        if not pos:
-            raise UsageError(f"{verb} needs a container id", f"usage: sandbox-shim {verb} [flags] ID")
-        max_pos = 2 if verb == "kill" else 1
-        if len(pos) > max_pos:
-            raise UsageError(f"too many arguments for {verb}: {' '.join(pos[max_pos:])}")
-        from .. import api
+def main(argv: list[str], g: Globals | None = None) -> int:
+    """Run one lifecycle verb; return the exit status.  ``argv`` starts with the verb when ``g`` (the
+    parsed global flags) is given, else with the global flags.  Errors propagate (to the boundary in
+    ``cli.main``)."""
+    if g is None:
+        from .flags import parse_globals
 
-        mech = api.default_mechanism(g.root)
-        mech.systemd_cgroup = g.systemd_cgroup  # create makes a systemd scope; the others read the record
-        sid = pos[0]
-        if verb == "create":
-            from ..mechanism import Sandbox
+        g, argv = parse_globals(argv)
+    verb, opts, pos = parse(argv)
+    attach_telemetry(g)
+    if not pos:
+        raise UsageError(f"{verb} needs a container id", f"usage: sandbox-shim {verb} [flags] ID")
+    max_pos = 2 if verb == "kill" else 1
+    if len(pos) > max_pos:
+        raise UsageError(f"too many arguments for {verb}: {' '.join(pos[max_pos:])}")
+    from .. import api
 
-            api.provision(mech, Sandbox(sid, str(opts.get("bundle") or ".")),
-                          pid_file=opts.get("pid_file"),  # type: ignore[arg-type]
-                          console_socket=opts.get("console_socket"),  # type: ignore[arg-type]
-                          preserve_fds=_preserve_fds(opts.get("preserve_fds")))
-        elif verb == "start":
-            api.start(mech, sid)
-        elif verb == "state":
-            s = api.status(mech, sid)
-            doc = s.to_oci()
-            if s.exit_status is not None:
-                doc["exitStatus"] = s.exit_status
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        elif verb == "kill":
-            signum = parse_signal(pos[1]) if len(pos) > 1 else int(_signal.SIGTERM)
-            api.signal(mech, sid, signum, bool(opts.get("all")))
-        elif verb == "delete":
-            api.destroy(mech, sid, force=bool(opts.get("force")))
-        log(g, "info", f"{verb} {sid}: ok") if g.debug else None
-        return 0
-    except ShimError as e:
-        fail(g, e)
-    except KeyboardInterrupt:
-        return 130
+    mech = api.default_mechanism(g.root)
+    mech.systemd_cgroup = g.systemd_cgroup  # create makes a systemd scope; the others read the record
+    sid = pos[0]
+    if verb == "create":
+        from ..mechanism import Sandbox
+
+        api.provision(mech, Sandbox(sid, str(opts.get("bundle") or ".")),
+                      pid_file=opts.get("pid_file"),  # type: ignore[arg-type]
+                      console_socket=opts.get("console_socket"),  # type: ignore[arg-type]
+                      preserve_fds=_preserve_fds(opts.get("preserve_fds")),
+                      stdio=(0, 1, 2))  # OCI create: the caller's stdio is the container's
+    elif verb == "start":
+        api.start(mech, sid)
+    elif verb == "state":
+        s = api.status(mech, sid)
+        doc = s.to_oci()
+        if s.exit_status is not None:
+            doc["exitStatus"] = s.exit_status
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    elif verb == "kill":
+        signum = parse_signal(pos[1]) if len(pos) > 1 else int(_signal.SIGTERM)
+        api.signal(mech, sid, signum, bool(opts.get("all")))
+    elif verb == "delete":
+        api.destroy(mech, sid, force=bool(opts.get("force")))
+    log(g, "info", f"{verb} {sid}: ok") if g.debug else None
+    return 0

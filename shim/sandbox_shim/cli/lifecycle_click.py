@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal as _signal
 import sys
 
@@ -22,42 +21,36 @@ from .output import Globals, fail
 @click.argument("container_id")
 @click.pass_obj
 def run(g: Globals, bundle: str, detach: bool, pid_file: str | None, keep: bool, container_id: str) -> None:
-    """Create and start a sandbox; wait for it and delete it (runc run).  Exits with its status."""
+    """Create and start a sandbox; wait for it and delete it (runc run).  Exits with its status.
+
+    The library's ``execution.run_bundle`` with this process's stdio: the bundle's wall-clock
+    setting and every limit apply exactly as for a library caller."""
     from .. import api
     from ..mechanism import Sandbox
 
     mech = api.default_mechanism(g.root)
-    mech.systemd_cgroup = g.systemd_cgroup
-    try:
-        st = api.provision(mech, Sandbox(container_id, bundle), pid_file=pid_file)
-        api.start(mech, container_id)
-    except ShimError as e:
-        fail(g, e)
+    mech.systemd_cgroup = g.systemd_cgroup  # create makes a systemd scope; the others read the record
     if detach:
+        api.provision(mech, Sandbox(container_id, bundle), pid_file=pid_file, stdio=(0, 1, 2))
+        api.start(mech, container_id)
         return
+    from ..errors import LimitExceeded
+    from ..execution import run_bundle
 
     def forward(signum: int, _frame: object) -> None:
         with contextlib.suppress(ShimError):
             api.signal(mech, container_id, signum)
 
-    for s in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
-        _signal.signal(s, forward)
-    status = 255
-    while True:
-        try:
-            _, raw = os.waitpid(st.pid, 0)
-            status = os.waitstatus_to_exitcode(raw)
-            status = 128 - status if status < 0 else status
-            break
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            status = api.status(mech, container_id).exit_status or 0
-            break
-    if not keep:
-        with contextlib.suppress(ShimError):
-            api.destroy(mech, container_id, force=True)
-    sys.exit(status)
+    def on_start(_sid: str) -> None:
+        for s in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
+            _signal.signal(s, forward)
+
+    try:
+        done = run_bundle(mech, container_id, bundle, stdio=(0, 1, 2), pid_file=pid_file, keep=keep,
+                          on_start=on_start)
+    except LimitExceeded as e:
+        fail(g, e)
+    sys.exit(done.shell_status)
 
 
 @click.command("list")
@@ -70,7 +63,7 @@ def list_cmd(g: Globals, fmt: str, quiet: bool) -> None:
     """List the sandboxes under --root with their observed status."""
     from .. import api
 
-    items = api.list_running(api.default_mechanism(g.root))
+    items = api.list_sandboxes(api.default_mechanism(g.root))
     if quiet:
         for s in items:
             click.echo(s.id)

@@ -1,7 +1,8 @@
 """``ApiTarget``: the conformance target for a mechanism the library API drives (``sandbox_shim.api``).
 
 The default mechanism is this platform's (``api.default_mechanism``: on Linux bwrap + cgroups).  Bundles
-are made from a busybox-static rootfs filled once by ``scripts/make-rootfs``; probes run as the bundle's
+are made from a rootfs filled once from the host's static busybox (``conformance.rootfs``);
+probes run as the bundle's
 own process through ``sandbox_shim.execution.run_bundle`` (provision, start, wait, collect, destroy), whose
 ``Completion`` / ``CouldNotRun`` / ``LimitExceeded`` become ``ProbeResult.outcome``.  Controls that need
 what the tenant profile refuses (``run_control``) run the same rootfs under bare bwrap instead.
@@ -17,7 +18,6 @@ import signal as _signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from .target import (
@@ -30,15 +30,6 @@ from .target import (
     ToolMissing,
     merge,
 )
-
-
-def _repo_script(name: str) -> str | None:
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        cand = parent / "scripts" / name
-        if cand.is_file():
-            return str(cand)
-    return None
 
 
 def _run_outside(argv: list[str], timeout: float, **kw: object) -> ProbeResult:
@@ -86,15 +77,13 @@ class ApiTarget(ConformanceTarget):
 
     def _rootfs(self) -> str:
         if not os.path.isdir(self.template):
-            if shutil.which("busybox") is None:
-                raise ToolMissing("busybox is not installed (apt-get install busybox-static)")
-            script = _repo_script("make-rootfs")
-            if script is None:
-                raise ToolMissing("scripts/make-rootfs not found (run from a source checkout)")
+            from .rootfs import NoBusybox, fill
+
             tmp = self.template + ".tmp"
-            p = subprocess.run([script, tmp], capture_output=True, text=True)
-            if p.returncode != 0:
-                raise ToolMissing(f"make-rootfs failed: {p.stderr.strip()}")
+            try:
+                fill(tmp)  # from the host's static busybox: no source checkout needed
+            except (NoBusybox, OSError, subprocess.SubprocessError) as e:
+                raise ToolMissing(f"cannot build the probe rootfs: {e}") from e
             os.rename(tmp, self.template)
         return self.template
 
@@ -256,7 +245,7 @@ class ApiTarget(ConformanceTarget):
         from .. import api
 
         self._reap()
-        return {s.id: s.status for s in api.list_running(self.mechanism)}
+        return {s.id: s.status for s in api.list_sandboxes(self.mechanism)}
 
     def reopen(self) -> ApiTarget:
         other = type(self).__new__(type(self))

@@ -2,7 +2,8 @@
 
 ``load_target("module:Class")`` imports a ``ConformanceTarget`` subclass (or a factory returning one);
 ``run_suite(target)`` runs the checks in group order and returns ``CheckResult`` rows; ``render_table`` and
-``to_json`` format them; ``exit_status`` is non-zero when any row is ``fail`` or ``error``.
+``to_json`` format them; ``exit_status`` is non-zero when any row is ``fail`` or ``error``,
+or (unless skips are accepted) ``skip``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .helpers import ERROR, FAIL, CheckResult, all_checks
+from .helpers import ERROR, FAIL, SKIP, CheckResult, all_checks
 from .target import ConformanceTarget
 
 DEFAULT_TARGET = "sandbox_shim.conformance.api_target:ApiTarget"
@@ -73,6 +74,15 @@ def to_json(rows: list[CheckResult], target: ConformanceTarget) -> str:
     return json.dumps({"target": target.name, "results": [r.to_dict() for r in rows]}, indent=2)
 
 
-def exit_status(rows: list[CheckResult]) -> int:
-    """1 if any check failed or errored, else 0."""
-    return 1 if any(r.verdict in (FAIL, ERROR) for r in rows) else 0
+#: exit status of a run in which some checks could not run (skips), unless skips are accepted
+SKIPPED_STATUS = 3
+
+
+def exit_status(rows: list[CheckResult], accept_skips: bool = False) -> int:
+    """1 if any check failed or errored; else ``SKIPPED_STATUS`` (3) if any was skipped (or none ran)
+    and ``accept_skips`` is false; else 0.  A run that proved nothing never looks like a pass."""
+    if any(r.verdict in (FAIL, ERROR) for r in rows):
+        return 1
+    if not accept_skips and (not rows or any(r.verdict == SKIP for r in rows)):
+        return SKIPPED_STATUS
+    return 0

@@ -24,7 +24,8 @@ target's default tenant config (dicts merge, lists are replaced).  The suite use
 A mechanism with another configuration language translates these few keys.
 
 ``api_target.ApiTarget`` implements it for any mechanism the library API drives (default:
-``api.default_mechanism``, on Linux bwrap + cgroups), with bundles filled by ``scripts/make-rootfs``.
+``api.default_mechanism``, on Linux bwrap + cgroups), with bundles filled from
+the host's busybox (``conformance.rootfs``).
 """
 
 from __future__ import annotations

@@ -84,6 +84,9 @@ _CGROUP_TRIALS: dict[str, tuple[dict[str, object], dict[int, tuple[str, str]]]] 
 }
 
 
+_swept = False
+
+
 def probe_cgroup(controller: str, layout: Layout | None = None) -> Capability:
     """Create a throwaway cgroup ``/sandbox-shim/.probe-<pid>-<controller>``, write one limit file of
     ``controller`` through the cgroup manager, read it back, and remove the cgroup.
@@ -124,6 +127,12 @@ def probe_cgroup(controller: str, layout: Layout | None = None) -> Capability:
     if version == 2 and controller not in ("freezer", *lay.v2_controllers):
         return Capability(name, False, mech, f"{controller} is not in {root}/cgroup.controllers: enable it",
                           f"read {root}/cgroup.controllers")
+    global _swept
+    if not _swept and layout is None:
+        _swept = True
+        from ..platforms.linux.residue import sweep_probe_cgroups
+
+        sweep_probe_cgroups(lay)
     cdir = os.path.join(root, path.lstrip("/"))
     measured = f"mkdir {cdir}; write {fname}; read back; rmdir"
     mgr = manager(path, version, lay)

@@ -125,6 +125,10 @@ class LinuxMechanism:
             # the device rule list (linux.resources.devices plus the defaults) is the planner's
             limits = Limits.from_oci(plan.resources, devices=(plan.resources or {}).get("devices"))
             cg = manager(plan.cgroups_path, systemd=self.systemd_cgroup)
+            if priv.get("on_cgroup"):  # recorded before it is made: delete --force finds it after a crash
+                from .residue import planned
+
+                priv["on_cgroup"](planned(cg, plan.cgroups_path))
             created = cg.create(limits.hierarchies())
             priv["cgroup"] = {"version": cg.version, "path": plan.cgroups_path, "created": created,
                               "systemd": self.systemd_cgroup}
@@ -242,11 +246,13 @@ class LinuxMechanism:
             raise LaunchFailed(f"cannot open the start FIFO {fifo}: {e.strerror}",
                                "the sandbox's process is gone; delete it and create it again") from e
         try:
+            # unlinked before the byte is written: a start killed in between is never seen as
+            # "created" while the process runs (status reads the FIFO's presence)
+            with contextlib.suppress(OSError):
+                os.unlink(fifo)
             os.write(fd, b"1")
         finally:
             os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(fifo)
 
     # -- observe --------------------------------------------------------------------------------
     def exit_status(self, sandbox: Sandbox) -> int | None:

@@ -1,0 +1,136 @@
+"""What a Linux sandbox leaves on the host outside its state dir, recorded before it is made.
+
+``planned(cg, path)`` is written to ``ROOT/.cgroups/ID`` (``state.StateStore.write_cgroup_index``)
+*before* any cgroup directory is made: the leaf directory in every hierarchy, and every ancestor
+below the hierarchy's mount that does not exist yet (a nested ``cgroupsPath`` such as ``/a/b/c``
+makes ``/a`` and ``/a/b``).  ``remove(store, id)`` then finds all of it whatever step a verb was
+killed at: it kills what runs in the leaf cgroups, removes them, tears the network down (its marker
+``ROOT/.network/ID`` is written before the links exist), and removes every parent made by us once
+it is empty.  Parents are shared between sandboxes, so they are listed in one file per state root
+(``ROOT/.cgroups/.parents``, changed under ``StateStore.cgroup_lock``): the last sandbox to go
+removes them.  Kernel doc: admin-guide/cgroup-v1/cgroups.rst, admin-guide/cgroup-v2.rst (rmdir of a
+cgroup with no tasks and no children).
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ...state import StateStore
+    from .cgroups.base import CgroupManager
+    from .cgroups.detect import Layout
+
+
+PROBE_PREFIX = ".probe-"
+
+
+def sweep_probe_cgroups(layout: Layout | None = None) -> list[str]:
+    """Remove throwaway probe cgroups (``/sandbox-shim/.probe-<pid>-<controller>``) whose prober is gone.
+
+    A prober killed mid-probe (kill -9) cannot remove its own directories; the next prober, and every
+    ``delete --force``, sweeps them.  Only empty directories are removed (``rmdir(2)``), and only those
+    whose pid is no longer alive, so a concurrent prober's directories are never touched.
+
+    Returns: the directories removed.
+    """
+    from .cgroups import detect
+
+    lay = layout if layout is not None else detect()
+    removed: list[str] = []
+    for mount in {lay.v2_mount, *lay.v1_mounts.values()} - {None}:
+        base = os.path.join(str(mount), "sandbox-shim")
+        try:
+            names = [n for n in os.listdir(base) if n.startswith(PROBE_PREFIX)]
+        except OSError:
+            continue
+        for n in names:
+            pid = n[len(PROBE_PREFIX):].split("-", 1)[0]
+            if pid.isdigit() and os.path.exists(f"/proc/{pid}"):
+                continue
+            try:
+                os.rmdir(os.path.join(base, n))
+                removed.append(os.path.join(base, n))
+            except OSError:
+                pass
+    return removed
+
+
+def _mounts() -> list[str]:
+    from .cgroups import detect
+
+    lay = detect()
+    return sorted({m for m in (lay.v2_mount, *lay.v1_mounts.values()) if m}, key=len, reverse=True)
+
+
+def planned(cg: CgroupManager, path: str) -> dict[str, Any]:
+    """The record of what ``cg.create`` may make: ``{"version", "path", "planned": [leaf dirs],
+    "parents": [ancestors missing now], "created": []}``."""
+    mounts = _mounts()
+    parents: list[str] = []
+    for d in cg.dirs():
+        mount = next((m for m in mounts if d.startswith(m.rstrip("/") + "/")), None)
+        if mount is None:
+            continue
+        cur = os.path.dirname(d)
+        while cur.startswith(mount.rstrip("/") + "/") and not os.path.isdir(cur):
+            parents.append(cur)
+            cur = os.path.dirname(cur)
+    return {"version": cg.version, "path": path, "planned": cg.dirs(), "parents": sorted(set(parents)),
+            "created": []}
+
+
+def remove(store: StateStore, sandbox_id: str) -> list[str]:
+    """Remove every host object recorded for ``sandbox_id`` (network, cgroups, parents made by us).
+
+    Idempotent; a record that is missing or unreadable removes nothing.  Returns problems, one line
+    each (e.g. a read-only cgroup hierarchy): processes are killed by their recorded identity
+    elsewhere (``LinuxMechanism.destroy``).
+    """
+    problems: list[str] = []
+    if os.path.exists(os.path.join(store.root, ".network", sandbox_id)):
+        from ...errors import ShimError
+        from . import network
+
+        try:
+            network.teardown_orphan(store.root, sandbox_id)
+        except (ShimError, OSError) as e:
+            problems.append(f"network: {e}")
+    info = store.read_cgroup_index(sandbox_id)
+    if info:
+        problems += _remove_cgroups(store, info)
+    if not problems:
+        store.drop_cgroup_index(sandbox_id)
+    return problems
+
+
+def _remove_cgroups(store: StateStore, info: dict[str, Any]) -> list[str]:
+    from ...errors import LaunchFailed
+    from .cgroups import manager
+
+    problems: list[str] = []
+    try:
+        cg = manager(info["path"], info.get("version"))
+    except (LaunchFailed, KeyError, TypeError) as e:
+        return [f"cgroups: {e}"]
+    leaves = [d for d in {*info.get("planned", []), *info.get("created", [])} if os.path.isdir(d)]
+    try:
+        if leaves:
+            cg.remove(leaves)
+    except (LaunchFailed, OSError) as e:
+        problems.append(f"cgroups: {e}")
+    with store.cgroup_lock():
+        shared = set(store.read_cgroup_parents()) | set(info.get("parents", []))
+        left = []
+        for p in sorted(shared, key=len, reverse=True):
+            try:
+                os.rmdir(p)
+            except FileNotFoundError:
+                pass  # gone already, or never made (a hierarchy create did not need)
+            except OSError:
+                left.append(p)  # still used by another sandbox (or not removable): kept listed
+        store.write_cgroup_parents(sorted(left))
+    return problems
