@@ -71,6 +71,8 @@ class Plan:
     hooks: dict[str, list[dict[str, Any]]]
     annotations: dict[str, str]
     required: list[str]
+    #: host paths the tenant must not be able to write (hook executables, the state root)
+    protected: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-serialisable data (``--print-plan``); env values are replaced by ``***``."""
@@ -102,7 +104,8 @@ def _mount(m: dict[str, Any], bundle: str) -> Mount | None:
     return None
 
 
-def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim") -> Plan:
+def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim",
+              state_root: str = "") -> Plan:
     """Build the tenant ``Plan`` for ``spec`` (the only profile bundles run under).
 
     Rules: namespaces listed are new (with ``path``: joined), absent ones shared (runtime-spec
@@ -182,4 +185,6 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim")
         hooks={k: list(v) for k, v in (cfg.get("hooks") or {}).items()},
         annotations=spec.annotations,
         required=required,
+        protected=[h["path"] for hs in (cfg.get("hooks") or {}).values() for h in hs or [] if h.get("path")]
+        + ([state_root] if state_root else []),
     )

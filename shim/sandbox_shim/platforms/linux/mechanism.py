@@ -51,7 +51,7 @@ class LinuxMechanism:
 
         root = getattr(self, "root", None) or ""
         tag = hashlib.sha256(root.encode()).hexdigest()[:10]  # ids are unique per state root only
-        plan = make_plan(spec, sandbox_id, cgroup_parent=f"/sandbox-shim/{tag}")
+        plan = make_plan(spec, sandbox_id, cgroup_parent=f"/sandbox-shim/{tag}", state_root=root)
         self.require(plan.required)
         return plan
 
@@ -153,7 +153,7 @@ class LinuxMechanism:
                 procs_files = [os.path.join(x, "cgroup.procs") for x in cg.dirs() if os.path.isdir(x)]
                 proc = spawn_bwrap([bwrap, "--args", str(fds["args"]), *argv[sep:]],
                                    [*fds.values(), *preserved], (pty[1],) * 3 if pty else priv.get("stdio"),
-                                   joins, procs_files)
+                                   joins, procs_files, groups=(), umask=plan.umask)
             finally:
                 for _, jfd in joins:
                     os.close(jfd)
