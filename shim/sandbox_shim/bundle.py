@@ -252,11 +252,7 @@ def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:
                         "the bundle (storage/ is tenant-writable)", "path safety",
                         "bind a real directory; remove the link"))
                     continue
-                if host == "/proc" or host.startswith(("/proc/", "/sys/")) or host == "/sys":
-                    out.append(BundleProblem(f"/mounts/{i}/source", f"bind source {host} is the host's "
-                                             "proc or sysfs (the host's processes and kernel settings)",
-                                             "tenant profile: kernel files", 'use a "proc" or "sysfs" mount'))
-                elif not os.path.exists(host):
+                if not os.path.exists(host):
                     out.append(BundleProblem(f"/mounts/{i}/source", f"bind source {host} does not exist",
                                              "runtime-spec config.md mounts", "create it or fix the path"))
     for i, ns in enumerate((cfg.get("linux") or {}).get("namespaces") or []):
@@ -283,6 +279,16 @@ def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> lis
             # a mount that cannot be made is refused, never silently left out
             out.append(BundleProblem(f"/mounts/{i}/type", f"mount type {kind!r} is not supported",
                                      "sandbox-shim: mounts", "use one of " + ", ".join(MOUNT_TYPES)))
+        if kind == "bind" or {"bind", "rbind"} & set(m.get("options") or []):
+            try:
+                host = bind_source(bundle, m.get("source") or "")
+            except OSError:
+                continue  # _host_problems names the link
+            if any(h in ("/proc", "/sys") or h.startswith(("/proc/", "/sys/"))
+                   for h in (host, os.path.realpath(host))):
+                out.append(BundleProblem(f"/mounts/{i}/source", f"bind source {host} is the host's proc or "
+                                         "sysfs (the host's processes and kernel settings)",
+                                         "tenant profile: kernel files", 'use a "proc" or "sysfs" mount'))
     linux = cfg.get("linux") or {}
     for i, ns in enumerate(linux.get("namespaces") or []):
         if ns.get("type") == "time":
