@@ -168,6 +168,16 @@ class View:
         self._last[layer.dest] = len(self.layers)
         self.layers.append(layer)
 
+    def masked_at(self, path: str) -> bool:
+        """Whether ``path`` (normalised) is at or below a masked destination (one look-up per component)."""
+        cur = path
+        while True:
+            if (cur or "/") in self.masked:
+                return True
+            if cur in ("", "/"):
+                return False
+            cur = cur.rsplit("/", 1)[0]
+
     def layer_for(self, path: str) -> Layer:
         """The mount that shows ``path`` (a normalised sandbox path): the last made on a prefix.
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from ...errors import BundleInvalid, BundleProblem
 from ...hardening import tenant
 from ...hardening.tenant import pid_problem
-from ...paths import Layer, View, under
+from ...paths import Layer, View
 from ...plan import Plan
 
 #: kernel filesystems mounted by bwrap itself; paths under them are never created in the rootfs
@@ -212,7 +212,7 @@ def _protected(view: View, path: str, pointer: str, plan: Plan) -> tuple[str, st
         raise _refuse(pointer, f"{path} cannot be resolved inside the sandbox", e,
                       "list the path itself, not a path through a symbolic link") from e
 
-    if any(under(dest, m) for m in view.masked):
+    if view.masked_at(dest):
         return None  # already hidden (the floor, or an earlier entry)
 
     def refuse(why: str, fix: str) -> BundleInvalid:
@@ -234,7 +234,8 @@ def _protected(view: View, path: str, pointer: str, plan: Plan) -> tuple[str, st
     if os.path.lexists(host):
         return dest, host
     tenant_writable = layer.writable and (layer.fs == "bind" or not plan.root_readonly)
-    if tenant_writable:
+    kernel_named = dest.split("/")[1] in ("proc", "sys")  # runtime-spec defaults name kernel files there
+    if tenant_writable and not kernel_named:
         raise refuse(f"does not exist in {layer.dest}, which the tenant can write (a previous run may have "
                      "moved it)", "restore it, or remove it from the list")
     return None
