@@ -209,3 +209,41 @@ def test_set_up_is_linear_in_masked_paths(make_bundle) -> None:
     small, big = timed(100), timed(900)
     assert big < 2.0, big
     assert big < small * 9 * 3 + 0.05, (small, big)  # 9x the entries: ~9x the time, never ~81x
+
+
+# -- class 10: concurrent sandboxes sharing a writable tree ------------------------------------
+
+def test_set_up_never_walks_a_tree_a_running_sandbox_writes(make_bundle, state_root: Path,
+                                                             tmp_path: Path) -> None:
+    from sandbox_shim import api
+    from sandbox_shim.mechanism import Sandbox
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    bind = {"destination": "/data", "type": "bind", "source": str(shared), "options": ["rbind", "rw"]}
+    a_cfg = base_config(["sleep", "30"])
+    a_cfg["mounts"].append(bind)
+    a = make_bundle(a_cfg, name="a")
+    leaf = base_config(probe("echo LEAF-OK", exit_zero=True))
+    leaf["mounts"].append(bind)  # the same shared volume, nothing mounted below it
+    nested = base_config(probe("echo NESTED-OK", exit_zero=True))
+    nested["mounts"] += [bind, {"destination": "/data/sub", "type": "tmpfs", "source": "tmpfs"}]
+    b_leaf, b_nested = make_bundle(leaf, name="leaf"), make_bundle(nested, name="nested")
+    r = launch("lib", state_root, b_nested, "nest0")
+    assert r.code == 0 and "NESTED-OK" in r.out, r  # control: alone, the nested mount is made
+    (shared / "sub").rmdir()  # its mount point, made in the shared tree
+    mech = api.default_mechanism(str(state_root))
+    sid = f"holder-{TAG}"
+    st = api.provision(mech, Sandbox(sid, str(a)))
+    try:
+        api.start(mech, sid)
+        r = launch("lib", state_root, b_leaf, "leaf")
+        assert r.code == 0 and "LEAF-OK" in r.out, r  # a shared volume with nothing below it: allowed
+        r = launch("lib", state_root, b_nested, "nest1")
+        assert r.code is None and "/mounts" in r.refused and "race" in r.refused, r
+        assert not (shared / "sub").exists()
+    finally:
+        api.destroy(mech, sid, force=True)
+    assert st.pid
+    r = launch("lib", state_root, b_nested, "nest2")
+    assert r.code == 0 and "NESTED-OK" in r.out, r  # the holder gone, its claim is stale

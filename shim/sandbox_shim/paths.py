@@ -162,6 +162,7 @@ class View:
         self.layers = [Layer("/", "rootfs", rootfs, True)]
         self._last: dict[str, int] = {"/": 0}  # dest -> index of the last layer mounted there
         self.masked: set[str] = set()  # destinations hidden by a mask (nothing under them to protect)
+        self.entered: set[Layer] = set()  # host-backed layers a resolution looked inside
 
     def add(self, layer: Layer) -> None:
         """Record a mount made at ``layer.dest`` (already resolved by ``resolve``/``ensure``)."""
@@ -232,6 +233,7 @@ class View:
             if host is None:
                 resolved.append(part)
                 continue
+            self.entered.add(la)
             try:
                 st = os.lstat(host)
             except OSError:  # missing (ENOENT) or under a file (ENOTDIR): nothing to follow

@@ -168,6 +168,31 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
     return a
 
 
+def walked_trees(plan: Plan) -> tuple[list[str], list[str]]:
+    """(walked, writable): the host trees (the rootfs, bind sources) the set-up of ``plan`` looks inside
+    — where a mount point, masked or read-only path or the cwd lies — and the trees its tenant can write
+    (the rootfs unless read-only, read-write bind sources).  ``tree_claims`` keeps one live sandbox's
+    writable trees apart from another's walked ones.  Nothing is created; a path that cannot be
+    resolved is left to ``build_args`` to refuse."""
+    view = View(plan.rootfs)
+    for mt in plan.mounts:
+        try:
+            dest, _ = view.resolve(mt.destination)
+        except OSError:
+            continue
+        writable = mt.kind == "bind" and not mt.readonly and os.path.isdir(mt.source)
+        view.add(Layer(dest, mt.kind, mt.source if mt.kind == "bind" else "", writable))
+    for p in [*plan.masked_paths, *plan.readonly_paths, plan.cwd]:
+        try:
+            view.resolve(p)
+        except OSError:
+            continue
+    walked = sorted({la.host for la in view.entered if la.fs in ("rootfs", "bind")})
+    writable = [] if plan.root_readonly else [plan.rootfs]
+    writable += [mt.source for mt in plan.mounts if mt.kind == "bind" and not mt.readonly]
+    return walked, sorted(set(writable))
+
+
 def _mask(view: View, dest: str, host: str) -> list[str]:
     """Hide ``dest``: an empty read-only tmpfs over a directory, /dev/null over anything else."""
     view.masked.add(dest)

@@ -15,6 +15,7 @@ namespace: the child of bwrap's pid 1).  delete: kill the cgroup, remove what wa
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal as _signal
 import time
@@ -97,6 +98,14 @@ class LinuxMechanism:
             raise LaunchFailed("--console-socket was given but process.terminal is false",
                                "set process.terminal to true, or drop --console-socket")
         with contextlib.ExitStack() as undo:
+            from ...tree_claims import claim
+            from .bwrap import walked_trees
+
+            # no other live sandbox may write a tree this set-up makes mount points in (tree_claims)
+            root = getattr(self, "root", None) or os.path.dirname(d)
+            owner = hashlib.sha256(root.encode()).hexdigest()[:10] + "-" + sandbox.id
+            held = claim(root, owner, *walked_trees(plan))
+            undo.callback(held.release)
             limits = Limits.from_oci(plan.resources)
             cg = manager(plan.cgroups_path)
             created = cg.create(limits.controllers())
@@ -159,6 +168,7 @@ class LinuxMechanism:
                     os.close(jfd)
             undo.callback(kill_quietly, proc)
             child = wait_ready(proc, status_file, fds["block"])
+            held.transfer(child)  # the claim lives as long as the sandbox's first process
             import resource
 
             for name, soft, hard in plan.rlimits:
