@@ -223,3 +223,12 @@ def test_bind_of_the_hosts_proc_is_refused(make_bundle) -> None:
     load(str(make_bundle(copy.deepcopy(cfg), name="ctl")))
     cfg["mounts"][-1]["source"] = "/proc"
     assert f"/mounts/{len(cfg['mounts']) - 1}/source" in _pointers(make_bundle, cfg, "evil")
+
+
+def test_hostname_without_a_uts_namespace_is_refused_not_ignored(make_bundle) -> None:
+    cfg = base_config()
+    load(str(make_bundle(copy.deepcopy(cfg), name="ctl")), launch=False)  # control: with its uts namespace
+    cfg["linux"]["namespaces"] = [n for n in cfg["linux"]["namespaces"] if n["type"] != "uts"]
+    cfg["domainname"] = "example"
+    got = _pointers(make_bundle, cfg, "evil")
+    assert "/hostname" in got and "/domainname" in got

@@ -247,3 +247,13 @@ def test_set_up_never_walks_a_tree_a_running_sandbox_writes(make_bundle, state_r
     assert st.pid
     r = launch("lib", state_root, b_nested, "nest2")
     assert r.code == 0 and "NESTED-OK" in r.out, r  # the holder gone, its claim is stale
+
+
+@pytest.mark.parametrize("how", RUNNERS)
+def test_domainname_is_applied(make_bundle, state_root: Path, how: str) -> None:
+    cfg = base_config(probe("cat /proc/sys/kernel/domainname", exit_zero=True))
+    r = launch(how, state_root, make_bundle(cfg, name="ctl"), "dn0")
+    assert r.code == 0 and "example.test" not in r.out, r  # control
+    cfg["domainname"] = "example.test"
+    r = launch(how, state_root, make_bundle(cfg, name="dn"), "dn")
+    assert r.code == 0 and r.out.strip() == "example.test", r

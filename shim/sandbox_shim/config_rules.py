@@ -245,9 +245,22 @@ def _match(node: Any, parts: list[str], path: list[Any]) -> Iterator[tuple[list[
         yield from _match(node[head], rest, [*path, head])
 
 
+def _uts_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """hostname/domainname need a new UTS namespace (runtime-spec config.md "hostname"): without one
+    they would not be applied (and could only be set on the host's)."""
+    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+    nss = linux.get("namespaces") if isinstance(linux.get("namespaces"), list) else []
+    if any(isinstance(n, dict) and n.get("type") == "uts" and not n.get("path") for n in nss):
+        return []
+    return [BundleProblem(f"/{k}", f"{k} needs a new uts namespace to be applied",
+                          "runtime-spec config.md hostname", 'add {"type": "uts"} to linux.namespaces, or '
+                          f"remove {k}") for k in ("hostname", "domainname") if cfg.get(k)]
+
+
 def unapplied_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
-    """A refusal for every field of ``UNAPPLIED`` that ``cfg`` sets, and for unapplied mount options."""
-    out: list[BundleProblem] = []
+    """A refusal for every field of ``UNAPPLIED`` that ``cfg`` sets, for hostname/domainname without a
+    uts namespace, and for unapplied mount options."""
+    out: list[BundleProblem] = _uts_problems(cfg)
     for pattern, refuse, what, fix in UNAPPLIED:
         for path, value in _match(cfg, pattern.strip("/").split("/"), []):
             if refuse(value):

@@ -73,6 +73,8 @@ class Plan:
     required: list[str]
     #: host paths the tenant must not be able to write (hook executables, the state root)
     protected: list[str] = field(default_factory=list)
+    #: ``process.consoleSize`` as (height, width) for a terminal sandbox, or None
+    console_size: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-serialisable data (``--print-plan``); env values are replaced by ``***``."""
@@ -181,10 +183,15 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim",
         allow_nested_userns=spec.settings.allow_nested_userns,
         wall_clock=spec.settings.wall_clock,
         cpu_time=spec.settings.cpu_time,
-        sysctl=dict(linux.get("sysctl") or {}),
+        # domainname: written as kernel.domainname in the sandbox's own uts namespace (config_rules
+        # refuses it without one); an explicit sysctl of the same name wins
+        sysctl={**({"kernel.domainname": cfg["domainname"]} if cfg.get("domainname") else {}),
+                **(linux.get("sysctl") or {})},
         hooks={k: list(v) for k, v in (cfg.get("hooks") or {}).items()},
         annotations=spec.annotations,
         required=required,
+        console_size=(int(proc["consoleSize"]["height"]), int(proc["consoleSize"]["width"]))
+        if isinstance(proc.get("consoleSize"), dict) and proc.get("terminal") else None,
         protected=[h["path"] for hs in (cfg.get("hooks") or {}).values() for h in hs or [] if h.get("path")]
         + ([state_root] if state_root else []),
     )

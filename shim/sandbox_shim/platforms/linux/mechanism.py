@@ -148,6 +148,12 @@ class LinuxMechanism:
                 argv = [*argv[:sep], *console.helper_bind_args(), "--", *console.wrap_argv(argv[sep + 1:])]
                 sep = argv.index("--")
                 pty = console.open_pty()
+                if plan.console_size:  # process.consoleSize: the pty's window size (tty_ioctl(4))
+                    import fcntl
+                    import struct
+                    import termios
+
+                    fcntl.ioctl(pty[1], termios.TIOCSWINSZ, struct.pack("HHHH", *plan.console_size, 0, 0))
                 undo.callback(os.close, pty[0])
                 undo.callback(os.close, pty[1])
             fds["args"] = memfd("bwrap-args", b"".join(x.encode() + b"\0" for x in argv[:sep]))
