@@ -232,3 +232,17 @@ def test_hostname_without_a_uts_namespace_is_refused_not_ignored(make_bundle) ->
     cfg["domainname"] = "example"
     got = _pointers(make_bundle, cfg, "evil")
     assert "/hostname" in got and "/domainname" in got
+
+
+def test_hostname_in_the_hosts_joined_uts_namespace_is_refused(make_bundle) -> None:
+    from sandbox_shim.plan import make_plan
+    from sandbox_shim.platforms.linux.bwrap import Fds, build_args
+
+    cfg = base_config()
+    b = make_bundle(copy.deepcopy(cfg), name="ctl")
+    assert "--hostname" in build_args(make_plan(load(str(b)), "t"), Fds(5, 6))  # control: own uts
+    for n in cfg["linux"]["namespaces"]:
+        if n["type"] == "uts":
+            n["path"] = "/proc/self/ns/uts"  # the runtime's own: the host's
+    with pytest.raises(BundleInvalid, match="host's"):
+        build_args(make_plan(load(str(make_bundle(cfg, name="evil"))), "t"), Fds(5, 6))

@@ -250,8 +250,8 @@ def _uts_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     they would not be applied (and could only be set on the host's)."""
     linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
     nss = linux.get("namespaces") if isinstance(linux.get("namespaces"), list) else []
-    if any(isinstance(n, dict) and n.get("type") == "uts" and not n.get("path") for n in nss):
-        return []
+    if any(isinstance(n, dict) and n.get("type") == "uts" for n in nss):
+        return []  # new: bwrap --hostname; joined: written as kernel.hostname inside it (as runc does)
     return [BundleProblem(f"/{k}", f"{k} needs a new uts namespace to be applied",
                           "runtime-spec config.md hostname", 'add {"type": "uts"} to linux.namespaces, or '
                           f"remove {k}") for k in ("hostname", "domainname") if cfg.get(k)]

@@ -183,9 +183,11 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim",
         allow_nested_userns=spec.settings.allow_nested_userns,
         wall_clock=spec.settings.wall_clock,
         cpu_time=spec.settings.cpu_time,
-        # domainname: written as kernel.domainname in the sandbox's own uts namespace (config_rules
-        # refuses it without one); an explicit sysctl of the same name wins
+        # domainname (and hostname in a joined uts namespace, which bwrap --hostname cannot set): written
+        # as kernel.* sysctls inside the sandbox's uts namespace (config_rules refuses them without one);
+        # an explicit sysctl of the same name wins
         sysctl={**({"kernel.domainname": cfg["domainname"]} if cfg.get("domainname") else {}),
+                **({"kernel.hostname": cfg["hostname"]} if cfg.get("hostname") and "uts" in join else {}),
                 **(linux.get("sysctl") or {})},
         hooks={k: list(v) for k, v in (cfg.get("hooks") or {}).items()},
         annotations=spec.annotations,

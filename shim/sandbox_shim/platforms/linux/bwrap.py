@@ -95,6 +95,23 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
     if not plan.terminal:
         a.append("--new-session")  # no TIOCSTI into the caller's terminal (bwrap(1) --new-session)
 
+    if plan.join.get("uts") and {"kernel.hostname", "kernel.domainname"} & set(plan.sysctl):
+        ids = set()
+        for ref in ("/proc/self/ns/uts", "/proc/1/ns/uts"):  # the runtime's own, and init's if readable
+            try:
+                st = os.stat(ref)
+                ids.add((st.st_dev, st.st_ino))
+            except OSError:
+                continue
+        try:
+            st = os.stat(plan.join["uts"])
+            mine = (st.st_dev, st.st_ino)
+        except OSError:
+            mine = None  # _host_problems / the join itself report a missing namespace
+        if mine in ids:
+            raise BundleInvalid([BundleProblem("/hostname", "the uts namespace joined is the host's: its "
+                                               "hostname would be changed", "tenant profile: host state",
+                                               "join a sandbox's uts namespace, or remove hostname")])
     problem = pid_problem(plan.unshare, plan.join, [mt.kind for mt in plan.mounts])
     if problem:
         raise BundleInvalid([problem])
