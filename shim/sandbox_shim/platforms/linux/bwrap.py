@@ -243,8 +243,8 @@ def _protected(view: View, path: str, pointer: str, plan: Plan) -> tuple[str, st
     there) or from a tree the tenant cannot write.
 
     Refused (``BundleInvalid`` at ``pointer``): a path through a symbolic link of a kernel fs; a
-    pid-dependent proc entry (its source would be the host's /proc); a path in a tmpfs or bwrap's /dev
-    below its mount root (nothing there yet, nothing this runtime could keep protected); "/" as a masked
+    pid-dependent proc entry (its source would be the host's /proc); a path in bwrap's /dev below its
+    mount root (its nodes are bwrap's; below a tmpfs root nothing exists yet: skipped); "/" as a masked
     path; and a path missing from a tenant-writable tree (a persistent rootfs, a read-write bind):
     a previous tenant may have moved it away, so the launch fails closed.  Nothing is created.
     """
@@ -270,6 +270,8 @@ def _protected(view: View, path: str, pointer: str, plan: Plan) -> tuple[str, st
     host = view.host_of(dest)
     if host is None and dest == layer.dest:
         return dest, None
+    if host is None and layer.fs in ("tmpfs", "mqueue", "cgroup"):
+        return None  # a new, empty fs: nothing there at set-up, nothing kept from an earlier run
     if host is None:
         raise refuse(f"lies in a {layer.fs} mount at {layer.dest}; nothing there can be kept masked or "
                      "read-only", "list a path of the rootfs, a bind, /proc or /sys")
