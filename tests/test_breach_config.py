@@ -133,7 +133,7 @@ def _example(pattern: str) -> tuple[list[Any], Any]:
     """A config path and a value that the ``UNAPPLIED`` entry refuses."""
     parts: list[Any] = [0 if p == "*" else p for p in pattern.strip("/").split("/")]
     examples: dict[str, Any] = {
-        "additionalGids": [5], "oomScoreAdj": 100, "ioPriority": {"class": "IOPRIO_CLASS_IDLE"},
+        "oomScoreAdj": 100, "ioPriority": {"class": "IOPRIO_CLASS_IDLE"},
         "scheduler": {"policy": "SCHED_OTHER"}, "execCPUAffinity": {"initial": "0"},
         "uidMappings": [{"containerID": 0, "hostID": 1000, "size": 1}],
         "gidMappings": [{"containerID": 0, "hostID": 1000, "size": 1}],
@@ -246,3 +246,11 @@ def test_hostname_in_the_hosts_joined_uts_namespace_is_refused(make_bundle) -> N
             n["path"] = "/proc/self/ns/uts"  # the runtime's own: the host's
     with pytest.raises(BundleInvalid, match="host's"):
         build_args(make_plan(load(str(make_bundle(cfg, name="evil"))), "t"), Fds(5, 6))
+
+
+def test_additional_gids_in_a_user_namespace_are_refused(make_bundle) -> None:
+    cfg = base_config()
+    cfg["process"]["user"]["additionalGids"] = [5]
+    load(str(make_bundle(copy.deepcopy(cfg), name="ctl")), launch=False)  # control: applied (no userns)
+    cfg["linux"]["namespaces"].append({"type": "user"})
+    assert "/process/user/additionalGids" in _pointers(make_bundle, cfg, "evil")

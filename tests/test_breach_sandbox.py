@@ -159,6 +159,13 @@ def test_callers_supplementary_groups_never_reach_the_tenant(make_bundle, state_
     assert r.returncode == 0 and "READ-MARKER" not in out and "Permission denied" in out, (r, out)
     groups = next(ln for ln in out.splitlines() if ln.startswith("Groups:")).split()[1:]
     assert "4242" not in groups and groups in ([], ["0"]), out
+    cfg = base_config(probe(script, exit_zero=True))
+    cfg["process"]["user"]["additionalGids"] = [4242]  # the config's own groups: exactly those
+    (b / "config.json").write_text(json.dumps(cfg))
+    r = run_shim(state_root, "run", "--bundle", str(b), f"grp3-{TAG}")
+    out = (b / "storage" / "out").read_text()
+    groups = next(ln for ln in out.splitlines() if ln.startswith("Groups:")).split()[1:]
+    assert r.returncode == 0 and "READ-MARKER" in out and groups == ["4242"], out
 
 
 @pytest.mark.parametrize("how", RUNNERS)

@@ -190,8 +190,6 @@ def _propagation(v: Any) -> bool:
 #: (JSON pointer pattern with ``*`` for any key/index, refuse-when, what, fix).  Fields another part of
 #: the runtime applies are not here; a field added to the schema and not applied belongs here.
 UNAPPLIED: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
-    ("/process/user/additionalGids", _set, "additionalGids are not applied by this runtime yet",
-     "remove them (the tenant then has only its gid)"),
     ("/process/oomScoreAdj", _set, "oomScoreAdj is not applied by this runtime yet", "remove it"),
     ("/process/ioPriority", _set, "ioPriority is not applied", "remove it"),
     ("/process/scheduler", _set, "scheduler is not applied", "remove it"),
@@ -257,10 +255,28 @@ def _uts_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
                           f"remove {k}") for k in ("hostname", "domainname") if cfg.get(k)]
 
 
+def _groups_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """additionalGids are applied (setgroups(2) before bwrap) when the sandbox has no user namespace;
+    in one (``user`` listed, or a non-zero uid/gid, which bwrap can only switch to inside one) they
+    would be host gids the namespace cannot map, so they are refused."""
+    proc = cfg.get("process") if isinstance(cfg.get("process"), dict) else {}
+    user = proc.get("user") if isinstance(proc.get("user"), dict) else {}
+    if not user.get("additionalGids"):
+        return []
+    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+    nss = linux.get("namespaces") if isinstance(linux.get("namespaces"), list) else []
+    userns = any(isinstance(n, dict) and n.get("type") == "user" for n in nss)
+    if not userns and not user.get("uid") and not user.get("gid"):
+        return []
+    return [BundleProblem("/process/user/additionalGids", "additionalGids cannot be applied inside a user "
+                          "namespace here (only the one gid is mapped)", "no field is accepted and left "
+                          "unapplied", "remove them, or run without a user namespace as uid/gid 0")]
+
+
 def unapplied_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     """A refusal for every field of ``UNAPPLIED`` that ``cfg`` sets, for hostname/domainname without a
     uts namespace, and for unapplied mount options."""
-    out: list[BundleProblem] = _uts_problems(cfg)
+    out: list[BundleProblem] = _uts_problems(cfg) + _groups_problems(cfg)
     for pattern, refuse, what, fix in UNAPPLIED:
         for path, value in _match(cfg, pattern.strip("/").split("/"), []):
             if refuse(value):

@@ -168,7 +168,11 @@ class LinuxMechanism:
                 procs_files = [os.path.join(x, "cgroup.procs") for x in cg.dirs() if os.path.isdir(x)]
                 proc = spawn_bwrap([bwrap, "--args", str(fds["args"]), *argv[sep:]],
                                    [*fds.values(), *preserved], (pty[1],) * 3 if pty else priv.get("stdio"),
-                                   joins, procs_files, groups=(), umask=plan.umask)
+                                   joins, procs_files, umask=plan.umask,
+                                   # exactly the config's groups, never the caller's (config_rules
+                                   # refuses additionalGids where a user namespace is used)
+                                   groups=() if "user" in plan.unshare or plan.uid or plan.gid
+                                   else tuple(plan.additional_gids))
             finally:
                 for _, jfd in joins:
                     os.close(jfd)
