@@ -11,7 +11,7 @@ claim (one tree at or inside the other, by inode identity: ``paths.contains``) i
 Claims are one JSON file per sandbox under ``claims_dir()`` (host-wide, so two state roots see each
 other), taken under an exclusive flock(2) of ``.lock`` there.  A claim is live while its owner — the
 creating process, then the sandbox's first process — runs with the recorded start time (proc(5) field
-22); a claim left by a process killed with -9, or a zombie, is stale and ignored: nothing to clean up.
+22); a claim left by a process killed with -9, or a zombie, is stale: ignored, and removed by the next claim.
 """
 
 from __future__ import annotations
@@ -108,6 +108,8 @@ def claim(state_root: str, owner: str, walked: list[str], writable: list[str]) -
             except (OSError, ValueError):
                 continue
             if not _live(entry):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(d, other))  # stale: its owner is gone (the directory stays small)
                 continue
             hit = _overlap(walked, list(entry.get("writable") or [])) or \
                 _overlap(writable, list(entry.get("walked") or []))
