@@ -149,7 +149,7 @@ def _example(pattern: str) -> tuple[list[Any], Any]:
         "timeOffsets": {"monotonic": {"secs": 1}}, "netDevices": {"eth1": {}},
     }
     if parts[-1] == "devices" and parts[-2] == "resources":
-        return parts, [{"allow": True, "type": "c", "major": 10, "minor": 229, "access": "rwm"}]
+        return parts, [{"allow": False, "type": "c", "major": 1, "minor": 3, "access": "rwm"}]
     return parts, examples[parts[-1]]
 
 
@@ -254,3 +254,13 @@ def test_additional_gids_in_a_user_namespace_are_refused(make_bundle) -> None:
     load(str(make_bundle(copy.deepcopy(cfg), name="ctl")), launch=False)  # control: applied (no userns)
     cfg["linux"]["namespaces"].append({"type": "user"})
     assert "/process/user/additionalGids" in _pointers(make_bundle, cfg, "evil")
+
+
+def test_linux_devices_only_the_standard_nodes_are_accepted(make_bundle) -> None:
+    cfg = base_config()
+    cfg["linux"]["devices"] = [{"path": "/dev/null", "type": "c", "major": 1, "minor": 3, "fileMode": 0o666}]
+    allow = {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"}
+    cfg["linux"]["resources"]["devices"] = [{"allow": False, "access": "rwm"}, allow]
+    load(str(make_bundle(copy.deepcopy(cfg), name="ctl")), launch=False)  # control: bwrap's /dev has it
+    cfg["linux"]["devices"].append({"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229})
+    assert "/linux/devices/1" in _pointers(make_bundle, cfg, "evil")

@@ -170,17 +170,44 @@ def _true(v: Any) -> bool:
     return v is True
 
 
-def _not_deny_all(v: Any) -> bool:
-    """A device cgroup list other than podman/runc's leading deny-all rule (which holds by construction:
-    every bind and tmpfs bwrap makes is nodev, and its /dev holds only null, zero, full, random,
-    urandom, tty, console, ptmx and pts, the set runc allows after the same rule)."""
+def _partial_deny(v: Any) -> bool:
+    """A device cgroup list with a deny rule other than deny-all.  Deny-all holds by construction (every
+    bind and tmpfs bwrap makes is nodev; its /dev holds only null, zero, full, random, urandom, tty,
+    console, ptmx and pts, the set runc allows after the same rule); allow rules grant at most what is
+    there.  A narrower deny would need the device controller (not applied yet)."""
     if not isinstance(v, list):
         return False
-    def deny_all(d: Any) -> bool:
-        return (isinstance(d, dict) and d.get("allow") is False and d.get("type") in (None, "a")
-                and d.get("major") in (None, -1) and d.get("minor") in (None, -1)
-                and set(d.get("access") or "rwm") >= set("rwm"))
-    return any(not deny_all(d) for d in v)
+
+    def deny_all(d: dict[str, Any]) -> bool:
+        return (d.get("type") in (None, "a") and d.get("major") in (None, -1)
+                and d.get("minor") in (None, -1) and set(d.get("access") or "rwm") >= set("rwm"))
+    return any(isinstance(d, dict) and d.get("allow") is False and not deny_all(d) for d in v)
+
+
+#: (path, type, major, minor) of the nodes bwrap's ``--dev`` makes (bwrap.c setup_newroot)
+STANDARD_DEVICES = frozenset({("/dev/null", "c", 1, 3), ("/dev/zero", "c", 1, 5),
+                              ("/dev/full", "c", 1, 7), ("/dev/random", "c", 1, 8),
+                              ("/dev/urandom", "c", 1, 9), ("/dev/tty", "c", 5, 0)})
+
+
+def _devices_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """``linux.devices``: the standard nodes are there when /dev is a tmpfs mount (bwrap's ``--dev``
+    makes them, 0666 root:root as on the host); any other device is refused (not created yet)."""
+    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+    devs = linux.get("devices") if isinstance(linux.get("devices"), list) else []
+    mounts = cfg.get("mounts") if isinstance(cfg.get("mounts"), list) else []
+    dev_tmpfs = any(isinstance(m, dict) and m.get("destination") == "/dev" and m.get("type") == "tmpfs"
+                    for m in mounts)
+    out = []
+    for i, d in enumerate(devs):
+        std = isinstance(d, dict) and (d.get("path"), d.get("type"), d.get("major"), d.get("minor")) in \
+            STANDARD_DEVICES and d.get("fileMode", 0o666) == 0o666 and not d.get("uid") and not d.get("gid")
+        if not (std and dev_tmpfs):
+            out.append(BundleProblem(f"/linux/devices/{i}", "this device is not created by this runtime yet "
+                                     "(only the standard nodes of a /dev tmpfs: null, zero, full, random, "
+                                     "urandom, tty)", "no field is accepted and left unapplied",
+                                     "remove it"))
+    return out
 
 
 def _propagation(v: Any) -> bool:
@@ -199,9 +226,8 @@ UNAPPLIED: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
     ("/linux/gidMappings", _set, "gid mappings are not applied by this runtime yet", "remove them"),
     ("/mounts/*/uidMappings", _set, "id-mapped mounts are not supported", "remove uidMappings"),
     ("/mounts/*/gidMappings", _set, "id-mapped mounts are not supported", "remove gidMappings"),
-    ("/linux/devices", _set, "linux.devices are not created by this runtime yet", "remove them"),
-    ("/linux/resources/devices", _not_deny_all, "device cgroup rules other than a leading deny-all are "
-     "not applied yet", "keep only {\"allow\": false, \"access\": \"rwm\"}"),
+    ("/linux/resources/devices", _partial_deny, "device cgroup deny rules narrower than deny-all are "
+     "not applied yet", "keep {\"allow\": false, \"access\": \"rwm\"} and allow rules only"),
     ("/linux/resources/memory/swappiness", _set, "memory swappiness is not applied yet", "remove it"),
     ("/linux/resources/memory/disableOOMKiller", _true, "disableOOMKiller is not applied yet",
      "remove it"),
@@ -276,7 +302,7 @@ def _groups_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
 def unapplied_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     """A refusal for every field of ``UNAPPLIED`` that ``cfg`` sets, for hostname/domainname without a
     uts namespace, and for unapplied mount options."""
-    out: list[BundleProblem] = _uts_problems(cfg) + _groups_problems(cfg)
+    out: list[BundleProblem] = _uts_problems(cfg) + _groups_problems(cfg) + _devices_problems(cfg)
     for pattern, refuse, what, fix in UNAPPLIED:
         for path, value in _match(cfg, pattern.strip("/").split("/"), []):
             if refuse(value):
