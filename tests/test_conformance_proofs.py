@@ -134,6 +134,9 @@ CONTROL_NEEDS_A_SANDBOX = {
 CONTROL_OUTSIDE_THE_MECHANISM = {
     "fs: mount", "fs: umount", "fs: pivot_root", "net: raw socket", "proc: ptrace a host process",
     "caps: self-granted CAP_DAC_READ_SEARCH opens host files (open_by_handle_at)",
+    "mounts: CAP_SYS_ADMIN in its own user namespace makes the read-only root writable (new mount API)",
+    "kernel files: uid 0 writes /proc/sys when readonlyPaths leaves it out",
+    "fs: masked paths are unreadable",
 }
 
 

@@ -331,12 +331,16 @@ def test_bad_input_leaves_nothing_behind(make_bundle, state_root: Path, bad: str
     if bad == "invalid-config":
         cfg["process"]["args"] = []
     elif bad == "bwrap-fails":
-        cfg["hostname"] = "h" * 100  # sethostname(2) refuses more than 64 bytes: bwrap dies in set-up
+        # a file bound onto a directory: valid config, and mount(2) refuses it while bwrap sets up
+        cfg["mounts"].append({"destination": "/bin", "type": "bind", "source": "storage/f",
+                              "options": ["rbind", "ro"]})
     elif bad == "cgroup-fails":
         cfg["linux"]["resources"]["cpu"] = {"cpus": "4095"}
     b = make_bundle(cfg)
     if bad == "no-rootfs":
         subprocess.run(["rm", "-rf", str(b / "rootfs")], check=True)
+    if bad == "bwrap-fails":
+        (b / "storage" / "f").write_text("x")
     kids_before = set(children_of(os.getpid()))
     r = create(state_root, b, "bad")
     assert r.returncode == (9 if bad in ("bwrap-fails", "cgroup-fails") else 3), r.stderr

@@ -6,7 +6,7 @@ Used by ``validation.schema_problems`` for the success path only (jsonschema giv
 # ruff: noqa
 # fmt: off
 
-SCHEMA_SHA256 = "fbc091a0ddf2ee2d31a8914e366c356767507956c24d2e4c613a432afba4c1b7"
+SCHEMA_SHA256 = "fb0d33a8a8647105fec1075daa67c8990a1534fd9b9b7220853122ec61042679"
 GENERATOR = "fastjsonschema 2.22.3"
 
 
@@ -78,6 +78,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                             if isinstance(data__process__consoleSize__height, (int, float, Decimal)) and (not isinstance(data__process__consoleSize__height, bool)):
                                 if data__process__consoleSize__height < 0:
                                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.consoleSize.height must be bigger than or equal to 0', value=data__process__consoleSize__height, name='' + (name_prefix or 'data') + '.process.consoleSize.height', definition=None, rule='minimum')
+                                if data__process__consoleSize__height > 65535:
+                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.consoleSize.height must be smaller than or equal to 65535', value=data__process__consoleSize__height, name='' + (name_prefix or 'data') + '.process.consoleSize.height', definition=None, rule='maximum')
                         if 'width' in data__process__consoleSize_keys:
                             data__process__consoleSize_keys.remove('width')
                             data__process__consoleSize__width = data__process__consoleSize['width']
@@ -86,6 +88,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                             if isinstance(data__process__consoleSize__width, (int, float, Decimal)) and (not isinstance(data__process__consoleSize__width, bool)):
                                 if data__process__consoleSize__width < 0:
                                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.consoleSize.width must be bigger than or equal to 0', value=data__process__consoleSize__width, name='' + (name_prefix or 'data') + '.process.consoleSize.width', definition=None, rule='minimum')
+                                if data__process__consoleSize__width > 65535:
+                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.consoleSize.width must be smaller than or equal to 65535', value=data__process__consoleSize__width, name='' + (name_prefix or 'data') + '.process.consoleSize.width', definition=None, rule='maximum')
                 if 'user' in data__process_keys:
                     data__process_keys.remove('user')
                     data__process__user = data__process['user']
@@ -105,6 +109,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                             if isinstance(data__process__user__uid, (int, float, Decimal)) and (not isinstance(data__process__user__uid, bool)):
                                 if data__process__user__uid < 0:
                                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.user.uid must be bigger than or equal to 0', value=data__process__user__uid, name='' + (name_prefix or 'data') + '.process.user.uid', definition=None, rule='minimum')
+                                if data__process__user__uid > 4294967294:
+                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.user.uid must be smaller than or equal to 4294967294', value=data__process__user__uid, name='' + (name_prefix or 'data') + '.process.user.uid', definition=None, rule='maximum')
                         if 'gid' in data__process__user_keys:
                             data__process__user_keys.remove('gid')
                             data__process__user__gid = data__process__user['gid']
@@ -113,6 +119,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                             if isinstance(data__process__user__gid, (int, float, Decimal)) and (not isinstance(data__process__user__gid, bool)):
                                 if data__process__user__gid < 0:
                                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.user.gid must be bigger than or equal to 0', value=data__process__user__gid, name='' + (name_prefix or 'data') + '.process.user.gid', definition=None, rule='minimum')
+                                if data__process__user__gid > 4294967294:
+                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.user.gid must be smaller than or equal to 4294967294', value=data__process__user__gid, name='' + (name_prefix or 'data') + '.process.user.gid', definition=None, rule='maximum')
                         if 'umask' in data__process__user_keys:
                             data__process__user_keys.remove('umask')
                             data__process__user__umask = data__process__user['umask']
@@ -121,6 +129,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                             if isinstance(data__process__user__umask, (int, float, Decimal)) and (not isinstance(data__process__user__umask, bool)):
                                 if data__process__user__umask < 0:
                                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.user.umask must be bigger than or equal to 0', value=data__process__user__umask, name='' + (name_prefix or 'data') + '.process.user.umask', definition=None, rule='minimum')
+                                if data__process__user__umask > 511:
+                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.user.umask must be smaller than or equal to 511', value=data__process__user__umask, name='' + (name_prefix or 'data') + '.process.user.umask', definition=None, rule='maximum')
                         if 'additionalGids' in data__process__user_keys:
                             data__process__user_keys.remove('additionalGids')
                             data__process__user__additionalGids = data__process__user['additionalGids']
@@ -135,6 +145,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__process__user__additionalGids_item, (int, float, Decimal)) and (not isinstance(data__process__user__additionalGids_item, bool)):
                                         if data__process__user__additionalGids_item < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.user.additionalGids[{data__process__user__additionalGids_x}]'.format(**locals()) + ' must be bigger than or equal to 0', value=data__process__user__additionalGids_item, name='' + (name_prefix or 'data') + '.process.user.additionalGids[{data__process__user__additionalGids_x}]'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__process__user__additionalGids_item > 4294967294:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.user.additionalGids[{data__process__user__additionalGids_x}]'.format(**locals()) + ' must be smaller than or equal to 4294967294', value=data__process__user__additionalGids_item, name='' + (name_prefix or 'data') + '.process.user.additionalGids[{data__process__user__additionalGids_x}]'.format(**locals()) + '', definition=None, rule='maximum')
                         if 'username' in data__process__user_keys:
                             data__process__user_keys.remove('username')
                             data__process__user__username = data__process__user['username']
@@ -265,6 +277,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__process__rlimits_item__soft, (int, float, Decimal)) and (not isinstance(data__process__rlimits_item__soft, bool)):
                                         if data__process__rlimits_item__soft < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.rlimits[{data__process__rlimits_x}].soft'.format(**locals()) + ' must be bigger than or equal to 0', value=data__process__rlimits_item__soft, name='' + (name_prefix or 'data') + '.process.rlimits[{data__process__rlimits_x}].soft'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__process__rlimits_item__soft > 18446744073709551615:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.rlimits[{data__process__rlimits_x}].soft'.format(**locals()) + ' must be smaller than or equal to 18446744073709551615', value=data__process__rlimits_item__soft, name='' + (name_prefix or 'data') + '.process.rlimits[{data__process__rlimits_x}].soft'.format(**locals()) + '', definition=None, rule='maximum')
                                 if 'hard' in data__process__rlimits_item_keys:
                                     data__process__rlimits_item_keys.remove('hard')
                                     data__process__rlimits_item__hard = data__process__rlimits_item['hard']
@@ -273,6 +287,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__process__rlimits_item__hard, (int, float, Decimal)) and (not isinstance(data__process__rlimits_item__hard, bool)):
                                         if data__process__rlimits_item__hard < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.rlimits[{data__process__rlimits_x}].hard'.format(**locals()) + ' must be bigger than or equal to 0', value=data__process__rlimits_item__hard, name='' + (name_prefix or 'data') + '.process.rlimits[{data__process__rlimits_x}].hard'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__process__rlimits_item__hard > 18446744073709551615:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.process.rlimits[{data__process__rlimits_x}].hard'.format(**locals()) + ' must be smaller than or equal to 18446744073709551615', value=data__process__rlimits_item__hard, name='' + (name_prefix or 'data') + '.process.rlimits[{data__process__rlimits_x}].hard'.format(**locals()) + '', definition=None, rule='maximum')
                 if 'noNewPrivileges' in data__process_keys:
                     data__process_keys.remove('noNewPrivileges')
                     data__process__noNewPrivileges = data__process['noNewPrivileges']
@@ -415,6 +431,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                             if isinstance(data__mounts_item__uidMappings_item__containerID, (int, float, Decimal)) and (not isinstance(data__mounts_item__uidMappings_item__containerID, bool)):
                                                 if data__mounts_item__uidMappings_item__containerID < 0:
                                                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].containerID'.format(**locals()) + ' must be bigger than or equal to 0', value=data__mounts_item__uidMappings_item__containerID, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].containerID'.format(**locals()) + '', definition=None, rule='minimum')
+                                                if data__mounts_item__uidMappings_item__containerID > 4294967294:
+                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].containerID'.format(**locals()) + ' must be smaller than or equal to 4294967294', value=data__mounts_item__uidMappings_item__containerID, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].containerID'.format(**locals()) + '', definition=None, rule='maximum')
                                         if 'hostID' in data__mounts_item__uidMappings_item_keys:
                                             data__mounts_item__uidMappings_item_keys.remove('hostID')
                                             data__mounts_item__uidMappings_item__hostID = data__mounts_item__uidMappings_item['hostID']
@@ -423,14 +441,18 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                             if isinstance(data__mounts_item__uidMappings_item__hostID, (int, float, Decimal)) and (not isinstance(data__mounts_item__uidMappings_item__hostID, bool)):
                                                 if data__mounts_item__uidMappings_item__hostID < 0:
                                                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].hostID'.format(**locals()) + ' must be bigger than or equal to 0', value=data__mounts_item__uidMappings_item__hostID, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].hostID'.format(**locals()) + '', definition=None, rule='minimum')
+                                                if data__mounts_item__uidMappings_item__hostID > 4294967294:
+                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].hostID'.format(**locals()) + ' must be smaller than or equal to 4294967294', value=data__mounts_item__uidMappings_item__hostID, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].hostID'.format(**locals()) + '', definition=None, rule='maximum')
                                         if 'size' in data__mounts_item__uidMappings_item_keys:
                                             data__mounts_item__uidMappings_item_keys.remove('size')
                                             data__mounts_item__uidMappings_item__size = data__mounts_item__uidMappings_item['size']
                                             if not isinstance(data__mounts_item__uidMappings_item__size, int) and (not (isinstance(data__mounts_item__uidMappings_item__size, float) and data__mounts_item__uidMappings_item__size.is_integer())) or isinstance(data__mounts_item__uidMappings_item__size, bool):
                                                 raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].size'.format(**locals()) + ' must be integer', value=data__mounts_item__uidMappings_item__size, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].size'.format(**locals()) + '', definition=None, rule='type')
                                             if isinstance(data__mounts_item__uidMappings_item__size, (int, float, Decimal)) and (not isinstance(data__mounts_item__uidMappings_item__size, bool)):
-                                                if data__mounts_item__uidMappings_item__size < 0:
-                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].size'.format(**locals()) + ' must be bigger than or equal to 0', value=data__mounts_item__uidMappings_item__size, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].size'.format(**locals()) + '', definition=None, rule='minimum')
+                                                if data__mounts_item__uidMappings_item__size < 1:
+                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].size'.format(**locals()) + ' must be bigger than or equal to 1', value=data__mounts_item__uidMappings_item__size, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].size'.format(**locals()) + '', definition=None, rule='minimum')
+                                                if data__mounts_item__uidMappings_item__size > 4294967295:
+                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].size'.format(**locals()) + ' must be smaller than or equal to 4294967295', value=data__mounts_item__uidMappings_item__size, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].uidMappings[{data__mounts_item__uidMappings_x}].size'.format(**locals()) + '', definition=None, rule='maximum')
                         if 'gidMappings' in data__mounts_item_keys:
                             data__mounts_item_keys.remove('gidMappings')
                             data__mounts_item__gidMappings = data__mounts_item['gidMappings']
@@ -456,6 +478,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                             if isinstance(data__mounts_item__gidMappings_item__containerID, (int, float, Decimal)) and (not isinstance(data__mounts_item__gidMappings_item__containerID, bool)):
                                                 if data__mounts_item__gidMappings_item__containerID < 0:
                                                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].containerID'.format(**locals()) + ' must be bigger than or equal to 0', value=data__mounts_item__gidMappings_item__containerID, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].containerID'.format(**locals()) + '', definition=None, rule='minimum')
+                                                if data__mounts_item__gidMappings_item__containerID > 4294967294:
+                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].containerID'.format(**locals()) + ' must be smaller than or equal to 4294967294', value=data__mounts_item__gidMappings_item__containerID, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].containerID'.format(**locals()) + '', definition=None, rule='maximum')
                                         if 'hostID' in data__mounts_item__gidMappings_item_keys:
                                             data__mounts_item__gidMappings_item_keys.remove('hostID')
                                             data__mounts_item__gidMappings_item__hostID = data__mounts_item__gidMappings_item['hostID']
@@ -464,14 +488,18 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                             if isinstance(data__mounts_item__gidMappings_item__hostID, (int, float, Decimal)) and (not isinstance(data__mounts_item__gidMappings_item__hostID, bool)):
                                                 if data__mounts_item__gidMappings_item__hostID < 0:
                                                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].hostID'.format(**locals()) + ' must be bigger than or equal to 0', value=data__mounts_item__gidMappings_item__hostID, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].hostID'.format(**locals()) + '', definition=None, rule='minimum')
+                                                if data__mounts_item__gidMappings_item__hostID > 4294967294:
+                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].hostID'.format(**locals()) + ' must be smaller than or equal to 4294967294', value=data__mounts_item__gidMappings_item__hostID, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].hostID'.format(**locals()) + '', definition=None, rule='maximum')
                                         if 'size' in data__mounts_item__gidMappings_item_keys:
                                             data__mounts_item__gidMappings_item_keys.remove('size')
                                             data__mounts_item__gidMappings_item__size = data__mounts_item__gidMappings_item['size']
                                             if not isinstance(data__mounts_item__gidMappings_item__size, int) and (not (isinstance(data__mounts_item__gidMappings_item__size, float) and data__mounts_item__gidMappings_item__size.is_integer())) or isinstance(data__mounts_item__gidMappings_item__size, bool):
                                                 raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].size'.format(**locals()) + ' must be integer', value=data__mounts_item__gidMappings_item__size, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].size'.format(**locals()) + '', definition=None, rule='type')
                                             if isinstance(data__mounts_item__gidMappings_item__size, (int, float, Decimal)) and (not isinstance(data__mounts_item__gidMappings_item__size, bool)):
-                                                if data__mounts_item__gidMappings_item__size < 0:
-                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].size'.format(**locals()) + ' must be bigger than or equal to 0', value=data__mounts_item__gidMappings_item__size, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].size'.format(**locals()) + '', definition=None, rule='minimum')
+                                                if data__mounts_item__gidMappings_item__size < 1:
+                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].size'.format(**locals()) + ' must be bigger than or equal to 1', value=data__mounts_item__gidMappings_item__size, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].size'.format(**locals()) + '', definition=None, rule='minimum')
+                                                if data__mounts_item__gidMappings_item__size > 4294967295:
+                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].size'.format(**locals()) + ' must be smaller than or equal to 4294967295', value=data__mounts_item__gidMappings_item__size, name='' + (name_prefix or 'data') + '.mounts[{data__mounts_x}].gidMappings[{data__mounts_item__gidMappings_x}].size'.format(**locals()) + '', definition=None, rule='maximum')
         if 'hooks' in data_keys:
             data_keys.remove('hooks')
             data__hooks = data['hooks']
@@ -607,6 +635,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__linux__uidMappings_item__containerID, (int, float, Decimal)) and (not isinstance(data__linux__uidMappings_item__containerID, bool)):
                                         if data__linux__uidMappings_item__containerID < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].containerID'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__uidMappings_item__containerID, name='' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].containerID'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__linux__uidMappings_item__containerID > 4294967294:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].containerID'.format(**locals()) + ' must be smaller than or equal to 4294967294', value=data__linux__uidMappings_item__containerID, name='' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].containerID'.format(**locals()) + '', definition=None, rule='maximum')
                                 if 'hostID' in data__linux__uidMappings_item_keys:
                                     data__linux__uidMappings_item_keys.remove('hostID')
                                     data__linux__uidMappings_item__hostID = data__linux__uidMappings_item['hostID']
@@ -615,14 +645,18 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__linux__uidMappings_item__hostID, (int, float, Decimal)) and (not isinstance(data__linux__uidMappings_item__hostID, bool)):
                                         if data__linux__uidMappings_item__hostID < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].hostID'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__uidMappings_item__hostID, name='' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].hostID'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__linux__uidMappings_item__hostID > 4294967294:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].hostID'.format(**locals()) + ' must be smaller than or equal to 4294967294', value=data__linux__uidMappings_item__hostID, name='' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].hostID'.format(**locals()) + '', definition=None, rule='maximum')
                                 if 'size' in data__linux__uidMappings_item_keys:
                                     data__linux__uidMappings_item_keys.remove('size')
                                     data__linux__uidMappings_item__size = data__linux__uidMappings_item['size']
                                     if not isinstance(data__linux__uidMappings_item__size, int) and (not (isinstance(data__linux__uidMappings_item__size, float) and data__linux__uidMappings_item__size.is_integer())) or isinstance(data__linux__uidMappings_item__size, bool):
                                         raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].size'.format(**locals()) + ' must be integer', value=data__linux__uidMappings_item__size, name='' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].size'.format(**locals()) + '', definition=None, rule='type')
                                     if isinstance(data__linux__uidMappings_item__size, (int, float, Decimal)) and (not isinstance(data__linux__uidMappings_item__size, bool)):
-                                        if data__linux__uidMappings_item__size < 0:
-                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].size'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__uidMappings_item__size, name='' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].size'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__linux__uidMappings_item__size < 1:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].size'.format(**locals()) + ' must be bigger than or equal to 1', value=data__linux__uidMappings_item__size, name='' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].size'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__linux__uidMappings_item__size > 4294967295:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].size'.format(**locals()) + ' must be smaller than or equal to 4294967295', value=data__linux__uidMappings_item__size, name='' + (name_prefix or 'data') + '.linux.uidMappings[{data__linux__uidMappings_x}].size'.format(**locals()) + '', definition=None, rule='maximum')
                 if 'gidMappings' in data__linux_keys:
                     data__linux_keys.remove('gidMappings')
                     data__linux__gidMappings = data__linux['gidMappings']
@@ -648,6 +682,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__linux__gidMappings_item__containerID, (int, float, Decimal)) and (not isinstance(data__linux__gidMappings_item__containerID, bool)):
                                         if data__linux__gidMappings_item__containerID < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].containerID'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__gidMappings_item__containerID, name='' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].containerID'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__linux__gidMappings_item__containerID > 4294967294:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].containerID'.format(**locals()) + ' must be smaller than or equal to 4294967294', value=data__linux__gidMappings_item__containerID, name='' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].containerID'.format(**locals()) + '', definition=None, rule='maximum')
                                 if 'hostID' in data__linux__gidMappings_item_keys:
                                     data__linux__gidMappings_item_keys.remove('hostID')
                                     data__linux__gidMappings_item__hostID = data__linux__gidMappings_item['hostID']
@@ -656,14 +692,18 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__linux__gidMappings_item__hostID, (int, float, Decimal)) and (not isinstance(data__linux__gidMappings_item__hostID, bool)):
                                         if data__linux__gidMappings_item__hostID < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].hostID'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__gidMappings_item__hostID, name='' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].hostID'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__linux__gidMappings_item__hostID > 4294967294:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].hostID'.format(**locals()) + ' must be smaller than or equal to 4294967294', value=data__linux__gidMappings_item__hostID, name='' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].hostID'.format(**locals()) + '', definition=None, rule='maximum')
                                 if 'size' in data__linux__gidMappings_item_keys:
                                     data__linux__gidMappings_item_keys.remove('size')
                                     data__linux__gidMappings_item__size = data__linux__gidMappings_item['size']
                                     if not isinstance(data__linux__gidMappings_item__size, int) and (not (isinstance(data__linux__gidMappings_item__size, float) and data__linux__gidMappings_item__size.is_integer())) or isinstance(data__linux__gidMappings_item__size, bool):
                                         raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].size'.format(**locals()) + ' must be integer', value=data__linux__gidMappings_item__size, name='' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].size'.format(**locals()) + '', definition=None, rule='type')
                                     if isinstance(data__linux__gidMappings_item__size, (int, float, Decimal)) and (not isinstance(data__linux__gidMappings_item__size, bool)):
-                                        if data__linux__gidMappings_item__size < 0:
-                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].size'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__gidMappings_item__size, name='' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].size'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__linux__gidMappings_item__size < 1:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].size'.format(**locals()) + ' must be bigger than or equal to 1', value=data__linux__gidMappings_item__size, name='' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].size'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__linux__gidMappings_item__size > 4294967295:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].size'.format(**locals()) + ' must be smaller than or equal to 4294967295', value=data__linux__gidMappings_item__size, name='' + (name_prefix or 'data') + '.linux.gidMappings[{data__linux__gidMappings_x}].size'.format(**locals()) + '', definition=None, rule='maximum')
                 if 'timeOffsets' in data__linux_keys:
                     data__linux_keys.remove('timeOffsets')
                     data__linux__timeOffsets = data__linux['timeOffsets']
@@ -704,11 +744,21 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     data__linux__devices_item__major = data__linux__devices_item['major']
                                     if not isinstance(data__linux__devices_item__major, int) and (not (isinstance(data__linux__devices_item__major, float) and data__linux__devices_item__major.is_integer())) or isinstance(data__linux__devices_item__major, bool):
                                         raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].major'.format(**locals()) + ' must be integer', value=data__linux__devices_item__major, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].major'.format(**locals()) + '', definition=None, rule='type')
+                                    if isinstance(data__linux__devices_item__major, (int, float, Decimal)) and (not isinstance(data__linux__devices_item__major, bool)):
+                                        if data__linux__devices_item__major < 0:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].major'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__devices_item__major, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].major'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__linux__devices_item__major > 9223372036854775807:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].major'.format(**locals()) + ' must be smaller than or equal to 9223372036854775807', value=data__linux__devices_item__major, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].major'.format(**locals()) + '', definition=None, rule='maximum')
                                 if 'minor' in data__linux__devices_item_keys:
                                     data__linux__devices_item_keys.remove('minor')
                                     data__linux__devices_item__minor = data__linux__devices_item['minor']
                                     if not isinstance(data__linux__devices_item__minor, int) and (not (isinstance(data__linux__devices_item__minor, float) and data__linux__devices_item__minor.is_integer())) or isinstance(data__linux__devices_item__minor, bool):
                                         raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].minor'.format(**locals()) + ' must be integer', value=data__linux__devices_item__minor, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].minor'.format(**locals()) + '', definition=None, rule='type')
+                                    if isinstance(data__linux__devices_item__minor, (int, float, Decimal)) and (not isinstance(data__linux__devices_item__minor, bool)):
+                                        if data__linux__devices_item__minor < 0:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].minor'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__devices_item__minor, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].minor'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__linux__devices_item__minor > 9223372036854775807:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].minor'.format(**locals()) + ' must be smaller than or equal to 9223372036854775807', value=data__linux__devices_item__minor, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].minor'.format(**locals()) + '', definition=None, rule='maximum')
                                 if 'fileMode' in data__linux__devices_item_keys:
                                     data__linux__devices_item_keys.remove('fileMode')
                                     data__linux__devices_item__fileMode = data__linux__devices_item['fileMode']
@@ -717,6 +767,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__linux__devices_item__fileMode, (int, float, Decimal)) and (not isinstance(data__linux__devices_item__fileMode, bool)):
                                         if data__linux__devices_item__fileMode < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].fileMode'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__devices_item__fileMode, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].fileMode'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__linux__devices_item__fileMode > 4095:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].fileMode'.format(**locals()) + ' must be smaller than or equal to 4095', value=data__linux__devices_item__fileMode, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].fileMode'.format(**locals()) + '', definition=None, rule='maximum')
                                 if 'uid' in data__linux__devices_item_keys:
                                     data__linux__devices_item_keys.remove('uid')
                                     data__linux__devices_item__uid = data__linux__devices_item['uid']
@@ -725,6 +777,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__linux__devices_item__uid, (int, float, Decimal)) and (not isinstance(data__linux__devices_item__uid, bool)):
                                         if data__linux__devices_item__uid < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].uid'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__devices_item__uid, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].uid'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__linux__devices_item__uid > 4294967294:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].uid'.format(**locals()) + ' must be smaller than or equal to 4294967294', value=data__linux__devices_item__uid, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].uid'.format(**locals()) + '', definition=None, rule='maximum')
                                 if 'gid' in data__linux__devices_item_keys:
                                     data__linux__devices_item_keys.remove('gid')
                                     data__linux__devices_item__gid = data__linux__devices_item['gid']
@@ -733,6 +787,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__linux__devices_item__gid, (int, float, Decimal)) and (not isinstance(data__linux__devices_item__gid, bool)):
                                         if data__linux__devices_item__gid < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].gid'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__devices_item__gid, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].gid'.format(**locals()) + '', definition=None, rule='minimum')
+                                        if data__linux__devices_item__gid > 4294967294:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].gid'.format(**locals()) + ' must be smaller than or equal to 4294967294', value=data__linux__devices_item__gid, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].gid'.format(**locals()) + '', definition=None, rule='maximum')
                 if 'cgroupsPath' in data__linux_keys:
                     data__linux_keys.remove('cgroupsPath')
                     data__linux__cgroupsPath = data__linux['cgroupsPath']
@@ -778,11 +834,21 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                             data__linux__resources__devices_item__major = data__linux__resources__devices_item['major']
                                             if not isinstance(data__linux__resources__devices_item__major, (int, NoneType)) and (not (isinstance(data__linux__resources__devices_item__major, float) and data__linux__resources__devices_item__major.is_integer())) or isinstance(data__linux__resources__devices_item__major, bool):
                                                 raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.devices[{data__linux__resources__devices_x}].major'.format(**locals()) + ' must be integer or null', value=data__linux__resources__devices_item__major, name='' + (name_prefix or 'data') + '.linux.resources.devices[{data__linux__resources__devices_x}].major'.format(**locals()) + '', definition=None, rule='type')
+                                            if isinstance(data__linux__resources__devices_item__major, (int, float, Decimal)) and (not isinstance(data__linux__resources__devices_item__major, bool)):
+                                                if data__linux__resources__devices_item__major < -1:
+                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.devices[{data__linux__resources__devices_x}].major'.format(**locals()) + ' must be bigger than or equal to -1', value=data__linux__resources__devices_item__major, name='' + (name_prefix or 'data') + '.linux.resources.devices[{data__linux__resources__devices_x}].major'.format(**locals()) + '', definition=None, rule='minimum')
+                                                if data__linux__resources__devices_item__major > 9223372036854775807:
+                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.devices[{data__linux__resources__devices_x}].major'.format(**locals()) + ' must be smaller than or equal to 9223372036854775807', value=data__linux__resources__devices_item__major, name='' + (name_prefix or 'data') + '.linux.resources.devices[{data__linux__resources__devices_x}].major'.format(**locals()) + '', definition=None, rule='maximum')
                                         if 'minor' in data__linux__resources__devices_item_keys:
                                             data__linux__resources__devices_item_keys.remove('minor')
                                             data__linux__resources__devices_item__minor = data__linux__resources__devices_item['minor']
                                             if not isinstance(data__linux__resources__devices_item__minor, (int, NoneType)) and (not (isinstance(data__linux__resources__devices_item__minor, float) and data__linux__resources__devices_item__minor.is_integer())) or isinstance(data__linux__resources__devices_item__minor, bool):
                                                 raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.devices[{data__linux__resources__devices_x}].minor'.format(**locals()) + ' must be integer or null', value=data__linux__resources__devices_item__minor, name='' + (name_prefix or 'data') + '.linux.resources.devices[{data__linux__resources__devices_x}].minor'.format(**locals()) + '', definition=None, rule='type')
+                                            if isinstance(data__linux__resources__devices_item__minor, (int, float, Decimal)) and (not isinstance(data__linux__resources__devices_item__minor, bool)):
+                                                if data__linux__resources__devices_item__minor < -1:
+                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.devices[{data__linux__resources__devices_x}].minor'.format(**locals()) + ' must be bigger than or equal to -1', value=data__linux__resources__devices_item__minor, name='' + (name_prefix or 'data') + '.linux.resources.devices[{data__linux__resources__devices_x}].minor'.format(**locals()) + '', definition=None, rule='minimum')
+                                                if data__linux__resources__devices_item__minor > 9223372036854775807:
+                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.devices[{data__linux__resources__devices_x}].minor'.format(**locals()) + ' must be smaller than or equal to 9223372036854775807', value=data__linux__resources__devices_item__minor, name='' + (name_prefix or 'data') + '.linux.resources.devices[{data__linux__resources__devices_x}].minor'.format(**locals()) + '', definition=None, rule='maximum')
                                         if 'access' in data__linux__resources__devices_item_keys:
                                             data__linux__resources__devices_item_keys.remove('access')
                                             data__linux__resources__devices_item__access = data__linux__resources__devices_item['access']
@@ -804,26 +870,51 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     data__linux__resources__memory__limit = data__linux__resources__memory['limit']
                                     if not isinstance(data__linux__resources__memory__limit, int) and (not (isinstance(data__linux__resources__memory__limit, float) and data__linux__resources__memory__limit.is_integer())) or isinstance(data__linux__resources__memory__limit, bool):
                                         raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.limit must be integer', value=data__linux__resources__memory__limit, name='' + (name_prefix or 'data') + '.linux.resources.memory.limit', definition=None, rule='type')
+                                    if isinstance(data__linux__resources__memory__limit, (int, float, Decimal)) and (not isinstance(data__linux__resources__memory__limit, bool)):
+                                        if data__linux__resources__memory__limit < -1:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.limit must be bigger than or equal to -1', value=data__linux__resources__memory__limit, name='' + (name_prefix or 'data') + '.linux.resources.memory.limit', definition=None, rule='minimum')
+                                        if data__linux__resources__memory__limit > 9223372036854775807:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.limit must be smaller than or equal to 9223372036854775807', value=data__linux__resources__memory__limit, name='' + (name_prefix or 'data') + '.linux.resources.memory.limit', definition=None, rule='maximum')
                                 if 'reservation' in data__linux__resources__memory_keys:
                                     data__linux__resources__memory_keys.remove('reservation')
                                     data__linux__resources__memory__reservation = data__linux__resources__memory['reservation']
                                     if not isinstance(data__linux__resources__memory__reservation, int) and (not (isinstance(data__linux__resources__memory__reservation, float) and data__linux__resources__memory__reservation.is_integer())) or isinstance(data__linux__resources__memory__reservation, bool):
                                         raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.reservation must be integer', value=data__linux__resources__memory__reservation, name='' + (name_prefix or 'data') + '.linux.resources.memory.reservation', definition=None, rule='type')
+                                    if isinstance(data__linux__resources__memory__reservation, (int, float, Decimal)) and (not isinstance(data__linux__resources__memory__reservation, bool)):
+                                        if data__linux__resources__memory__reservation < -1:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.reservation must be bigger than or equal to -1', value=data__linux__resources__memory__reservation, name='' + (name_prefix or 'data') + '.linux.resources.memory.reservation', definition=None, rule='minimum')
+                                        if data__linux__resources__memory__reservation > 9223372036854775807:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.reservation must be smaller than or equal to 9223372036854775807', value=data__linux__resources__memory__reservation, name='' + (name_prefix or 'data') + '.linux.resources.memory.reservation', definition=None, rule='maximum')
                                 if 'swap' in data__linux__resources__memory_keys:
                                     data__linux__resources__memory_keys.remove('swap')
                                     data__linux__resources__memory__swap = data__linux__resources__memory['swap']
                                     if not isinstance(data__linux__resources__memory__swap, int) and (not (isinstance(data__linux__resources__memory__swap, float) and data__linux__resources__memory__swap.is_integer())) or isinstance(data__linux__resources__memory__swap, bool):
                                         raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.swap must be integer', value=data__linux__resources__memory__swap, name='' + (name_prefix or 'data') + '.linux.resources.memory.swap', definition=None, rule='type')
+                                    if isinstance(data__linux__resources__memory__swap, (int, float, Decimal)) and (not isinstance(data__linux__resources__memory__swap, bool)):
+                                        if data__linux__resources__memory__swap < -1:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.swap must be bigger than or equal to -1', value=data__linux__resources__memory__swap, name='' + (name_prefix or 'data') + '.linux.resources.memory.swap', definition=None, rule='minimum')
+                                        if data__linux__resources__memory__swap > 9223372036854775807:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.swap must be smaller than or equal to 9223372036854775807', value=data__linux__resources__memory__swap, name='' + (name_prefix or 'data') + '.linux.resources.memory.swap', definition=None, rule='maximum')
                                 if 'kernel' in data__linux__resources__memory_keys:
                                     data__linux__resources__memory_keys.remove('kernel')
                                     data__linux__resources__memory__kernel = data__linux__resources__memory['kernel']
                                     if not isinstance(data__linux__resources__memory__kernel, int) and (not (isinstance(data__linux__resources__memory__kernel, float) and data__linux__resources__memory__kernel.is_integer())) or isinstance(data__linux__resources__memory__kernel, bool):
                                         raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.kernel must be integer', value=data__linux__resources__memory__kernel, name='' + (name_prefix or 'data') + '.linux.resources.memory.kernel', definition=None, rule='type')
+                                    if isinstance(data__linux__resources__memory__kernel, (int, float, Decimal)) and (not isinstance(data__linux__resources__memory__kernel, bool)):
+                                        if data__linux__resources__memory__kernel < -1:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.kernel must be bigger than or equal to -1', value=data__linux__resources__memory__kernel, name='' + (name_prefix or 'data') + '.linux.resources.memory.kernel', definition=None, rule='minimum')
+                                        if data__linux__resources__memory__kernel > 9223372036854775807:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.kernel must be smaller than or equal to 9223372036854775807', value=data__linux__resources__memory__kernel, name='' + (name_prefix or 'data') + '.linux.resources.memory.kernel', definition=None, rule='maximum')
                                 if 'kernelTCP' in data__linux__resources__memory_keys:
                                     data__linux__resources__memory_keys.remove('kernelTCP')
                                     data__linux__resources__memory__kernelTCP = data__linux__resources__memory['kernelTCP']
                                     if not isinstance(data__linux__resources__memory__kernelTCP, int) and (not (isinstance(data__linux__resources__memory__kernelTCP, float) and data__linux__resources__memory__kernelTCP.is_integer())) or isinstance(data__linux__resources__memory__kernelTCP, bool):
                                         raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.kernelTCP must be integer', value=data__linux__resources__memory__kernelTCP, name='' + (name_prefix or 'data') + '.linux.resources.memory.kernelTCP', definition=None, rule='type')
+                                    if isinstance(data__linux__resources__memory__kernelTCP, (int, float, Decimal)) and (not isinstance(data__linux__resources__memory__kernelTCP, bool)):
+                                        if data__linux__resources__memory__kernelTCP < -1:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.kernelTCP must be bigger than or equal to -1', value=data__linux__resources__memory__kernelTCP, name='' + (name_prefix or 'data') + '.linux.resources.memory.kernelTCP', definition=None, rule='minimum')
+                                        if data__linux__resources__memory__kernelTCP > 9223372036854775807:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.kernelTCP must be smaller than or equal to 9223372036854775807', value=data__linux__resources__memory__kernelTCP, name='' + (name_prefix or 'data') + '.linux.resources.memory.kernelTCP', definition=None, rule='maximum')
                                 if 'swappiness' in data__linux__resources__memory_keys:
                                     data__linux__resources__memory_keys.remove('swappiness')
                                     data__linux__resources__memory__swappiness = data__linux__resources__memory['swappiness']
@@ -832,6 +923,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__linux__resources__memory__swappiness, (int, float, Decimal)) and (not isinstance(data__linux__resources__memory__swappiness, bool)):
                                         if data__linux__resources__memory__swappiness < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.swappiness must be bigger than or equal to 0', value=data__linux__resources__memory__swappiness, name='' + (name_prefix or 'data') + '.linux.resources.memory.swappiness', definition=None, rule='minimum')
+                                        if data__linux__resources__memory__swappiness > 100:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.memory.swappiness must be smaller than or equal to 100', value=data__linux__resources__memory__swappiness, name='' + (name_prefix or 'data') + '.linux.resources.memory.swappiness', definition=None, rule='maximum')
                                 if 'disableOOMKiller' in data__linux__resources__memory_keys:
                                     data__linux__resources__memory_keys.remove('disableOOMKiller')
                                     data__linux__resources__memory__disableOOMKiller = data__linux__resources__memory['disableOOMKiller']
@@ -863,11 +956,18 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__linux__resources__cpu__shares, (int, float, Decimal)) and (not isinstance(data__linux__resources__cpu__shares, bool)):
                                         if data__linux__resources__cpu__shares < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.shares must be bigger than or equal to 0', value=data__linux__resources__cpu__shares, name='' + (name_prefix or 'data') + '.linux.resources.cpu.shares', definition=None, rule='minimum')
+                                        if data__linux__resources__cpu__shares > 18446744073709551615:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.shares must be smaller than or equal to 18446744073709551615', value=data__linux__resources__cpu__shares, name='' + (name_prefix or 'data') + '.linux.resources.cpu.shares', definition=None, rule='maximum')
                                 if 'quota' in data__linux__resources__cpu_keys:
                                     data__linux__resources__cpu_keys.remove('quota')
                                     data__linux__resources__cpu__quota = data__linux__resources__cpu['quota']
                                     if not isinstance(data__linux__resources__cpu__quota, int) and (not (isinstance(data__linux__resources__cpu__quota, float) and data__linux__resources__cpu__quota.is_integer())) or isinstance(data__linux__resources__cpu__quota, bool):
                                         raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.quota must be integer', value=data__linux__resources__cpu__quota, name='' + (name_prefix or 'data') + '.linux.resources.cpu.quota', definition=None, rule='type')
+                                    if isinstance(data__linux__resources__cpu__quota, (int, float, Decimal)) and (not isinstance(data__linux__resources__cpu__quota, bool)):
+                                        if data__linux__resources__cpu__quota < -1:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.quota must be bigger than or equal to -1', value=data__linux__resources__cpu__quota, name='' + (name_prefix or 'data') + '.linux.resources.cpu.quota', definition=None, rule='minimum')
+                                        if data__linux__resources__cpu__quota > 9223372036854775807:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.quota must be smaller than or equal to 9223372036854775807', value=data__linux__resources__cpu__quota, name='' + (name_prefix or 'data') + '.linux.resources.cpu.quota', definition=None, rule='maximum')
                                 if 'burst' in data__linux__resources__cpu_keys:
                                     data__linux__resources__cpu_keys.remove('burst')
                                     data__linux__resources__cpu__burst = data__linux__resources__cpu['burst']
@@ -876,6 +976,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__linux__resources__cpu__burst, (int, float, Decimal)) and (not isinstance(data__linux__resources__cpu__burst, bool)):
                                         if data__linux__resources__cpu__burst < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.burst must be bigger than or equal to 0', value=data__linux__resources__cpu__burst, name='' + (name_prefix or 'data') + '.linux.resources.cpu.burst', definition=None, rule='minimum')
+                                        if data__linux__resources__cpu__burst > 18446744073709551615:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.burst must be smaller than or equal to 18446744073709551615', value=data__linux__resources__cpu__burst, name='' + (name_prefix or 'data') + '.linux.resources.cpu.burst', definition=None, rule='maximum')
                                 if 'period' in data__linux__resources__cpu_keys:
                                     data__linux__resources__cpu_keys.remove('period')
                                     data__linux__resources__cpu__period = data__linux__resources__cpu['period']
@@ -884,11 +986,18 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__linux__resources__cpu__period, (int, float, Decimal)) and (not isinstance(data__linux__resources__cpu__period, bool)):
                                         if data__linux__resources__cpu__period < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.period must be bigger than or equal to 0', value=data__linux__resources__cpu__period, name='' + (name_prefix or 'data') + '.linux.resources.cpu.period', definition=None, rule='minimum')
+                                        if data__linux__resources__cpu__period > 18446744073709551615:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.period must be smaller than or equal to 18446744073709551615', value=data__linux__resources__cpu__period, name='' + (name_prefix or 'data') + '.linux.resources.cpu.period', definition=None, rule='maximum')
                                 if 'realtimeRuntime' in data__linux__resources__cpu_keys:
                                     data__linux__resources__cpu_keys.remove('realtimeRuntime')
                                     data__linux__resources__cpu__realtimeRuntime = data__linux__resources__cpu['realtimeRuntime']
                                     if not isinstance(data__linux__resources__cpu__realtimeRuntime, int) and (not (isinstance(data__linux__resources__cpu__realtimeRuntime, float) and data__linux__resources__cpu__realtimeRuntime.is_integer())) or isinstance(data__linux__resources__cpu__realtimeRuntime, bool):
                                         raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.realtimeRuntime must be integer', value=data__linux__resources__cpu__realtimeRuntime, name='' + (name_prefix or 'data') + '.linux.resources.cpu.realtimeRuntime', definition=None, rule='type')
+                                    if isinstance(data__linux__resources__cpu__realtimeRuntime, (int, float, Decimal)) and (not isinstance(data__linux__resources__cpu__realtimeRuntime, bool)):
+                                        if data__linux__resources__cpu__realtimeRuntime < -1:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.realtimeRuntime must be bigger than or equal to -1', value=data__linux__resources__cpu__realtimeRuntime, name='' + (name_prefix or 'data') + '.linux.resources.cpu.realtimeRuntime', definition=None, rule='minimum')
+                                        if data__linux__resources__cpu__realtimeRuntime > 9223372036854775807:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.realtimeRuntime must be smaller than or equal to 9223372036854775807', value=data__linux__resources__cpu__realtimeRuntime, name='' + (name_prefix or 'data') + '.linux.resources.cpu.realtimeRuntime', definition=None, rule='maximum')
                                 if 'realtimePeriod' in data__linux__resources__cpu_keys:
                                     data__linux__resources__cpu_keys.remove('realtimePeriod')
                                     data__linux__resources__cpu__realtimePeriod = data__linux__resources__cpu['realtimePeriod']
@@ -897,6 +1006,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__linux__resources__cpu__realtimePeriod, (int, float, Decimal)) and (not isinstance(data__linux__resources__cpu__realtimePeriod, bool)):
                                         if data__linux__resources__cpu__realtimePeriod < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.realtimePeriod must be bigger than or equal to 0', value=data__linux__resources__cpu__realtimePeriod, name='' + (name_prefix or 'data') + '.linux.resources.cpu.realtimePeriod', definition=None, rule='minimum')
+                                        if data__linux__resources__cpu__realtimePeriod > 18446744073709551615:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.realtimePeriod must be smaller than or equal to 18446744073709551615', value=data__linux__resources__cpu__realtimePeriod, name='' + (name_prefix or 'data') + '.linux.resources.cpu.realtimePeriod', definition=None, rule='maximum')
                                 if 'cpus' in data__linux__resources__cpu_keys:
                                     data__linux__resources__cpu_keys.remove('cpus')
                                     data__linux__resources__cpu__cpus = data__linux__resources__cpu['cpus']
@@ -912,6 +1023,11 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     data__linux__resources__cpu__idle = data__linux__resources__cpu['idle']
                                     if not isinstance(data__linux__resources__cpu__idle, int) and (not (isinstance(data__linux__resources__cpu__idle, float) and data__linux__resources__cpu__idle.is_integer())) or isinstance(data__linux__resources__cpu__idle, bool):
                                         raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.idle must be integer', value=data__linux__resources__cpu__idle, name='' + (name_prefix or 'data') + '.linux.resources.cpu.idle', definition=None, rule='type')
+                                    if isinstance(data__linux__resources__cpu__idle, (int, float, Decimal)) and (not isinstance(data__linux__resources__cpu__idle, bool)):
+                                        if data__linux__resources__cpu__idle < -1:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.idle must be bigger than or equal to -1', value=data__linux__resources__cpu__idle, name='' + (name_prefix or 'data') + '.linux.resources.cpu.idle', definition=None, rule='minimum')
+                                        if data__linux__resources__cpu__idle > 1:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.cpu.idle must be smaller than or equal to 1', value=data__linux__resources__cpu__idle, name='' + (name_prefix or 'data') + '.linux.resources.cpu.idle', definition=None, rule='maximum')
                         if 'pids' in data__linux__resources_keys:
                             data__linux__resources_keys.remove('pids')
                             data__linux__resources__pids = data__linux__resources['pids']
@@ -928,6 +1044,11 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     data__linux__resources__pids__limit = data__linux__resources__pids['limit']
                                     if not isinstance(data__linux__resources__pids__limit, int) and (not (isinstance(data__linux__resources__pids__limit, float) and data__linux__resources__pids__limit.is_integer())) or isinstance(data__linux__resources__pids__limit, bool):
                                         raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.pids.limit must be integer', value=data__linux__resources__pids__limit, name='' + (name_prefix or 'data') + '.linux.resources.pids.limit', definition=None, rule='type')
+                                    if isinstance(data__linux__resources__pids__limit, (int, float, Decimal)) and (not isinstance(data__linux__resources__pids__limit, bool)):
+                                        if data__linux__resources__pids__limit < -1:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.pids.limit must be bigger than or equal to -1', value=data__linux__resources__pids__limit, name='' + (name_prefix or 'data') + '.linux.resources.pids.limit', definition=None, rule='minimum')
+                                        if data__linux__resources__pids__limit > 9223372036854775807:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.resources.pids.limit must be smaller than or equal to 9223372036854775807', value=data__linux__resources__pids__limit, name='' + (name_prefix or 'data') + '.linux.resources.pids.limit', definition=None, rule='maximum')
                         if 'blockIO' in data__linux__resources_keys:
                             data__linux__resources_keys.remove('blockIO')
                             data__linux__resources__blockIO = data__linux__resources['blockIO']
@@ -998,6 +1119,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                             if isinstance(data__linux__seccomp__defaultErrnoRet, (int, float, Decimal)) and (not isinstance(data__linux__seccomp__defaultErrnoRet, bool)):
                                 if data__linux__seccomp__defaultErrnoRet < 0:
                                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.seccomp.defaultErrnoRet must be bigger than or equal to 0', value=data__linux__seccomp__defaultErrnoRet, name='' + (name_prefix or 'data') + '.linux.seccomp.defaultErrnoRet', definition=None, rule='minimum')
+                                if data__linux__seccomp__defaultErrnoRet > 4294967295:
+                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.seccomp.defaultErrnoRet must be smaller than or equal to 4294967295', value=data__linux__seccomp__defaultErrnoRet, name='' + (name_prefix or 'data') + '.linux.seccomp.defaultErrnoRet', definition=None, rule='maximum')
                         if 'architectures' in data__linux__seccomp_keys:
                             data__linux__seccomp_keys.remove('architectures')
                             data__linux__seccomp__architectures = data__linux__seccomp['architectures']
@@ -1073,6 +1196,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                             if isinstance(data__linux__seccomp__syscalls_item__errnoRet, (int, float, Decimal)) and (not isinstance(data__linux__seccomp__syscalls_item__errnoRet, bool)):
                                                 if data__linux__seccomp__syscalls_item__errnoRet < 0:
                                                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.seccomp.syscalls[{data__linux__seccomp__syscalls_x}].errnoRet'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__seccomp__syscalls_item__errnoRet, name='' + (name_prefix or 'data') + '.linux.seccomp.syscalls[{data__linux__seccomp__syscalls_x}].errnoRet'.format(**locals()) + '', definition=None, rule='minimum')
+                                                if data__linux__seccomp__syscalls_item__errnoRet > 4294967295:
+                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.seccomp.syscalls[{data__linux__seccomp__syscalls_x}].errnoRet'.format(**locals()) + ' must be smaller than or equal to 4294967295', value=data__linux__seccomp__syscalls_item__errnoRet, name='' + (name_prefix or 'data') + '.linux.seccomp.syscalls[{data__linux__seccomp__syscalls_x}].errnoRet'.format(**locals()) + '', definition=None, rule='maximum')
                                         if 'args' in data__linux__seccomp__syscalls_item_keys:
                                             data__linux__seccomp__syscalls_item_keys.remove('args')
                                             data__linux__seccomp__syscalls_item__args = data__linux__seccomp__syscalls_item['args']
@@ -1108,6 +1233,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                                             if isinstance(data__linux__seccomp__syscalls_item__args_item__value, (int, float, Decimal)) and (not isinstance(data__linux__seccomp__syscalls_item__args_item__value, bool)):
                                                                 if data__linux__seccomp__syscalls_item__args_item__value < 0:
                                                                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.seccomp.syscalls[{data__linux__seccomp__syscalls_x}].args[{data__linux__seccomp__syscalls_item__args_x}].value'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__seccomp__syscalls_item__args_item__value, name='' + (name_prefix or 'data') + '.linux.seccomp.syscalls[{data__linux__seccomp__syscalls_x}].args[{data__linux__seccomp__syscalls_item__args_x}].value'.format(**locals()) + '', definition=None, rule='minimum')
+                                                                if data__linux__seccomp__syscalls_item__args_item__value > 18446744073709551615:
+                                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.seccomp.syscalls[{data__linux__seccomp__syscalls_x}].args[{data__linux__seccomp__syscalls_item__args_x}].value'.format(**locals()) + ' must be smaller than or equal to 18446744073709551615', value=data__linux__seccomp__syscalls_item__args_item__value, name='' + (name_prefix or 'data') + '.linux.seccomp.syscalls[{data__linux__seccomp__syscalls_x}].args[{data__linux__seccomp__syscalls_item__args_x}].value'.format(**locals()) + '', definition=None, rule='maximum')
                                                         if 'valueTwo' in data__linux__seccomp__syscalls_item__args_item_keys:
                                                             data__linux__seccomp__syscalls_item__args_item_keys.remove('valueTwo')
                                                             data__linux__seccomp__syscalls_item__args_item__valueTwo = data__linux__seccomp__syscalls_item__args_item['valueTwo']
@@ -1116,6 +1243,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                                             if isinstance(data__linux__seccomp__syscalls_item__args_item__valueTwo, (int, float, Decimal)) and (not isinstance(data__linux__seccomp__syscalls_item__args_item__valueTwo, bool)):
                                                                 if data__linux__seccomp__syscalls_item__args_item__valueTwo < 0:
                                                                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.seccomp.syscalls[{data__linux__seccomp__syscalls_x}].args[{data__linux__seccomp__syscalls_item__args_x}].valueTwo'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__seccomp__syscalls_item__args_item__valueTwo, name='' + (name_prefix or 'data') + '.linux.seccomp.syscalls[{data__linux__seccomp__syscalls_x}].args[{data__linux__seccomp__syscalls_item__args_x}].valueTwo'.format(**locals()) + '', definition=None, rule='minimum')
+                                                                if data__linux__seccomp__syscalls_item__args_item__valueTwo > 18446744073709551615:
+                                                                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.seccomp.syscalls[{data__linux__seccomp__syscalls_x}].args[{data__linux__seccomp__syscalls_item__args_x}].valueTwo'.format(**locals()) + ' must be smaller than or equal to 18446744073709551615', value=data__linux__seccomp__syscalls_item__args_item__valueTwo, name='' + (name_prefix or 'data') + '.linux.seccomp.syscalls[{data__linux__seccomp__syscalls_x}].args[{data__linux__seccomp__syscalls_item__args_x}].valueTwo'.format(**locals()) + '', definition=None, rule='maximum')
                                                         if 'op' in data__linux__seccomp__syscalls_item__args_item_keys:
                                                             data__linux__seccomp__syscalls_item__args_item_keys.remove('op')
                                                             data__linux__seccomp__syscalls_item__args_item__op = data__linux__seccomp__syscalls_item__args_item['op']
@@ -1201,6 +1330,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__windows__resources__memory__limit, (int, float, Decimal)) and (not isinstance(data__windows__resources__memory__limit, bool)):
                                         if data__windows__resources__memory__limit < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.windows.resources.memory.limit must be bigger than or equal to 0', value=data__windows__resources__memory__limit, name='' + (name_prefix or 'data') + '.windows.resources.memory.limit', definition=None, rule='minimum')
+                                        if data__windows__resources__memory__limit > 18446744073709551615:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.windows.resources.memory.limit must be smaller than or equal to 18446744073709551615', value=data__windows__resources__memory__limit, name='' + (name_prefix or 'data') + '.windows.resources.memory.limit', definition=None, rule='maximum')
                         if 'cpu' in data__windows__resources_keys:
                             data__windows__resources_keys.remove('cpu')
                             data__windows__resources__cpu = data__windows__resources['cpu']
@@ -1217,6 +1348,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__windows__resources__cpu__count, (int, float, Decimal)) and (not isinstance(data__windows__resources__cpu__count, bool)):
                                         if data__windows__resources__cpu__count < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.windows.resources.cpu.count must be bigger than or equal to 0', value=data__windows__resources__cpu__count, name='' + (name_prefix or 'data') + '.windows.resources.cpu.count', definition=None, rule='minimum')
+                                        if data__windows__resources__cpu__count > 18446744073709551615:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.windows.resources.cpu.count must be smaller than or equal to 18446744073709551615', value=data__windows__resources__cpu__count, name='' + (name_prefix or 'data') + '.windows.resources.cpu.count', definition=None, rule='maximum')
                                 if 'shares' in data__windows__resources__cpu_keys:
                                     data__windows__resources__cpu_keys.remove('shares')
                                     data__windows__resources__cpu__shares = data__windows__resources__cpu['shares']
@@ -1361,6 +1494,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json___defs_hook
             if isinstance(data__timeout, (int, float, Decimal)) and (not isinstance(data__timeout, bool)):
                 if data__timeout < 1:
                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.timeout must be bigger than or equal to 1', value=data__timeout, name='' + (name_prefix or 'data') + '.timeout', definition=None, rule='minimum')
+                if data__timeout > 2147483647:
+                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.timeout must be smaller than or equal to 2147483647', value=data__timeout, name='' + (name_prefix or 'data') + '.timeout', definition=None, rule='maximum')
     return data
 
 def validate_https___sandbox_shim_invalid_schemas_config_schema_json___defs_capability(data, custom_formats={}, name_prefix=None):

@@ -15,7 +15,7 @@ from typing import Any
 from . import jsonguard
 from .errors import BundleInvalid, BundleProblem
 from .hardening import tenant
-from .paths import bind_source, canonical
+from .paths import bind_source, canonical, exposed, writable_exposures
 
 SETTINGS_PREFIX = "sandbox-shim."
 
@@ -181,6 +181,11 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
 
     text_problems: list[BundleProblem] = cfg.pop(_TEXT_PROBLEMS, [])
     problems, warnings = schema_problems(cfg)
+    from .config_rules import problems as rule_problems
+
+    rule_errors, rule_warnings = rule_problems(cfg, schema_valid=not problems)
+    problems += rule_errors
+    warnings += rule_warnings
     env_errors, env_warnings = tenant.check_env(
         (cfg.get("process") or {}).get("env") if isinstance(cfg.get("process"), dict) else None
     )
@@ -208,6 +213,7 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
         problems += tenant.check_pid_namespace(cfg)
         problems += tenant.check_capabilities(cfg)
         problems += _linux_problems(cfg, bundle, settings)
+        problems += exposure_problems(cfg, bundle, rootfs)
         host = _host_problems(cfg, bundle)
         if launch:
             problems += host
@@ -273,6 +279,16 @@ def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> lis
             # a mount that cannot be made is refused, never silently left out
             out.append(BundleProblem(f"/mounts/{i}/type", f"mount type {kind!r} is not supported",
                                      "sandbox-shim: mounts", "use one of " + ", ".join(MOUNT_TYPES)))
+        if kind == "bind" or {"bind", "rbind"} & set(m.get("options") or []):
+            try:
+                host = bind_source(bundle, m.get("source") or "")
+            except OSError:
+                continue  # _host_problems names the link
+            if any(h in ("/proc", "/sys") or h.startswith(("/proc/", "/sys/"))
+                   for h in (host, os.path.realpath(host))):
+                out.append(BundleProblem(f"/mounts/{i}/source", f"bind source {host} is the host's proc or "
+                                         "sysfs (the host's processes and kernel settings)",
+                                         "tenant profile: kernel files", 'use a "proc" or "sysfs" mount'))
     linux = cfg.get("linux") or {}
     for i, ns in enumerate(linux.get("namespaces") or []):
         if ns.get("type") == "time":
@@ -306,4 +322,39 @@ def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> lis
             seccomp = None  # type: ignore[assignment]
         if seccomp is not None:
             out += seccomp.validate(linux["seccomp"], "/linux/seccomp")
+    return out
+
+
+def protected_paths(cfg: dict[str, Any], bundle: str) -> list[str]:
+    """Host paths the runtime reads or runs after the tenant started: the bundle (config.json), and
+    every hook's executable (hooks run on the host)."""
+    out = [bundle, os.path.join(bundle, "config.json")]
+    for entries in (cfg.get("hooks") or {}).values():
+        for h in entries or []:
+            if isinstance(h, dict) and isinstance(h.get("path"), str):
+                out.append(h["path"])
+    return out
+
+
+def exposure_problems(cfg: dict[str, Any], bundle: str, rootfs: str,
+                      extra_protected: tuple[str, ...] = ()) -> list[BundleProblem]:
+    """Refuse a writable rootfs or bind that contains (or aliases) the bundle, config.json, a hook's
+    executable or ``extra_protected`` (the state root): the tenant would rewrite what the runtime reads
+    or runs on the host next (a hook, the next ``run``'s config)."""
+    binds: list[tuple[str, str, bool]] = []
+    for i, m in enumerate(cfg.get("mounts") or []):
+        opts = m.get("options") or []
+        if (m.get("type") == "bind" or {"bind", "rbind"} & set(opts)) and m.get("source"):
+            try:
+                binds.append((f"/mounts/{i}/source", bind_source(bundle, m["source"]), "ro" in opts))
+            except OSError:
+                continue  # _host_problems reports the link
+    root_ro = bool((cfg.get("root") or {}).get("readonly"))
+    out = []
+    for ptr, path in exposed(writable_exposures(rootfs, root_ro, binds),
+                             [*protected_paths(cfg, bundle), *extra_protected]):
+        out.append(BundleProblem(ptr, f"the tenant could write {path}, which the runtime reads or runs on "
+                                 "the host later", "tenant profile: nothing the runtime reads is writable "
+                                 "from inside", "use a rootfs / bind source outside the bundle and the "
+                                 "hooks' directories, or make it read-only"))
     return out

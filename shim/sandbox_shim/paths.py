@@ -61,7 +61,7 @@ def bind_source(bundle: str, source: str) -> str:
         OSError(ELOOP): a component inside the bundle is a symlink (its path is ``filename``).
     """
     norm = os.path.normpath(source if os.path.isabs(source) else os.path.join(bundle, source))
-    if not _under(norm, bundle):
+    if not under(norm, bundle):
         return os.path.realpath(norm)
     cur = bundle
     for comp in os.path.relpath(norm, bundle).split(os.sep):
@@ -142,7 +142,8 @@ class Layer:
     writable: bool = False
 
 
-def _under(path: str, top: str) -> bool:
+def under(path: str, top: str) -> bool:
+    """Whether normalised ``path`` is ``top`` or below it."""
     return top == "/" or path == top or path.startswith(top + "/")
 
 
@@ -159,14 +160,40 @@ class View:
 
     def __init__(self, rootfs: str) -> None:
         self.layers = [Layer("/", "rootfs", rootfs, True)]
+        self._last: dict[str, int] = {"/": 0}  # dest -> index of the last layer mounted there
+        self.masked: set[str] = set()  # destinations hidden by a mask (nothing under them to protect)
+        self.entered: set[Layer] = set()  # host-backed layers a resolution looked inside
 
     def add(self, layer: Layer) -> None:
         """Record a mount made at ``layer.dest`` (already resolved by ``resolve``/``ensure``)."""
+        self._last[layer.dest] = len(self.layers)
         self.layers.append(layer)
 
+    def masked_at(self, path: str) -> bool:
+        """Whether ``path`` (normalised) is at or below a masked destination (one look-up per component)."""
+        cur = path
+        while True:
+            if (cur or "/") in self.masked:
+                return True
+            if cur in ("", "/"):
+                return False
+            cur = cur.rsplit("/", 1)[0]
+
     def layer_for(self, path: str) -> Layer:
-        """The mount that shows ``path`` (a normalised sandbox path): the last made on a prefix."""
-        return next(la for la in reversed(self.layers) if _under(path, la.dest))
+        """The mount that shows ``path`` (a normalised sandbox path): the last made on a prefix.
+
+        Cost: one dict look-up per component of ``path`` (not per mount), so set-up stays linear in
+        the number of mounts.
+        """
+        best = 0
+        cur = path
+        while True:
+            i = self._last.get(cur or "/")
+            if i is not None and i > best:
+                best = i
+            if cur in ("", "/"):
+                return self.layers[best]
+            cur = cur.rsplit("/", 1)[0]
 
     def host_of(self, path: str) -> str | None:
         """Host path showing what is at sandbox ``path`` now, or None (an empty fs, bwrap's /dev)."""
@@ -206,6 +233,7 @@ class View:
             if host is None:
                 resolved.append(part)
                 continue
+            self.entered.add(la)
             try:
                 st = os.lstat(host)
             except OSError:  # missing (ENOENT) or under a file (ENOTDIR): nothing to follow
@@ -249,3 +277,40 @@ class View:
         elif is_dir and not os.path.isdir(host):
             raise OSError(errno.ENOTDIR, f"{dest} exists and is not a directory", path)
         return dest, la
+
+
+def contains(outer: str, inner: str) -> bool:
+    """Whether host directory ``outer`` is ``inner`` or one of its ancestors, by identity (st_dev, st_ino).
+
+    Identity rather than names, so a bind-mounted or symlinked alias of an ancestor counts too.  Paths
+    that do not exist contain nothing and are contained by nothing.
+    """
+    try:
+        want = os.stat(outer)
+    except OSError:
+        return False
+    cur = os.path.realpath(inner)
+    while True:
+        try:
+            st = os.stat(cur)
+        except OSError:
+            st = None
+        if st is not None and (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino):
+            return True
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            return False
+        cur = parent
+
+
+def writable_exposures(rootfs: str, root_readonly: bool, binds: list[tuple[str, str, bool]]
+                       ) -> list[tuple[str, str]]:
+    """(JSON pointer, host path) of every host directory the tenant can write: the rootfs unless it is
+    read-only, and each read-write bind source (``binds``: pointer, source, read-only)."""
+    out = [] if root_readonly or not rootfs else [("/root/path", rootfs)]
+    return out + [(ptr, src) for ptr, src, ro in binds if not ro]
+
+
+def exposed(exposures: list[tuple[str, str]], protected: list[str]) -> list[tuple[str, str]]:
+    """(pointer, protected path) for each protected host path inside a writable exposure."""
+    return [(ptr, p) for ptr, host in exposures for p in protected if contains(host, p)]

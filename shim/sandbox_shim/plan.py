@@ -74,6 +74,10 @@ class Plan:
     hooks: dict[str, list[dict[str, Any]]]
     annotations: dict[str, str]
     required: list[str]
+    #: host paths the tenant must not be able to write (hook executables, the state root)
+    protected: list[str] = field(default_factory=list)
+    #: ``process.consoleSize`` as (height, width) for a terminal sandbox, or None
+    console_size: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-serialisable data (``--print-plan``); env values are replaced by ``***``."""
@@ -107,7 +111,8 @@ def _mount(m: dict[str, Any], bundle: str) -> Mount | None:
     return None
 
 
-def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim") -> Plan:
+def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim",
+              state_root: str = "") -> Plan:
     """Build the tenant ``Plan`` for ``spec`` (the only profile bundles run under).
 
     Rules: namespaces listed are new (with ``path``: joined), absent ones shared (runtime-spec
@@ -193,8 +198,17 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim")
         allow_nested_userns=spec.settings.allow_nested_userns,
         wall_clock=spec.settings.wall_clock,
         cpu_time=spec.settings.cpu_time,
-        sysctl=dict(linux.get("sysctl") or {}),
+        # domainname (and hostname in a joined uts namespace, which bwrap --hostname cannot set): written
+        # as kernel.* sysctls inside the sandbox's uts namespace (config_rules refuses them without one);
+        # an explicit sysctl of the same name wins
+        sysctl={**({"kernel.domainname": cfg["domainname"]} if cfg.get("domainname") else {}),
+                **({"kernel.hostname": cfg["hostname"]} if cfg.get("hostname") and "uts" in join else {}),
+                **(linux.get("sysctl") or {})},
         hooks={k: list(v) for k, v in (cfg.get("hooks") or {}).items()},
         annotations=spec.annotations,
         required=required,
+        console_size=(int(proc["consoleSize"]["height"]), int(proc["consoleSize"]["width"]))
+        if isinstance(proc.get("consoleSize"), dict) and proc.get("terminal") else None,
+        protected=[h["path"] for hs in (cfg.get("hooks") or {}).values() for h in hs or [] if h.get("path")]
+        + ([state_root] if state_root else []),
     )

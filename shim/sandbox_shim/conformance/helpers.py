@@ -119,7 +119,15 @@ def check(group: str, name: str) -> Callable[[CheckFunc], CheckFunc]:
 
 def all_checks() -> list[Check]:
     """Every check, in group order (imports the group modules, which register on import)."""
-    from . import execution, isolation, isolation_caps, isolation_host, lifecycle, resource_limits  # noqa: F401
+    from . import (  # noqa: F401
+        execution,
+        isolation,
+        isolation_caps,
+        isolation_host,
+        isolation_kernel,
+        lifecycle,
+        resource_limits,
+    )
 
     return sorted(REGISTRY, key=lambda c: GROUPS.index(c.group))
 

@@ -233,11 +233,15 @@ def readonly_rootfs(t: ConformanceTarget) -> Outcome:
 def masked_paths(t: ConformanceTarget) -> Outcome:
     if not os.path.exists("/proc/timer_list"):
         raise ToolMissing("this kernel has no /proc/timer_list to mask")
+    """Control: outside the profile (``run_control``: a plain proc mount) the probe reads
+    /proc/timer_list.  Breach: a tenant bundle whose ``maskedPaths`` is empty reads it: the kernel-file
+    floor masks it whatever the config lists (README "Security")."""
     m = "Timer List Version"
-    control = t.run_probe({"linux": {"maskedPaths": []}}, "head -c 200 /proc/timer_list")
+    empty = {"linux": {"maskedPaths": []}}
+    control = t.run_control(empty, "head -c 200 /proc/timer_list")
     if bad := control_failed(control, m):
         return bad
-    breach = t.run_probe(None, probe("head -c 200 /proc/timer_list"))
+    breach = t.run_probe(empty, probe("head -c 200 /proc/timer_list"))
     return judge(control, m, breach, m, expect=())
 
 

@@ -52,7 +52,8 @@ def check_env(env: list[Any] | None) -> tuple[list[BundleProblem], list[BundlePr
     """Check ``process.env`` entries.  Returns (errors, warnings); values are never quoted.
 
     Rules: each entry is ``NAME=VALUE`` with a non-empty name (runtime-spec config.md "process.env");
-    no NUL byte; no forbidden fragment in the name; a repeated name is a warning and the last wins.
+    (a NUL byte: ``config_rules``); no forbidden fragment in the name; a repeated name is a warning and
+    the last wins.
     """
     errors: list[BundleProblem] = []
     warnings: list[BundleProblem] = []
@@ -67,9 +68,7 @@ def check_env(env: list[Any] | None) -> tuple[list[BundleProblem], list[BundlePr
                                         "write it as NAME=VALUE"))
             continue
         if "\0" in entry:
-            errors.append(BundleProblem(ptr, f"variable {name.replace(chr(0), '')!r} contains a NUL byte",
-                                        "runtime-spec process.env", "remove the NUL byte"))
-            continue
+            continue  # config_rules.string_problems refuses it, with every other string of the config
         frag = forbidden_fragment(name)
         if frag:
             errors.append(BundleProblem(
@@ -150,3 +149,25 @@ def check_pid_namespace(config: dict[str, Any]) -> list[BundleProblem]:
                           "no pid namespace: in OCI terms this shares the host's processes",
                           "tenant profile: own pid namespace",
                           'add {"type": "pid"} to linux.namespaces')]
+
+
+# -- the kernel-file floor: always applied, whatever maskedPaths / readonlyPaths say -----------------
+
+#: under every ``proc`` mount: hidden (an empty read-only tmpfs for a directory, /dev/null for a file).
+#: Union of runc's ``runc spec`` and podman's default maskedPaths, plus /proc/kmsg.
+PROC_MASKED: tuple[str, ...] = ("acpi", "asound", "kcore", "keys", "kmsg", "latency_stats", "timer_list",
+                                "timer_stats", "sched_debug", "scsi", "interrupts", "config.gz")
+#: under every ``proc`` mount: read-only (a uid-0 tenant without capabilities can otherwise write
+#: /proc/sys — host sysctls, ``kernel.core_pattern`` — and /proc/sysrq-trigger, as DAC allows root).
+PROC_READONLY: tuple[str, ...] = ("bus", "fs", "irq", "sys", "sysrq-trigger")
+#: under every ``sysfs`` mount (itself read-only): hidden.
+SYS_MASKED: tuple[str, ...] = ("firmware", "fs/selinux", "dev/block", "devices/virtual/powercap",
+                               "kernel/security", "kernel/debug")
+
+
+def proc_pid_entry(rel: str) -> bool:
+    """Whether ``rel`` (a path relative to a proc mount) shows pid-dependent content: the proc root, a
+    pid directory, ``self`` / ``thread-self``.  A read-only bind of it would be the *host's* (bwrap's
+    sources are host paths), so such a masked/read-only path is refused (proc(5))."""
+    first = rel.strip("/").split("/")[0]
+    return first == "" or first.isdigit() or first in ("self", "thread-self")

@@ -15,6 +15,7 @@ import shutil
 from dataclasses import dataclass, field
 
 from ...errors import BundleInvalid, BundleProblem
+from ...hardening import tenant
 from ...hardening.tenant import pid_problem
 from ...paths import Layer, View
 from ...plan import Plan
@@ -95,9 +96,27 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
     if not plan.terminal:
         a.append("--new-session")  # no TIOCSTI into the caller's terminal (bwrap(1) --new-session)
 
+    if plan.join.get("uts") and {"kernel.hostname", "kernel.domainname"} & set(plan.sysctl):
+        ids = set()
+        for ref in ("/proc/self/ns/uts", "/proc/1/ns/uts"):  # the runtime's own, and init's if readable
+            try:
+                st = os.stat(ref)
+                ids.add((st.st_dev, st.st_ino))
+            except OSError:
+                continue
+        try:
+            st = os.stat(plan.join["uts"])
+            mine = (st.st_dev, st.st_ino)
+        except OSError:
+            mine = None  # _host_problems / the join itself report a missing namespace
+        if mine in ids:
+            raise BundleInvalid([BundleProblem("/hostname", "the uts namespace joined is the host's: its "
+                                               "hostname would be changed", "tenant profile: host state",
+                                               "join a sandbox's uts namespace, or remove hostname")])
     problem = pid_problem(plan.unshare, plan.join, [mt.kind for mt in plan.mounts])
     if problem:
         raise BundleInvalid([problem])
+    _refuse_exposed(plan)
     view = View(plan.rootfs)
     a += ["--bind", plan.rootfs, "/"]
     for mt in plan.mounts:
@@ -129,6 +148,8 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
         elif mt.kind == "cgroup":
             a += ["--tmpfs", dest, "--remount-ro", dest]
         view.add(Layer(dest, mt.kind))
+        if mt.kind in ("proc", "sysfs"):
+            a += _floor(view, dest, mt.kind)
 
     if plan.devices:
         if view.layer_for("/dev").fs != "dev":
@@ -144,25 +165,25 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
                                                    "put it under /dev")])
         a += bind_args(plan.devices)
 
-    for p in plan.masked_paths:
-        found = _existing(view, p, "/linux/maskedPaths")
+    for i, p in enumerate(plan.masked_paths):
+        found = _protected(view, p, f"/linux/maskedPaths/{i}", plan)
+        if found is not None:
+            a += _mask(view, found[0], found[1] or "/")  # a mount root of an empty fs: a directory
+    for i, p in enumerate(plan.readonly_paths):
+        found = _protected(view, p, f"/linux/readonlyPaths/{i}", plan)
         if found is None:
             continue
         dest, host = found
-        if os.path.isdir(host):
-            a += ["--tmpfs", dest, "--remount-ro", dest]
-            view.add(Layer(dest, "tmpfs"))  # later paths under it find an empty fs, not the rootfs
-        else:
-            a += ["--ro-bind", "/dev/null", dest]
-            view.add(Layer(dest, "bind", "/dev/null"))
-    for p in plan.readonly_paths:
-        found = _existing(view, p, "/linux/readonlyPaths")
-        if found is not None:
-            a += ["--ro-bind", found[1], found[0]]
-            if view.layer_for(found[0]).fs in ("rootfs", "bind"):  # a kernel fs shows the same there
-                view.add(Layer(found[0], "bind", found[1]))
+        if host is None or dest == "/":
+            a += ["--remount-ro", dest]  # a mount root (tmpfs, /dev, the rootfs): remounted in place
+            continue
+        a += ["--ro-bind", host, dest]
+        if view.layer_for(dest).fs in ("rootfs", "bind"):  # a kernel fs shows the same there
+            view.add(Layer(dest, "bind", host))
     if plan.root_readonly:
         a += ["--remount-ro", "/"]
+    if plan.terminal:
+        _check_helper_dir(view)
 
     a += ["--chdir", _cwd(plan, view)]
     a += ["--cap-drop", "ALL"]
@@ -194,22 +215,131 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
     return a
 
 
-def _existing(view: View, path: str, pointer: str) -> tuple[str, str] | None:
-    """A masked / read-only path as (symlink-free sandbox path, host path showing it), or None if
-    nothing is there to mask (absent, or in an empty fs or bwrap's /dev).
+def walked_trees(plan: Plan) -> tuple[list[str], list[str]]:
+    """(walked, writable): the host trees (the rootfs, bind sources) the set-up of ``plan`` looks inside
+    — where a mount point, masked or read-only path or the cwd lies — and the trees its tenant can write
+    (the rootfs unless read-only, read-write bind sources).  ``tree_claims`` keeps one live sandbox's
+    writable trees apart from another's walked ones.  Nothing is created; a path that cannot be
+    resolved is left to ``build_args`` to refuse."""
+    view = View(plan.rootfs)
+    for mt in plan.mounts:
+        try:
+            dest, _ = view.resolve(mt.destination)
+        except OSError:
+            continue
+        writable = mt.kind == "bind" and not mt.readonly and os.path.isdir(mt.source)
+        view.add(Layer(dest, mt.kind, mt.source if mt.kind == "bind" else "", writable))
+    for p in [*plan.masked_paths, *plan.readonly_paths, plan.cwd]:
+        try:
+            view.resolve(p)
+        except OSError:
+            continue
+    walked = sorted({la.host for la in view.entered if la.fs in ("rootfs", "bind")})
+    writable = [] if plan.root_readonly else [plan.rootfs]
+    writable += [mt.source for mt in plan.mounts if mt.kind == "bind" and not mt.readonly]
+    return walked, sorted(set(writable))
 
-    Paths in /proc and /sys are looked up in the host's own mounts (same kernel, same shape);
-    others in the rootfs or the bind that covers them.  Nothing is created.
+
+def _mask(view: View, dest: str, host: str) -> list[str]:
+    """Hide ``dest``: an empty read-only tmpfs over a directory, /dev/null over anything else."""
+    view.masked.add(dest)
+    if os.path.isdir(host):
+        view.add(Layer(dest, "tmpfs"))  # later paths under it find an empty fs, not the rootfs
+        return ["--tmpfs", dest, "--remount-ro", dest]
+    view.add(Layer(dest, "bind", "/dev/null"))
+    return ["--ro-bind", "/dev/null", dest]
+
+
+def _floor(view: View, dest: str, kind: str) -> list[str]:
+    """The tenant's kernel-file floor under a proc or sysfs mount at ``dest`` (hardening.tenant):
+    applied whatever maskedPaths/readonlyPaths say.  An entry this kernel does not have is skipped:
+    the tenant cannot create files in proc or sysfs."""
+    base = "/proc" if kind == "proc" else "/sys"
+    masked = tenant.PROC_MASKED if kind == "proc" else tenant.SYS_MASKED
+    out: list[str] = []
+    for rel in masked:
+        if os.path.lexists(f"{base}/{rel}"):
+            out += _mask(view, f"{dest.rstrip('/')}/{rel}", f"{base}/{rel}")
+    for rel in tenant.PROC_READONLY if kind == "proc" else ():
+        if os.path.lexists(f"{base}/{rel}"):
+            out += ["--ro-bind", f"{base}/{rel}", f"{dest.rstrip('/')}/{rel}"]
+    return out
+
+
+def _protected(view: View, path: str, pointer: str, plan: Plan) -> tuple[str, str | None] | None:
+    """A masked / read-only path as (symlink-free sandbox path, host path showing it — None for the
+    root of a tmpfs, mqueue or /dev mount), or None when there is nothing to protect: already masked,
+    absent from a kernel file system (same kernel as the host's; the tenant cannot create files
+    there) or from a tree the tenant cannot write.
+
+    Refused (``BundleInvalid`` at ``pointer``): a path through a symbolic link of a kernel fs; a
+    pid-dependent proc entry (its source would be the host's /proc); a path in bwrap's /dev below its
+    mount root (its nodes are bwrap's; below a tmpfs root nothing exists yet: skipped); "/" as a masked
+    path; and a path missing from a tenant-writable tree (a persistent rootfs, a read-write bind):
+    a previous tenant may have moved it away, so the launch fails closed.  Nothing is created.
     """
     try:
-        dest, _layer = view.resolve(path)
+        dest, layer = view.resolve(path)
     except OSError as e:
         raise _refuse(pointer, f"{path} cannot be resolved inside the sandbox", e,
                       "list the path itself, not a path through a symbolic link") from e
+
+    if view.masked_at(dest):
+        return None  # already hidden (the floor, or an earlier entry)
+
+    def refuse(why: str, fix: str) -> BundleInvalid:
+        return BundleInvalid([BundleProblem(pointer, f"{path}: {why}", "tenant profile: masked and "
+                                            "read-only paths hold (runtime-spec config-linux.md)", fix)])
+
+    readonly = pointer.startswith("/linux/readonlyPaths")
+    if readonly and layer.fs == "proc" and tenant.proc_pid_entry(dest[len(layer.dest.rstrip("/")):]):
+        raise refuse("a pid-dependent proc entry cannot be made read-only (the bind's source would be the "
+                     "host's /proc)", "remove it; mask it instead, or list a path below /proc/sys")
+    if dest == "/" and not readonly:
+        raise refuse("the root cannot be masked", "remove it")
     host = view.host_of(dest)
-    if host is None or not os.path.lexists(host):
-        return None
-    return dest, host
+    if host is None and dest == layer.dest:
+        return dest, None
+    if host is None and layer.fs in ("tmpfs", "mqueue", "cgroup"):
+        return None  # a new, empty fs: nothing there at set-up, nothing kept from an earlier run
+    if host is None:
+        raise refuse(f"lies in a {layer.fs} mount at {layer.dest}; nothing there can be kept masked or "
+                     "read-only", "list a path of the rootfs, a bind, /proc or /sys")
+    if os.path.lexists(host):
+        return dest, host
+    tenant_writable = layer.writable and (layer.fs == "bind" or not plan.root_readonly)
+    kernel_named = dest.split("/")[1] in ("proc", "sys")  # runtime-spec defaults name kernel files there
+    if tenant_writable and not kernel_named:
+        raise refuse(f"does not exist in {layer.dest}, which the tenant can write (a previous run may have "
+                     "moved it)", "restore it, or remove it from the list")
+    return None
+
+
+def _refuse_exposed(plan: Plan) -> None:
+    """Refuse a writable rootfs/bind holding the bundle, config.json, a hook or the state root."""
+    from ...paths import exposed, writable_exposures
+
+    binds = [("/mounts", mt.source, mt.readonly) for mt in plan.mounts if mt.kind == "bind"]
+    protected = [plan.bundle, os.path.join(plan.bundle, "config.json"), *plan.protected]
+    for ptr, path in exposed(writable_exposures(plan.rootfs, plan.root_readonly, binds), protected):
+        raise BundleInvalid([BundleProblem(ptr,
+                                           f"the tenant could write {path}, which the runtime reads or "
+                                           "runs on the host later", "tenant profile: nothing the runtime "
+                                           "reads is writable from inside",
+                                           "move it out, or make the mount read-only")])
+
+
+def _check_helper_dir(view: View) -> None:
+    """The terminal helper is bound under /dev: only into bwrap's own /dev tmpfs, never through a
+    directory or link of the image (it would be created on the host)."""
+    from .console import CTTY_HELPER
+
+    layer = view.layer_for(CTTY_HELPER)
+    if layer.fs != "dev":
+        raise BundleInvalid([BundleProblem("/mounts", f"a terminal sandbox needs a tmpfs mount at /dev "
+                                           f"({CTTY_HELPER} would be made in {layer.fs} at {layer.dest})",
+                                           "path safety: files the runtime creates are made in its own tmpfs",
+                                           'add {"destination": "/dev", "type": "tmpfs"} to mounts')])
 
 
 def _cwd(plan: Plan, view: View) -> str:

@@ -39,7 +39,12 @@ def seccomp_programs(plan: Plan) -> list[bytes]:
             if names:
                 rules.append({**rule, "names": names})
         tenant = {**tenant, "syscalls": rules}
+    from .seccomp import numbered_program
+
     programs = [compile_bpf(tenant)]
+    extra = numbered_program()  # tenant denials this libseccomp cannot name (open_tree_attr)
+    if extra:
+        programs.append(extra)
     if plan.seccomp is not None:
         programs.append(compile_bpf(plan.seccomp))
     return programs
@@ -54,7 +59,7 @@ def memfd(name: str, data: bytes) -> int:
 
 def spawn_bwrap(argv: list[str], fds: list[int], stdio_fds: tuple[int, ...] | None = None,
            joins: list[tuple[str, int]] | None = None, cgroup_procs: list[str] | None = None,
-           umask: int | None = None) -> subprocess.Popen[bytes]:
+           groups: tuple[int, ...] = (), umask: int | None = None) -> subprocess.Popen[bytes]:
     """Start bwrap with ``fds`` (kept at their numbers) in a minimal environment.
 
     Args:
@@ -62,8 +67,9 @@ def spawn_bwrap(argv: list[str], fds: list[int], stdio_fds: tuple[int, ...] | No
             terminal sandbox, the library caller's choice, or None for this process's own.
         joins: ``(type, fd)`` namespaces to setns(2) into in the child before exec (namespaces.enter).
         cgroup_procs: ``cgroup.procs`` files the child writes itself into before exec (cgroups(7)).
-        umask: ``process.user.umask``, set before exec: bwrap leaves it alone, so the workload inherits it
-            (umask(2)); None leaves the caller's (runtime-spec config.md "user").
+        groups: the supplementary groups bwrap (so the sandbox) gets — exactly these, never the
+            caller's (setgroups(2) in the child; bwrap has no option for it and keeps its own).
+        umask: umask(2) for bwrap and so the sandbox (``process.user.umask``), None: the caller's.
     Raises:
         LaunchFailed: bwrap could not be started, or a namespace could not be joined.
     """
@@ -91,11 +97,16 @@ def spawn_bwrap(argv: list[str], fds: list[int], stdio_fds: tuple[int, ...] | No
                 os.close(fd)
         if joins:
             namespaces.enter(joins)
-        if umask is not None:
-            os.umask(umask & 0o777)
+    extra: dict[str, object] = {"umask": -1 if umask is None else umask}
+    if sorted(set(os.getgroups()) - {os.getegid()}) != sorted(set(groups) - {os.getegid()}):
+        extra["extra_groups"] = list(groups)
     try:
         return subprocess.Popen(argv, pass_fds=tuple(fds), env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-                                close_fds=True, preexec_fn=preexec, **stdio)  # type: ignore[call-overload]
+                                close_fds=True, preexec_fn=preexec, **stdio, **extra)  # type: ignore[call-overload]
+    except PermissionError as e:
+        raise LaunchFailed("cannot set the sandbox's supplementary groups (setgroups(2) needs CAP_SETGID); "
+                           "the caller's groups would reach the sandbox", "run as root, or as a user "
+                           "without supplementary groups") from e
     except subprocess.SubprocessError as e:  # raised for an exception in preexec_fn (cgroup, setns)
         raise LaunchFailed(f"cannot join the sandbox's cgroup or the namespaces listed with a path: {e}",
                            "runtime-spec config-linux.md namespaces: give a live namespace") from e

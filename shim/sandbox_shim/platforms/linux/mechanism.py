@@ -58,7 +58,7 @@ class LinuxMechanism:
 
         root = getattr(self, "root", None) or ""
         tag = hashlib.sha256(root.encode()).hexdigest()[:10]  # ids are unique per state root only
-        plan = make_plan(spec, sandbox_id, cgroup_parent=f"/sandbox-shim/{tag}")
+        plan = make_plan(spec, sandbox_id, cgroup_parent=f"/sandbox-shim/{tag}", state_root=root)
         from .credentials import net_raw_problem, problems
 
         refused = problems(spec.config, plan.capabilities)  # what bwrap cannot do for process.user
@@ -122,6 +122,16 @@ class LinuxMechanism:
             raise LaunchFailed("--console-socket was given but process.terminal is false",
                                "set process.terminal to true, or drop --console-socket")
         with contextlib.ExitStack() as undo:
+            import hashlib
+
+            from ...tree_claims import claim
+            from .bwrap import walked_trees
+
+            # no other live sandbox may write a tree this set-up makes mount points in (tree_claims)
+            root = getattr(self, "root", None) or os.path.dirname(d)
+            owner = hashlib.sha256(root.encode()).hexdigest()[:10] + "-" + sandbox.id
+            held = claim(root, owner, *walked_trees(plan))
+            undo.callback(held.release)
             # the device rule list (linux.resources.devices plus the defaults) is the planner's
             limits = Limits.from_oci(plan.resources, devices=(plan.resources or {}).get("devices"))
             cg = manager(plan.cgroups_path, systemd=self.systemd_cgroup)
@@ -171,6 +181,12 @@ class LinuxMechanism:
                 argv = [*argv[:sep], *console.helper_bind_args(), "--", *console.wrap_argv(argv[sep + 1:])]
                 sep = argv.index("--")
                 pty = console.open_pty()
+                if plan.console_size:  # process.consoleSize: the pty's window size (tty_ioctl(4))
+                    import fcntl
+                    import struct
+                    import termios
+
+                    fcntl.ioctl(pty[1], termios.TIOCSWINSZ, struct.pack("HHHH", *plan.console_size, 0, 0))
                 undo.callback(os.close, pty[0])
                 undo.callback(os.close, pty[1])
             from . import namespaces
@@ -196,13 +212,18 @@ class LinuxMechanism:
                 procs_files = [os.path.join(x, "cgroup.procs") for x in cg.dirs() if os.path.isdir(x)]
                 proc = spawn_bwrap([bwrap, "--args", str(fds["args"]), *argv[sep:]],
                                    [*fds.values(), *preserved], (pty[1],) * 3 if pty else priv.get("stdio"),
-                                   joins, procs_files, plan.umask)
+                                   joins, procs_files, umask=plan.umask,
+                                   # exactly the config's groups, never the caller's (config_rules
+                                   # refuses additionalGids where a user namespace is used)
+                                   groups=() if "user" in plan.unshare or plan.uid or plan.gid
+                                   else tuple(plan.additional_gids))
             finally:
                 for _, jfd in joins:
                     os.close(jfd)
             undo.callback(kill_quietly, proc)
             cg.placed()
             child = wait_ready(proc, status_file, fds["block"])
+            held.transfer(child)  # the claim lives as long as the sandbox's first process
             child_start = proc_start_time(child)
             undo.callback(_kill_child, child, child_start)
             kill_quietly(proc)  # the outer bwrap (host namespaces) goes: nothing of ours stays outside

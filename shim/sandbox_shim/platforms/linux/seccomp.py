@@ -75,7 +75,10 @@ TENANT_DENIED_SYSCALLS: dict[str, tuple[str, ...]] = {
     "kernel_attack_surface": ("bpf", "perf_event_open", "userfaultfd", "lookup_dcookie", "fanotify_init"),
     "kernel_code": ("kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
                     "create_module", "get_kernel_syms", "query_module", "nfsservctl"),
-    "mounts_and_namespaces": ("mount", "umount2", "pivot_root", "unshare", "setns"),
+    "mounts_and_namespaces": ("mount", "umount", "umount2", "pivot_root", "unshare", "setns"),
+    "new_mount_api": ("fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "open_tree_attr",
+                      "mount_setattr"),
+    "io_uring": ("io_uring_setup", "io_uring_enter", "io_uring_register"),
     "handles_escape": ("open_by_handle_at", "name_to_handle_at"),
     "other_processes": ("ptrace", "process_vm_readv", "process_vm_writev"),
     "host_state": ("swapon", "swapoff", "reboot", "acct", "quotactl", "syslog", "vhangup", "iopl", "ioperm"),
@@ -91,6 +94,12 @@ TENANT_DENIED_SYSCALLS: dict[str, tuple[str, ...]] = {
 * mounts_and_namespaces: the sandbox's view of the filesystem and its namespaces are fixed by bwrap;
   making new ones or joining others is how a tenant would undo them (clone with CLONE_NEW* is covered by
   :data:`TENANT_CLONE_NAMESPACE_FLAGS`).
+* new_mount_api: fsopen/fsconfig/fsmount/fspick/move_mount/open_tree(_attr)/mount_setattr do what mount(2)
+  does through file descriptors: with CAP_SYS_ADMIN in a user namespace of its own a tenant would
+  otherwise clear the read-only flag of the rootfs or of /proc/sys, or attach a detached copy of a tree
+  (open_tree OPEN_TREE_CLONE).
+* io_uring: its operations run in kernel workers that seccomp never sees (Docker's default profile
+  denies it since 2023; a large, often exploited surface).
 * handles_escape: open_by_handle_at opens any inode of a mounted filesystem by handle, bypassing the
   mount tree (the "shocker" container escape); name_to_handle_at is its counterpart.
 * other_processes: reading or steering other processes' memory.
@@ -114,6 +123,39 @@ unshare, both denied.  clone3 passes its flags in memory that seccomp cannot ins
 and glibc falls back to clone, which is filtered (what Docker's profile does).  The flags argument is
 argument 0, except on s390/s390x where it is argument 1 (clone(2) NOTES).
 """
+
+
+#: syscalls the tenant filter must deny even where this host's libseccomp cannot name them, by their
+#: number in the unified table every arch of the tenant filter shares from 424 up (asm-generic
+#: unistd.h; x32 adds __X32_SYSCALL_BIT).  open_tree_attr (Linux 6.15) clones a mount tree and sets its
+#: attributes, like open_tree + mount_setattr.
+NUMBERED_DENIALS: dict[str, int] = {"open_tree_attr": 467}
+_X32_SYSCALL_BIT = 0x40000000
+
+
+def numbered_program() -> bytes | None:
+    """A classic-BPF program answering EPERM to each ``NUMBERED_DENIALS`` syscall this host's libseccomp
+    cannot resolve (so the tenant filter could not list it), and allowing everything else; None when
+    libseccomp knows them all.  Loaded stacked with the tenant filter (whose bad-arch action already
+    kills every ABI other than the listed ones).  Raises CannotEnforce without libseccomp.
+
+    Program (struct sock_filter, seccomp(2)): load seccomp_data.nr; for each number (and its x32 form)
+    jump to RET ERRNO(EPERM) on equality; else RET ALLOW.
+    """
+    import struct
+
+    s = _lib()
+    nrs = [nr for name, nr in NUMBERED_DENIALS.items() if s.resolve_syscall(s.Arch.NATIVE, name) == -1]
+    if not nrs:
+        return None
+    values = [v for nr in nrs for v in (nr, nr | _X32_SYSCALL_BIT)]
+    ld_w_abs, jeq_k, ret_k = 0x20, 0x15, 0x06
+    insns = [(ld_w_abs, 0, 0, 0)]  # A = seccomp_data.nr (offset 0)
+    for i, v in enumerate(values):
+        insns.append((jeq_k, len(values) - i, 0, v))  # to the EPERM return, else next
+    insns.append((ret_k, 0, 0, _ACTIONS["SCMP_ACT_ALLOW"]))
+    insns.append((ret_k, 0, 0, _ACTIONS["SCMP_ACT_ERRNO"] | errno.EPERM))
+    return b"".join(struct.pack("=HBBI", *x) for x in insns)
 
 
 def _lib() -> Any:

@@ -1,0 +1,388 @@
+"""Rules every config.json value passes through before it can reach bwrap, a path walk or the kernel.
+
+One walk, at validation (``bundle.load``, so ``sandbox-shim validate`` says "invalid" too), in three parts:
+
+* ``string_problems``: every string of the config, keys included, is refused when it holds a NUL byte
+  (bwrap reads its options NUL-separated through ``--args FD``: a NUL would start a new option) or a
+  lone UTF-16 surrogate (it cannot be encoded for the kernel).  Then what each consumer treats
+  specially: path fields must be absolute with no ``..`` component; mount options are single tokens
+  (no ``,``; ``mode=`` octal, ``size=`` a number with an optional k/m/g unit); the hostname is at most
+  64 bytes (sethostname(2) HOST_NAME_MAX) without ``/``, whitespace or control characters; sysctl
+  values and ``cgroupsPath`` hold no control characters; ``cgroupsPath`` has no ``.`` / ``..``
+  component (it is joined under each cgroup root).
+* ``number_problems``: the ranges the schema cannot express (``rlimits`` soft <= hard; sandbox
+  settings given as strings).  The schema holds the per-field ranges (uint32 ids without the
+  "no change" value 2^32-1, int64 limits, ...).
+* ``unapplied_problems``: ``UNAPPLIED``, the one table of fields this runtime does not apply, keyed by
+  JSON pointer pattern.  A field listed there is refused with its pointer and a fix, never accepted
+  and ignored.  ``mount_option_problems`` does the same for mount options.
+* ``MAX_PATH_ENTRIES``: mounts + masked + read-only paths past which a config is refused (set-up cost).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .errors import BundleProblem
+
+#: mounts + maskedPaths + readonlyPaths (the tenant floor included) one sandbox may have.  bwrap reads
+#: /proc/self/mountinfo for every bind it makes, so its set-up grows with the square of this number
+#: (measured in tests/test_breaches_setup.py); past it a config is refused rather than left hanging.
+MAX_PATH_ENTRIES = 1024
+
+HOST_NAME_MAX = 64  # sethostname(2)
+
+
+def _ptr(parts: list[Any]) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _strings(node: Any, path: list[Any]) -> Iterator[tuple[list[Any], str, bool]]:
+    """(path, string, is_key) for every string in ``node``, keys included."""
+    if isinstance(node, str):
+        yield path, node, False
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            if isinstance(k, str):
+                yield [*path, k], k, True
+            yield from _strings(v, [*path, k])
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _strings(v, [*path, i])
+
+
+def _bad_char(text: str) -> str | None:
+    if "\0" in text:
+        return "a NUL byte"
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+        return "a lone UTF-16 surrogate"
+    return None
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def string_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """Every string of ``cfg`` checked for NUL / surrogates, then the field-specific forms (module doc).
+
+    Returns: problems with the JSON pointer of the field (values never quoted).
+    """
+    out: list[BundleProblem] = []
+    for path, text, is_key in _strings(cfg, []):
+        bad = _bad_char(text)
+        if bad:
+            what = "key" if is_key else "value"
+            out.append(BundleProblem(_ptr(path), f"{what} contains {bad}", "config strings reach bwrap's "
+                                     "NUL-separated arguments and the kernel",
+                                     f"remove {bad} from the {what}"))
+    if out:
+        return out  # the forms below assume clean strings
+    out += _path_fields(cfg)
+    host = cfg.get("hostname")
+    if isinstance(host, str) and host:
+        if len(host.encode()) > HOST_NAME_MAX or _CONTROL.search(host) or "/" in host or " " in host:
+            out.append(BundleProblem("/hostname", f"hostname must be 1-{HOST_NAME_MAX} bytes without '/', "
+                                     "spaces or control characters", "sethostname(2); RFC 1123",
+                                     "use letters, digits, '-' and '.'"))
+    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+    for key, value in (linux.get("sysctl") or {}).items() if isinstance(linux.get("sysctl"), dict) else ():
+        if isinstance(value, str) and _CONTROL.search(value.rstrip("\n")):
+            out.append(BundleProblem(_ptr(["linux", "sysctl", key]), "sysctl value holds a control character "
+                                     "(a newline starts another write)", "sysctl.d(5)",
+                                     "give the value on one line"))
+    cg = linux.get("cgroupsPath")
+    if isinstance(cg, str) and cg:
+        parts = cg.split("/")
+        if _CONTROL.search(cg) or any(p in (".", "..") for p in parts):
+            out.append(BundleProblem("/linux/cgroupsPath", "cgroupsPath must not hold '.' or '..' components "
+                                     "or control characters: it is joined under each cgroup root",
+                                     "runtime-spec config-linux.md cgroupsPath",
+                                     "give a path such as /mygroup/sandbox-1"))
+    return out
+
+
+def _path_fields(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """Absolute paths without ``..``: mount destinations, masked/read-only paths, cwd, hook paths."""
+    out: list[BundleProblem] = []
+    fields: list[tuple[list[Any], Any]] = []
+    for i, m in enumerate(cfg.get("mounts") or [] if isinstance(cfg.get("mounts"), list) else []):
+        if isinstance(m, dict):
+            fields.append((["mounts", i, "destination"], m.get("destination")))
+    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+    for key in ("maskedPaths", "readonlyPaths"):
+        for i, p in enumerate(linux.get(key) or [] if isinstance(linux.get(key), list) else []):
+            fields.append((["linux", key, i], p))
+    proc = cfg.get("process") if isinstance(cfg.get("process"), dict) else {}
+    if "cwd" in proc:
+        fields.append((["process", "cwd"], proc.get("cwd")))
+    hooks = cfg.get("hooks") if isinstance(cfg.get("hooks"), dict) else {}
+    for phase, entries in hooks.items():
+        for i, h in enumerate(entries if isinstance(entries, list) else []):
+            if isinstance(h, dict):
+                fields.append((["hooks", phase, i, "path"], h.get("path")))
+    for path, value in fields:
+        if not isinstance(value, str):
+            continue  # the schema reports the type
+        if not value.startswith("/"):
+            out.append(BundleProblem(_ptr(path), "path must be absolute", "runtime-spec config.md",
+                                     "start it with '/'"))
+        elif ".." in value.split("/"):
+            out.append(BundleProblem(_ptr(path), "path must not hold a '..' component", "path safety",
+                                     "write the path it means without '..'"))
+    return out
+
+
+def number_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """Ranges past the schema: rlimit soft <= hard (setrlimit(2) EINVAL); sandbox settings' numbers."""
+    out: list[BundleProblem] = []
+    proc = cfg.get("process") if isinstance(cfg.get("process"), dict) else {}
+    for i, r in enumerate(proc.get("rlimits") or [] if isinstance(proc.get("rlimits"), list) else []):
+        if isinstance(r, dict) and isinstance(r.get("soft"), int) and isinstance(r.get("hard"), int) \
+                and r["soft"] > r["hard"]:
+            out.append(BundleProblem(_ptr(["process", "rlimits", i, "soft"]), "soft limit exceeds hard limit",
+                                     "setrlimit(2) EINVAL", "make soft <= hard"))
+    ann = cfg.get("annotations") if isinstance(cfg.get("annotations"), dict) else {}
+    ranges = {"sandbox-shim.port": (1, 65535), "sandbox-shim.cpu-time-seconds": (0, 2**62),
+              "sandbox-shim.wall-clock-seconds": (0, 10**9)}
+    for key, (lo, hi) in ranges.items():
+        v = ann.get(key)
+        if not isinstance(v, str) or not v.strip():
+            continue
+        try:
+            n = float(v)
+        except ValueError:
+            continue  # the schema's pattern reports the form
+        if not lo <= n <= hi:
+            out.append(BundleProblem(_ptr(["annotations", key]), f"value must be from {lo} to {hi}",
+                                     "sandbox-shim settings", "use a value in range"))
+    return out
+
+
+# -- fields not applied: one table ----------------------------------------------------------------
+
+def _set(v: Any) -> bool:
+    return v is not None and v != [] and v != {} and v != ""
+
+
+def _true(v: Any) -> bool:
+    return v is True
+
+
+def _partial_deny(v: Any) -> bool:
+    """A device cgroup list with a deny rule other than deny-all.  Deny-all holds by construction (every
+    bind and tmpfs bwrap makes is nodev; its /dev holds only null, zero, full, random, urandom, tty,
+    console, ptmx and pts, the set runc allows after the same rule); allow rules grant at most what is
+    there.  A narrower deny would need the device controller (not applied yet)."""
+    if not isinstance(v, list):
+        return False
+
+    def deny_all(d: dict[str, Any]) -> bool:
+        return (d.get("type") in (None, "a") and d.get("major") in (None, -1)
+                and d.get("minor") in (None, -1) and set(d.get("access") or "rwm") >= set("rwm"))
+    return any(isinstance(d, dict) and d.get("allow") is False and not deny_all(d) for d in v)
+
+
+#: (path, type, major, minor) of the nodes bwrap's ``--dev`` makes (bwrap.c setup_newroot)
+STANDARD_DEVICES = frozenset({("/dev/null", "c", 1, 3), ("/dev/zero", "c", 1, 5),
+                              ("/dev/full", "c", 1, 7), ("/dev/random", "c", 1, 8),
+                              ("/dev/urandom", "c", 1, 9), ("/dev/tty", "c", 5, 0)})
+
+
+def _devices_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """``linux.devices``: the standard nodes are there when /dev is a tmpfs mount (bwrap's ``--dev``
+    makes them, 0666 root:root as on the host); any other device is refused (not created yet)."""
+    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+    devs = linux.get("devices") if isinstance(linux.get("devices"), list) else []
+    mounts = cfg.get("mounts") if isinstance(cfg.get("mounts"), list) else []
+    dev_tmpfs = any(isinstance(m, dict) and m.get("destination") == "/dev" and m.get("type") == "tmpfs"
+                    for m in mounts)
+    out = []
+    for i, d in enumerate(devs):
+        std = isinstance(d, dict) and (d.get("path"), d.get("type"), d.get("major"), d.get("minor")) in \
+            STANDARD_DEVICES and d.get("fileMode", 0o666) == 0o666 and not d.get("uid") and not d.get("gid")
+        if not (std and dev_tmpfs):
+            out.append(BundleProblem(f"/linux/devices/{i}", "this device is not created by this runtime yet "
+                                     "(only the standard nodes of a /dev tmpfs: null, zero, full, random, "
+                                     "urandom, tty)", "no field is accepted and left unapplied",
+                                     "remove it"))
+    return out
+
+
+def _propagation(v: Any) -> bool:
+    return v not in (None, "", "slave", "rslave")
+
+
+#: (JSON pointer pattern with ``*`` for any key/index, refuse-when, what, fix).  Fields another part of
+#: the runtime applies are not here; a field added to the schema and not applied belongs here.
+UNAPPLIED: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
+    ("/process/oomScoreAdj", _set, "oomScoreAdj is not applied by this runtime yet", "remove it"),
+    ("/process/ioPriority", _set, "ioPriority is not applied", "remove it"),
+    ("/process/scheduler", _set, "scheduler is not applied", "remove it"),
+    ("/process/execCPUAffinity", _set, "execCPUAffinity is not applied", "remove it"),
+    ("/linux/uidMappings", _set, "uid mappings are not applied by this runtime yet (bwrap maps the "
+     "container uid to the caller's)", "remove them"),
+    ("/linux/gidMappings", _set, "gid mappings are not applied by this runtime yet", "remove them"),
+    ("/mounts/*/uidMappings", _set, "id-mapped mounts are not supported", "remove uidMappings"),
+    ("/mounts/*/gidMappings", _set, "id-mapped mounts are not supported", "remove gidMappings"),
+    ("/linux/resources/devices", _partial_deny, "device cgroup deny rules narrower than deny-all are "
+     "not applied yet", "keep {\"allow\": false, \"access\": \"rwm\"} and allow rules only"),
+    ("/linux/resources/memory/swappiness", _set, "memory swappiness is not applied yet", "remove it"),
+    ("/linux/resources/memory/disableOOMKiller", _true, "disableOOMKiller is not applied yet",
+     "remove it"),
+    ("/linux/resources/memory/kernel", _set, "kernel memory limits are not applied (removed from "
+     "cgroup v2 and from recent kernels)", "remove it"),
+    ("/linux/resources/memory/kernelTCP", _set, "kernelTCP limits are not applied", "remove it"),
+    ("/linux/resources/memory/useHierarchy", _set, "useHierarchy is not applied", "remove it"),
+    ("/linux/resources/memory/checkBeforeUpdate", _set, "checkBeforeUpdate is not applied", "remove it"),
+    ("/linux/resources/cpu/realtimeRuntime", _set, "realtime CPU limits are not applied", "remove it"),
+    ("/linux/resources/cpu/realtimePeriod", _set, "realtime CPU limits are not applied", "remove it"),
+    ("/linux/resources/cpu/burst", _set, "cpu burst is not applied", "remove it"),
+    ("/linux/resources/cpu/idle", _set, "cpu idle is not applied", "remove it"),
+    ("/linux/resources/blockIO", _set, "blockIO limits are not applied yet", "remove it"),
+    ("/linux/resources/hugepageLimits", _set, "hugepage limits are not applied", "remove them"),
+    ("/linux/resources/network", _set, "network classID/priorities are not applied", "remove it"),
+    ("/linux/resources/rdma", _set, "rdma limits are not applied", "remove it"),
+    ("/linux/resources/unified", _set, "unified cgroup v2 keys are not applied", "remove it"),
+    ("/linux/rootfsPropagation", _propagation, "bwrap makes every mount of the sandbox a slave of the "
+     "host's (received, never sent back); other propagation is not applied", "use \"rslave\" or remove it"),
+    ("/linux/mountLabel", _set, "SELinux mount labels are not applied", "remove it"),
+    ("/linux/intelRdt", _set, "Intel RDT is not applied", "remove it"),
+    ("/linux/personality", _set, "personality is not applied", "remove it"),
+    ("/linux/memoryPolicy", _set, "memoryPolicy is not applied", "remove it"),
+    ("/linux/timeOffsets", _set, "time namespace offsets are not applied", "remove it"),
+    ("/linux/netDevices", _set, "netDevices are not moved into the sandbox", "remove it"),
+)
+
+
+def _match(node: Any, parts: list[str], path: list[Any]) -> Iterator[tuple[list[Any], Any]]:
+    if not parts:
+        yield path, node
+        return
+    head, rest = parts[0], parts[1:]
+    if head == "*":
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in items:
+            yield from _match(v, rest, [*path, k])
+    elif isinstance(node, dict) and head in node:
+        yield from _match(node[head], rest, [*path, head])
+
+
+def _uts_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """hostname/domainname need a new UTS namespace (runtime-spec config.md "hostname"): without one
+    they would not be applied (and could only be set on the host's)."""
+    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+    nss = linux.get("namespaces") if isinstance(linux.get("namespaces"), list) else []
+    if any(isinstance(n, dict) and n.get("type") == "uts" for n in nss):
+        return []  # new: bwrap --hostname; joined: written as kernel.hostname inside it (as runc does)
+    return [BundleProblem(f"/{k}", f"{k} needs a new uts namespace to be applied",
+                          "runtime-spec config.md hostname", 'add {"type": "uts"} to linux.namespaces, or '
+                          f"remove {k}") for k in ("hostname", "domainname") if cfg.get(k)]
+
+
+def _groups_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """additionalGids are applied (setgroups(2) before bwrap) when the sandbox has no user namespace;
+    in one (``user`` listed, or a non-zero uid/gid, which bwrap can only switch to inside one) they
+    would be host gids the namespace cannot map, so they are refused."""
+    proc = cfg.get("process") if isinstance(cfg.get("process"), dict) else {}
+    user = proc.get("user") if isinstance(proc.get("user"), dict) else {}
+    if not user.get("additionalGids"):
+        return []
+    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+    nss = linux.get("namespaces") if isinstance(linux.get("namespaces"), list) else []
+    userns = any(isinstance(n, dict) and n.get("type") == "user" for n in nss)
+    if not userns and not user.get("uid") and not user.get("gid"):
+        return []
+    return [BundleProblem("/process/user/additionalGids", "additionalGids cannot be applied inside a user "
+                          "namespace here (only the one gid is mapped)", "no field is accepted and left "
+                          "unapplied", "remove them, or run without a user namespace as uid/gid 0")]
+
+
+def unapplied_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """A refusal for every field of ``UNAPPLIED`` that ``cfg`` sets, for hostname/domainname without a
+    uts namespace, and for unapplied mount options."""
+    out: list[BundleProblem] = _uts_problems(cfg) + _groups_problems(cfg) + _devices_problems(cfg)
+    for pattern, refuse, what, fix in UNAPPLIED:
+        for path, value in _match(cfg, pattern.strip("/").split("/"), []):
+            if refuse(value):
+                out.append(BundleProblem(_ptr(path), what, "no field is accepted and left unapplied", fix))
+    return out + mount_option_problems(cfg)[0]
+
+
+#: mount options applied as asked (bwrap makes every bind and tmpfs nosuid and nodev; proc also noexec;
+#: binds are recursive; propagation is slave of the host: ``rootfsPropagation``)
+_APPLIED_OPTIONS = frozenset({"ro", "rw", "bind", "rbind", "nosuid", "nodev", "slave", "rslave",
+                              "newinstance"})
+#: options without effect on what the tenant can reach, accepted with a warning that they are not applied
+_COSMETIC_OPTIONS = frozenset({"noexec", "exec", "strictatime", "relatime", "noatime", "nodiratime",
+                               "lazytime", "sync", "async", "dirsync", "silent", "loud", "mand", "nomand",
+                               "norelatime", "nostrictatime", "iversion", "noiversion", "tmpcopyup",
+                               "private", "rprivate"})  # private: bwrap makes it slave (host -> sandbox only)
+#: ``key=value`` options and the form of their value
+_VALUE_OPTIONS = {"mode": re.compile(r"^0?[0-7]{1,4}$"), "size": re.compile(r"^[0-9]{1,15}[kmgKMG]?$"),
+                  "ptmxmode": re.compile(r"^0?[0-7]{1,4}$"), "gid": re.compile(r"^[0-9]{1,10}$"),
+                  "uid": re.compile(r"^[0-9]{1,10}$"), "nr_inodes": re.compile(r"^[0-9]{1,15}[kmgKMG]?$")}
+#: value options that reach bwrap (``--perms``/``--size`` for tmpfs); the others are warnings
+_APPLIED_VALUES = frozenset({"mode", "size"})
+
+
+def mount_option_problems(cfg: dict[str, Any]) -> tuple[list[BundleProblem], list[BundleProblem]]:
+    """(errors, warnings) for ``mounts[].options``: malformed or unknown options are errors; options
+    without security effect that bwrap cannot set (``noexec``, atime, devpts ``gid=``) are warnings."""
+    errors: list[BundleProblem] = []
+    warnings: list[BundleProblem] = []
+    mounts = cfg.get("mounts") if isinstance(cfg.get("mounts"), list) else []
+    for i, m in enumerate(mounts):
+        if not isinstance(m, dict) or not isinstance(m.get("options"), list):
+            continue
+        kind = m.get("type")
+        from .plan import MOUNT_TYPES
+
+        if kind and kind not in MOUNT_TYPES and not {"bind", "rbind"} & set(m["options"]):
+            continue  # the type itself is refused (bundle._linux_problems)
+        ignored = []
+        for j, opt in enumerate(m["options"]):
+            if not isinstance(opt, str):
+                continue
+            ptr = _ptr(["mounts", i, "options", j])
+            key, eq, value = opt.partition("=")
+            if "," in opt or (eq and key not in _VALUE_OPTIONS):
+                errors.append(BundleProblem(ptr, "not a mount option known here (one option per entry)",
+                                            "mount(8) options", "split it, or remove it"))
+            elif eq:
+                if not _VALUE_OPTIONS[key].match(value):
+                    errors.append(BundleProblem(ptr, f"{key}= has a malformed value", "tmpfs(5); mount(8)",
+                                                f"give {key}= a plain number"))
+                elif key == "mode" and int(value, 8) > 0o7777:
+                    errors.append(BundleProblem(ptr, "mode must be at most 7777 (octal)", "chmod(2)"))
+                elif not (key in _APPLIED_VALUES and kind == "tmpfs"):
+                    ignored.append(key + "=")
+            elif opt in _COSMETIC_OPTIONS:
+                ignored.append(opt)
+            elif opt not in _APPLIED_OPTIONS:
+                errors.append(BundleProblem(ptr, "mount option is not applied by this runtime",
+                                            "no field is accepted and left unapplied", "remove it"))
+        if ignored:
+            warnings.append(BundleProblem(_ptr(["mounts", i, "options"]), "not applied (bwrap cannot set "
+                                          "them; no effect on what it reaches): " + ", ".join(ignored),
+                                          "bwrap(1)", "remove them to silence this"))
+    return errors, warnings
+
+
+def problems(cfg: dict[str, Any], schema_valid: bool = True
+             ) -> tuple[list[BundleProblem], list[BundleProblem]]:
+    """(errors, warnings): strings, then (for a config the schema accepted) numbers, unapplied fields
+    and the path-entry limit."""
+    errors = string_problems(cfg)
+    if errors or not schema_valid:
+        return errors, []
+    errors += number_problems(cfg) + unapplied_problems(cfg)
+    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+    count = sum(len(x) for x in (cfg.get("mounts"), linux.get("maskedPaths"), linux.get("readonlyPaths"))
+                if isinstance(x, list))
+    if count > MAX_PATH_ENTRIES:
+        errors.append(BundleProblem("/mounts", f"{count} mounts, masked and read-only paths; at most "
+                                    f"{MAX_PATH_ENTRIES} are supported", "sandbox-shim set-up limit (README)",
+                                    "merge mounts or mask parent directories"))
+    return errors, mount_option_problems(cfg)[1]
