@@ -3,7 +3,7 @@
 The image is made here: a busybox layer (scripts/make-rootfs) plus a layer of ``--mib`` MiB of
 incompressible data in 64 files, as an OCI layout with gzip layers.  Each round uses a fresh state root
 (so the first bundle unpacks) on the same file system as the bundles; then a second bundle from the same
-image (read-only rootfs: hard links into the cache) and a third with ``--writable-rootfs`` (reflink where
+image (read-only rootfs) and a third with ``--writable-rootfs`` (reflink where
 the file system has it, else a copy).  "new bytes" counts the blocks of the bundle's files whose inodes
 are not the cache's (a reflinked file's shared extents are counted as new: st_blocks cannot tell).
 """

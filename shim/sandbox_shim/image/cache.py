@@ -9,15 +9,17 @@ copy of that snapshot and unpacks only its own layers.  The cache directories ar
 
 Bundles get the snapshot's tree (``materialize``) by the cheapest means that keeps sandboxes apart:
 
-* **reflink** (``FICLONE``, btrfs/XFS): a private copy-on-write copy, any rootfs;
-* **hard link**, only for a read-only rootfs on the same file system: the bundle's files *are* the
-  cache's inodes, so a writable rootfs would let one sandbox change another's files;
+* **reflink** (``FICLONE``, btrfs/XFS): a private copy-on-write copy;
 * **copy** otherwise.
+
+Never hard links into a bundle, read-only or not: a bundle's files would then *be* the cache's inodes, and
+whoever can edit the bundle's config.json (``root.readonly: false``) would let that sandbox rewrite the
+cache and every other bundle made from it.  A read-only rootfs is a promise of the config, which its
+author can change; the cache's integrity must not rest on it.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import shutil
@@ -114,7 +116,7 @@ class Cache:
 
 @dataclass
 class Materialized:
-    """How a bundle's rootfs was made: ``method`` (reflink, hardlink, copy), files, bytes copied."""
+    """How a bundle's rootfs was made: ``method`` (reflink or copy), files, bytes copied."""
 
     method: str
     files: int = 0
@@ -125,8 +127,7 @@ def materialize(src: str, dst: str, readonly: bool) -> Materialized:
     """Reproduce the tree ``src`` (a snapshot rootfs, ours) at ``dst`` (made here; must not exist):
     modes, owners, mtimes, symlinks and hard links kept.  See the module docstring for the method."""
     os.mkdir(dst, 0o700)
-    same_fs = os.stat(src).st_dev == os.stat(dst).st_dev
-    res = Materialized("hardlink" if readonly and same_fs else "reflink")
+    res = Materialized("reflink")  # never "hardlink": see the module docstring
     seen: dict[tuple[int, int], str] = {}
     dirs: list[tuple[str, os.stat_result]] = []
     for top, subdirs, files in os.walk(src):
@@ -144,14 +145,6 @@ def materialize(src: str, dst: str, readonly: bool) -> Materialized:
             elif stat.S_ISREG(st.st_mode):
                 res.files += 1
                 ino = (st.st_dev, st.st_ino)
-                if res.method == "hardlink":
-                    try:
-                        os.link(s_path, d_path, follow_symlinks=False)
-                        continue
-                    except OSError as e:  # EXDEV: two mounts of one file system; EMLINK: too many links
-                        if e.errno not in (errno.EXDEV, errno.EMLINK):
-                            raise
-                        res.method = "reflink"
                 if st.st_nlink > 1 and ino in seen:
                     os.link(seen[ino], d_path, follow_symlinks=False)
                 else:
