@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,44 @@ def test_kill_9_of_create_leaves_no_outer_bwrap(make_bundle, state_root: Path, t
     for pid in _our_bwraps(marker):
         assert _ns(pid, "pid") != _ns("self", "pid"), f"bwrap {pid} stayed in the host's pid namespace"
     run_shim(state_root, "delete", "--force", f"k{int(delay * 1000)}")
+
+
+def test_run_bundle_tells_exit_137_from_sigkill(make_bundle, state_root: Path) -> None:
+    """The wait(2) status is kept: ``exit 137`` is an exit code, a SIGKILL from outside is a signal."""
+    import threading
+
+    from sandbox_shim import api
+    from sandbox_shim.execution import run_bundle
+
+    mech = api.default_mechanism(str(state_root))
+    done = run_bundle(mech, f"x137-{uuid.uuid4().hex[:6]}", make_bundle(base_config(["sh", "-c", "exit 137"]),
+                                                                         name="e137"), timeout=30)
+    assert (done.exit_status, done.signal) == (137, None)
+    sid = f"k9-{uuid.uuid4().hex[:6]}"
+
+    def kill_soon(_sid: str) -> None:
+        threading.Timer(0.5, lambda: api.signal(mech, sid, 9)).start()
+
+    done = run_bundle(mech, sid, make_bundle(base_config(["sleep", "30"]), name="k9"), timeout=30,
+                      on_start=kill_soon)
+    assert (done.exit_status, done.signal) == (None, 9)
+
+
+def test_joining_a_mount_namespace_by_path_is_refused(make_bundle, state_root: Path, tmp_path: Path) -> None:
+    """The runtime would exec its helper by path inside that mount namespace (files its tenant planted):
+    refused with the pointer, nothing made.  Control: the same config without the path runs."""
+    cfg = base_config(["true"])
+    assert run_shim(state_root, "run", "--bundle", str(make_bundle(cfg, name="ctl")), "mnt-ctl").returncode == 0
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        cfg = base_config(["true"])
+        ns = cfg["linux"]["namespaces"]
+        i = next(n for n, x in enumerate(ns) if x["type"] == "mount")
+        ns[i] = {"type": "mount", "path": f"/proc/{victim.pid}/ns/mnt"}
+        r = run_shim(state_root, "create", "--bundle", str(make_bundle(cfg, name="mnt")), "mnt-join")
+        assert r.returncode == 3, r.stderr
+        assert f"/linux/namespaces/{i}/path" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert not (state_root / "mnt-join").exists()
+    finally:
+        victim.kill()
+        victim.wait()

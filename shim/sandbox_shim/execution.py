@@ -260,6 +260,9 @@ def run_bundle(mechanism: Any, sandbox_id: str, bundle: str | os.PathLike[str],
                 api.stop(mechanism, sandbox_id, grace=0)
                 code = _wait_exit(mechanism, sb, rec.pid, time.monotonic() + 10)
             duration = time.monotonic() - t0
+            # exit 137 is not SIGKILL: ask for the wait(2) status where the mechanism keeps it
+            term = getattr(mechanism, "termination", None)
+            ended = term(sb) if term is not None and not timed_out else None
             after = facts(cg) if cg else Facts()
         finally:
             if not keep:
@@ -269,7 +272,11 @@ def run_bundle(mechanism: Any, sandbox_id: str, bundle: str | os.PathLike[str],
         err.seek(0)
         stdout, stderr = out.read(max_output), err.read(max_output)
     code = 255 if code is None else code
-    sig = code - 128 if 128 < code < 128 + _signal.NSIG else None
+    if ended is not None:
+        sig = ended[1]
+        code = ended[0] if ended[0] is not None else code
+    else:
+        sig = code - 128 if 128 < code < 128 + _signal.NSIG else None
     usage = Usage(memory_bytes=after.memory_usage, memory_peak_bytes=after.memory_peak,
                   cpu_user_us=None if after.cpu_user_ns is None else after.cpu_user_ns // 1000,
                   cpu_system_us=None if after.cpu_kernel_ns is None else after.cpu_kernel_ns // 1000,

@@ -129,7 +129,18 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim",
 
     unshare: list[str] = []
     join: dict[str, str] = {}
-    for ns in linux.get("namespaces") or []:
+    for i, ns in enumerate(linux.get("namespaces") or []):
+        if ns.get("path") and ns["type"] == "mount":
+            # the runtime would setns(CLONE_NEWNS) and then exec its own helper (bwrap, its ld.so and
+            # libraries) by path *inside* that mount namespace: files the other sandbox's tenant planted
+            # there would run as the runtime, unconfined, in the host's other namespaces
+            from .errors import BundleInvalid, BundleProblem
+
+            raise BundleInvalid([BundleProblem(
+                f"/linux/namespaces/{i}/path", "joining another mount namespace is not supported: the "
+                "runtime would run files of that namespace before any confinement",
+                "tenant profile: the mount namespace is always the sandbox's own",
+                "drop the path (a new mount namespace), and share data through a bind mount instead")])
         if ns.get("path"):
             join[ns["type"]] = ns["path"]
         elif ns["type"] not in unshare:

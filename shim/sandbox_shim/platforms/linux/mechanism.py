@@ -290,10 +290,24 @@ class LinuxMechanism:
                 return int(fh.read())
         except (OSError, ValueError):
             pass
-        code = procs.zombie_status(p.get("pid", 0), p.get("pid_start"))
-        if code is not None and p.get("dir"):
-            record_exit(p["dir"], code)
-        return code
+        raw = procs.zombie_wait_status(p.get("pid", 0), p.get("pid_start"))
+        if raw is None:
+            return None
+        if p.get("dir"):
+            record_exit(p["dir"], procs.shell_status(raw), raw)
+        return procs.shell_status(raw)
+
+    def termination(self, sandbox: Sandbox) -> tuple[int | None, int | None] | None:
+        """``(exit code, None)`` or ``(None, signal)`` once the container process ended and its wait(2)
+        status was seen (recorded, or read from the zombie), else None.  Unlike ``exit_status`` this
+        tells ``exit 137`` from death by SIGKILL."""
+        self.exit_status(sandbox)  # records the wait status while the zombie is still there
+        try:
+            with open(os.path.join(sandbox.private.get("dir", ""), "wait-status"), encoding="ascii") as fh:
+                raw = int(fh.read())
+        except (OSError, ValueError):
+            return None
+        return (None, os.WTERMSIG(raw)) if os.WIFSIGNALED(raw) else (os.WEXITSTATUS(raw), None)
 
     def alive(self, sandbox: Sandbox) -> bool:
         """True while the container process (same pid and start time, not a zombie) runs."""
@@ -374,16 +388,20 @@ def _kill_child(pid: int, start: int | None) -> None:
         time.sleep(0.01)
 
 
-def record_exit(state_dir: str, code: int) -> None:
-    """Write ``code`` to ``STATE_DIR/exit-status`` (atomically) unless already there."""
-    path = os.path.join(state_dir, "exit-status")
-    if os.path.exists(path) or not os.path.isdir(state_dir):
+def record_exit(state_dir: str, code: int, raw: int | None = None) -> None:
+    """Write ``code`` to ``STATE_DIR/exit-status`` and the wait(2) status word ``raw`` to
+    ``STATE_DIR/wait-status`` (each atomically) unless already there."""
+    if not os.path.isdir(state_dir):
         return
-    tmp = f"{path}.{os.getpid()}"
-    with contextlib.suppress(OSError):
-        with open(tmp, "w", encoding="ascii") as fh:
-            fh.write(str(code))
-        os.replace(tmp, path)
+    for name, value in (("wait-status", raw), ("exit-status", code)):  # exit-status last: it means "done"
+        path = os.path.join(state_dir, name)
+        if value is None or os.path.exists(path):
+            continue
+        tmp = f"{path}.{os.getpid()}"
+        with contextlib.suppress(OSError):
+            with open(tmp, "w", encoding="ascii") as fh:
+                fh.write(str(value))
+            os.replace(tmp, path)
 
 
 def remove_cgroups(info: dict[str, Any]) -> None:

@@ -93,12 +93,19 @@ def shell_status(raw: int) -> int:
     return os.WEXITSTATUS(raw)
 
 
-def zombie_status(pid: int, start: int | None) -> int | None:
-    """The exit status (128+n for a signal) of ``pid`` if it is an unreaped zombie started at ``start``."""
+def zombie_wait_status(pid: int, start: int | None) -> int | None:
+    """The wait(2) status word of ``pid`` if it is an unreaped zombie started at ``start`` (proc(5)
+    field 52 ``exit_code``: "the thread's exit status in the form reported by waitpid(2)")."""
     f = _stat_fields(pid)
     if not f or start is None or len(f) < 50 or int(f[19]) != start or f[0] not in (b"Z", b"X"):
         return None
-    return shell_status(int(f[49]))
+    return int(f[49])
+
+
+def zombie_status(pid: int, start: int | None) -> int | None:
+    """The exit status (128+n for a signal) of ``pid`` if it is an unreaped zombie started at ``start``."""
+    raw = zombie_wait_status(pid, start)
+    return None if raw is None else shell_status(raw)
 
 
 def reap(pid: int, start: int | None) -> int | None:
