@@ -205,7 +205,8 @@ def test_joining_a_mount_namespace_by_path_is_refused(make_bundle, state_root: P
     """The runtime would exec its helper by path inside that mount namespace (files its tenant planted):
     refused with the pointer, nothing made.  Control: the same config without the path runs."""
     cfg = base_config(["true"])
-    assert run_shim(state_root, "run", "--bundle", str(make_bundle(cfg, name="ctl")), "mnt-ctl").returncode == 0
+    ctl = run_shim(state_root, "run", "--bundle", str(make_bundle(cfg, name="ctl")), "mnt-ctl")
+    assert ctl.returncode == 0, ctl.stderr
     victim = subprocess.Popen(["sleep", "30"])
     try:
         cfg = base_config(["true"])
