@@ -6,7 +6,7 @@ Used by ``validation.schema_problems`` for the success path only (jsonschema giv
 # ruff: noqa
 # fmt: off
 
-SCHEMA_SHA256 = "fb0d33a8a8647105fec1075daa67c8990a1534fd9b9b7220853122ec61042679"
+SCHEMA_SHA256 = "7b5b0920920ddd062d2e0743357d8895b295319eade5b55bf2de8e092cc6f3bc"
 GENERATOR = "fastjsonschema 2.22.3"
 
 
@@ -767,8 +767,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json(data, custo
                                     if isinstance(data__linux__devices_item__fileMode, (int, float, Decimal)) and (not isinstance(data__linux__devices_item__fileMode, bool)):
                                         if data__linux__devices_item__fileMode < 0:
                                             raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].fileMode'.format(**locals()) + ' must be bigger than or equal to 0', value=data__linux__devices_item__fileMode, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].fileMode'.format(**locals()) + '', definition=None, rule='minimum')
-                                        if data__linux__devices_item__fileMode > 4095:
-                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].fileMode'.format(**locals()) + ' must be smaller than or equal to 4095', value=data__linux__devices_item__fileMode, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].fileMode'.format(**locals()) + '', definition=None, rule='maximum')
+                                        if data__linux__devices_item__fileMode > 65535:
+                                            raise JsonSchemaValueException('' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].fileMode'.format(**locals()) + ' must be smaller than or equal to 65535', value=data__linux__devices_item__fileMode, name='' + (name_prefix or 'data') + '.linux.devices[{data__linux__devices_x}].fileMode'.format(**locals()) + '', definition=None, rule='maximum')
                                 if 'uid' in data__linux__devices_item_keys:
                                     data__linux__devices_item_keys.remove('uid')
                                     data__linux__devices_item__uid = data__linux__devices_item['uid']

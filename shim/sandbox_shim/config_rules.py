@@ -166,50 +166,6 @@ def _set(v: Any) -> bool:
     return v is not None and v != [] and v != {} and v != ""
 
 
-def _true(v: Any) -> bool:
-    return v is True
-
-
-def _partial_deny(v: Any) -> bool:
-    """A device cgroup list with a deny rule other than deny-all.  Deny-all holds by construction (every
-    bind and tmpfs bwrap makes is nodev; its /dev holds only null, zero, full, random, urandom, tty,
-    console, ptmx and pts, the set runc allows after the same rule); allow rules grant at most what is
-    there.  A narrower deny would need the device controller (not applied yet)."""
-    if not isinstance(v, list):
-        return False
-
-    def deny_all(d: dict[str, Any]) -> bool:
-        return (d.get("type") in (None, "a") and d.get("major") in (None, -1)
-                and d.get("minor") in (None, -1) and set(d.get("access") or "rwm") >= set("rwm"))
-    return any(isinstance(d, dict) and d.get("allow") is False and not deny_all(d) for d in v)
-
-
-#: (path, type, major, minor) of the nodes bwrap's ``--dev`` makes (bwrap.c setup_newroot)
-STANDARD_DEVICES = frozenset({("/dev/null", "c", 1, 3), ("/dev/zero", "c", 1, 5),
-                              ("/dev/full", "c", 1, 7), ("/dev/random", "c", 1, 8),
-                              ("/dev/urandom", "c", 1, 9), ("/dev/tty", "c", 5, 0)})
-
-
-def _devices_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
-    """``linux.devices``: the standard nodes are there when /dev is a tmpfs mount (bwrap's ``--dev``
-    makes them, 0666 root:root as on the host); any other device is refused (not created yet)."""
-    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
-    devs = linux.get("devices") if isinstance(linux.get("devices"), list) else []
-    mounts = cfg.get("mounts") if isinstance(cfg.get("mounts"), list) else []
-    dev_tmpfs = any(isinstance(m, dict) and m.get("destination") == "/dev" and m.get("type") == "tmpfs"
-                    for m in mounts)
-    out = []
-    for i, d in enumerate(devs):
-        std = isinstance(d, dict) and (d.get("path"), d.get("type"), d.get("major"), d.get("minor")) in \
-            STANDARD_DEVICES and d.get("fileMode", 0o666) == 0o666 and not d.get("uid") and not d.get("gid")
-        if not (std and dev_tmpfs):
-            out.append(BundleProblem(f"/linux/devices/{i}", "this device is not created by this runtime yet "
-                                     "(only the standard nodes of a /dev tmpfs: null, zero, full, random, "
-                                     "urandom, tty)", "no field is accepted and left unapplied",
-                                     "remove it"))
-    return out
-
-
 def _propagation(v: Any) -> bool:
     return v not in (None, "", "slave", "rslave")
 
@@ -217,34 +173,15 @@ def _propagation(v: Any) -> bool:
 #: (JSON pointer pattern with ``*`` for any key/index, refuse-when, what, fix).  Fields another part of
 #: the runtime applies are not here; a field added to the schema and not applied belongs here.
 UNAPPLIED: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
-    ("/process/oomScoreAdj", _set, "oomScoreAdj is not applied by this runtime yet", "remove it"),
     ("/process/ioPriority", _set, "ioPriority is not applied", "remove it"),
     ("/process/scheduler", _set, "scheduler is not applied", "remove it"),
     ("/process/execCPUAffinity", _set, "execCPUAffinity is not applied", "remove it"),
-    ("/linux/uidMappings", _set, "uid mappings are not applied by this runtime yet (bwrap maps the "
-     "container uid to the caller's)", "remove them"),
-    ("/linux/gidMappings", _set, "gid mappings are not applied by this runtime yet", "remove them"),
     ("/mounts/*/uidMappings", _set, "id-mapped mounts are not supported", "remove uidMappings"),
     ("/mounts/*/gidMappings", _set, "id-mapped mounts are not supported", "remove gidMappings"),
-    ("/linux/resources/devices", _partial_deny, "device cgroup deny rules narrower than deny-all are "
-     "not applied yet", "keep {\"allow\": false, \"access\": \"rwm\"} and allow rules only"),
-    ("/linux/resources/memory/swappiness", _set, "memory swappiness is not applied yet", "remove it"),
-    ("/linux/resources/memory/disableOOMKiller", _true, "disableOOMKiller is not applied yet",
-     "remove it"),
     ("/linux/resources/memory/kernel", _set, "kernel memory limits are not applied (removed from "
      "cgroup v2 and from recent kernels)", "remove it"),
-    ("/linux/resources/memory/kernelTCP", _set, "kernelTCP limits are not applied", "remove it"),
-    ("/linux/resources/memory/useHierarchy", _set, "useHierarchy is not applied", "remove it"),
-    ("/linux/resources/memory/checkBeforeUpdate", _set, "checkBeforeUpdate is not applied", "remove it"),
-    ("/linux/resources/cpu/realtimeRuntime", _set, "realtime CPU limits are not applied", "remove it"),
-    ("/linux/resources/cpu/realtimePeriod", _set, "realtime CPU limits are not applied", "remove it"),
-    ("/linux/resources/cpu/burst", _set, "cpu burst is not applied", "remove it"),
-    ("/linux/resources/cpu/idle", _set, "cpu idle is not applied", "remove it"),
-    ("/linux/resources/blockIO", _set, "blockIO limits are not applied yet", "remove it"),
-    ("/linux/resources/hugepageLimits", _set, "hugepage limits are not applied", "remove them"),
     ("/linux/resources/network", _set, "network classID/priorities are not applied", "remove it"),
     ("/linux/resources/rdma", _set, "rdma limits are not applied", "remove it"),
-    ("/linux/resources/unified", _set, "unified cgroup v2 keys are not applied", "remove it"),
     ("/linux/rootfsPropagation", _propagation, "bwrap makes every mount of the sandbox a slave of the "
      "host's (received, never sent back); other propagation is not applied", "use \"rslave\" or remove it"),
     ("/linux/mountLabel", _set, "SELinux mount labels are not applied", "remove it"),
@@ -281,28 +218,10 @@ def _uts_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
                           f"remove {k}") for k in ("hostname", "domainname") if cfg.get(k)]
 
 
-def _groups_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
-    """additionalGids are applied (setgroups(2) before bwrap) when the sandbox has no user namespace;
-    in one (``user`` listed, or a non-zero uid/gid, which bwrap can only switch to inside one) they
-    would be host gids the namespace cannot map, so they are refused."""
-    proc = cfg.get("process") if isinstance(cfg.get("process"), dict) else {}
-    user = proc.get("user") if isinstance(proc.get("user"), dict) else {}
-    if not user.get("additionalGids"):
-        return []
-    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
-    nss = linux.get("namespaces") if isinstance(linux.get("namespaces"), list) else []
-    userns = any(isinstance(n, dict) and n.get("type") == "user" for n in nss)
-    if not userns and not user.get("uid") and not user.get("gid"):
-        return []
-    return [BundleProblem("/process/user/additionalGids", "additionalGids cannot be applied inside a user "
-                          "namespace here (only the one gid is mapped)", "no field is accepted and left "
-                          "unapplied", "remove them, or run without a user namespace as uid/gid 0")]
-
-
 def unapplied_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     """A refusal for every field of ``UNAPPLIED`` that ``cfg`` sets, for hostname/domainname without a
     uts namespace, and for unapplied mount options."""
-    out: list[BundleProblem] = _uts_problems(cfg) + _groups_problems(cfg) + _devices_problems(cfg)
+    out: list[BundleProblem] = _uts_problems(cfg)
     for pattern, refuse, what, fix in UNAPPLIED:
         for path, value in _match(cfg, pattern.strip("/").split("/"), []):
             if refuse(value):

@@ -68,8 +68,14 @@ def bind_args(devices: list[dict[str, Any]]) -> list[str]:
                                           "load the driver that makes it, or remove the entry"))
             continue
         st = os.stat(host)
+        mode = d.get("fileMode")
+        if mode is not None and stat.S_IFMT(int(mode)) not in (0, stat.S_IFMT(st.st_mode)):
+            problems.append(BundleProblem(f"{ptr}/fileMode", f"fileMode {int(mode):o} names another file "
+                                          f"type than the host node {host}", _RULE, "use the node's type"))
         for key, have in (("fileMode", stat.S_IMODE(st.st_mode)), ("uid", st.st_uid), ("gid", st.st_gid)):
-            if d.get(key) is not None and int(d[key]) != have:
+            # fileMode may carry the file-type bits (podman sends S_IFCHR|0666, as runc accepts)
+            want = d.get(key) if key != "fileMode" or mode is None else stat.S_IMODE(int(mode))
+            if want is not None and int(want) != have:
                 problems.append(BundleProblem(f"{ptr}/{key}", f"{key} {d[key]} differs from the host node "
                                               f"{host} ({have:o})" if key == "fileMode" else
                                               f"{key} {d[key]} differs from the host node {host} ({have})",

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from typing import Any
 
 from sandbox_shim.errors import BundleInvalid, BundleProblem, CannotEnforce, LaunchFailed
@@ -208,6 +209,16 @@ def default_tenant_section() -> dict[str, Any]:
                          "args": [{"index": flags_arg, "value": flag, "valueTwo": flag,
                                    "op": "SCMP_CMP_MASKED_EQ"}]})
     syscalls.append({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS})
+    # CAP_MKNOD is granted (orchestrators' defaults) but no character or block node can be made: one
+    # made in storage/ or a writable rootfs would outlive the sandbox on the host's file system, where
+    # nodev and the devices cgroup do not reach (mknod(2) mode argument, S_IFMT bits: inode(7))
+    for name, mode_arg in (("mknod", 1), ("mknodat", 2)):
+        if s.resolve_syscall(s.Arch.NATIVE, name) == -1:
+            continue
+        for kind in (stat.S_IFCHR, stat.S_IFBLK):
+            syscalls.append({"names": [name], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM,
+                             "args": [{"index": mode_arg, "value": 0o170000, "valueTwo": kind,
+                                       "op": "SCMP_CMP_MASKED_EQ"}]})
     return {"defaultAction": "SCMP_ACT_ALLOW",
             "architectures": [native, *(f"SCMP_ARCH_{a}" for a in companions)],
             "syscalls": syscalls}
