@@ -154,7 +154,7 @@ def test_a_cgroups_path_that_leaves_the_hierarchy_is_refused(make_bundle, state_
     cfg["linux"]["cgroupsPath"] = "/../../../../../../.." + str(target)
     cfg["linux"]["resources"] = {"pids": {"limit": 5}}
     r = run_shim(state_root, "create", "--bundle", str(make_bundle(cfg)), "esc")
-    assert r.returncode != 0 and r.stderr.startswith("sandbox-shim: /linux/cgroupsPath:"), r.stderr
+    assert r.returncode == 3 and "/linux/cgroupsPath:" in r.stderr, r.stderr  # refused at validation
     assert not target.exists() and not (state_root / "esc").exists()
     with pytest.raises(LaunchFailed, match="^/linux/cgroupsPath:"):
         V2Manager("/sys/fs/cgroup", "/a/../b")
@@ -410,3 +410,35 @@ def test_a_sandbox_cannot_open_a_device_its_rules_deny(make_bundle, state_root: 
     out = run_bundle(mech, f"dev-{uuid.uuid4().hex[:6]}", bundle, timeout=60).stdout.decode()
     assert "ZERO_READ_OK" in out and "NULL_WRITE_OK" in out, out  # the control: allowed opens work
     assert "NULL_READ_OK" not in out, out
+
+
+def test_a_create_refused_for_an_existing_cgroup_leaves_it_and_its_processes(make_bundle,
+                                                                            state_root: Path) -> None:
+    """A cgroupsPath naming a cgroup someone else made: create refuses it, and its cleanup neither kills
+    what runs there nor removes any directory of it.  Control: a fresh path runs."""
+    lay = detect()
+    if os.geteuid() != 0 or lay.version != 1 or "pids" not in lay.v1_mounts:
+        pytest.skip("needs root and the v1 pids hierarchy (this host's layout)")
+    name = f"/sandbox-shim-test-victim-{uuid.uuid4().hex[:8]}"
+    ctl = base_config(["true"])
+    ctl["linux"]["cgroupsPath"] = name + "-ctl"
+    assert run_shim(state_root, "run", "--bundle", str(make_bundle(ctl, name="ctl")), "cg-ctl").returncode == 0
+    dirs = [os.path.join(m, name.lstrip("/")) for c, m in sorted(lay.v1_mounts.items())]
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        for d in dirs:
+            os.makedirs(d, exist_ok=True)
+        Path(lay.v1_mounts["pids"], name.lstrip("/"), "cgroup.procs").write_text(str(victim.pid))
+        cfg = base_config(["true"])
+        cfg["linux"]["cgroupsPath"] = name
+        r = run_shim(state_root, "create", "--bundle", str(make_bundle(cfg, name="taken")), "cg-taken")
+        assert r.returncode == 9 and "already exists" in r.stderr, r.stderr
+        run_shim(state_root, "delete", "--force", "cg-taken")
+        assert victim.poll() is None, "a failed create killed a process it never started"
+        assert all(os.path.isdir(d) for d in dirs), [d for d in dirs if not os.path.isdir(d)]
+    finally:
+        victim.kill()
+        victim.wait()
+        for d in dirs:
+            if os.path.isdir(d):
+                os.rmdir(d)

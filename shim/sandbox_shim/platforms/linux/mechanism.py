@@ -138,8 +138,14 @@ class LinuxMechanism:
             if priv.get("on_cgroup"):  # recorded before it is made: delete --force finds it after a crash
                 from .residue import planned
 
-                priv["on_cgroup"](planned(cg, plan.cgroups_path))
-            created = cg.create(limits.hierarchies())
+                record = planned(cg, plan.cgroups_path)
+                priv["on_cgroup"](record)
+            try:
+                created = cg.create(limits.hierarchies())
+            except BaseException:
+                if priv.get("on_cgroup"):  # create removed what it made; what exists now is not ours
+                    priv["on_cgroup"]({**record, "planned": [], "parents": []})
+                raise
             priv["cgroup"] = {"version": cg.version, "path": plan.cgroups_path, "created": created,
                               "systemd": self.systemd_cgroup}
             undo.callback(cg.remove, created)

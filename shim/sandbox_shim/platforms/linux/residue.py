@@ -79,8 +79,10 @@ def planned(cg: CgroupManager, path: str) -> dict[str, Any]:
         while cur.startswith(mount.rstrip("/") + "/") and not os.path.isdir(cur):
             parents.append(cur)
             cur = os.path.dirname(cur)
-    return {"version": cg.version, "path": path, "planned": cg.dirs(), "parents": sorted(set(parents)),
-            "created": []}
+    # a leaf that exists already is not ours (create refuses it): never recorded, so a cleanup after a
+    # failed create cannot kill what runs there or remove it
+    return {"version": cg.version, "path": path, "planned": [d for d in cg.dirs() if not os.path.lexists(d)],
+            "parents": sorted(set(parents)), "created": []}
 
 
 def remove(store: StateStore, sandbox_id: str) -> list[str]:

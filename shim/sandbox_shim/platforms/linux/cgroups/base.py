@@ -205,7 +205,8 @@ class CgroupManager(ABC):
         in ``created`` (made by ``create`` for a nested ``cgroupsPath``) are removed when empty and
         left alone while another cgroup lives under them.
         """
-        if any(os.path.isdir(d) for d in self.dirs()):
+        mine = set(created)
+        if any(d in mine and os.path.isdir(d) for d in self.dirs()):  # never kill in a cgroup we did not make
             self.kill_all(9)
             deadline = time.monotonic() + 5
             while self.pids() and time.monotonic() < deadline:
