@@ -422,7 +422,8 @@ def test_a_create_refused_for_an_existing_cgroup_leaves_it_and_its_processes(mak
     name = f"/sandbox-shim-test-victim-{uuid.uuid4().hex[:8]}"
     ctl = base_config(["true"])
     ctl["linux"]["cgroupsPath"] = name + "-ctl"
-    assert run_shim(state_root, "run", "--bundle", str(make_bundle(ctl, name="ctl")), "cg-ctl").returncode == 0
+    r = run_shim(state_root, "run", "--bundle", str(make_bundle(ctl, name="ctl")), "cg-ctl")
+    assert r.returncode == 0, r.stderr
     dirs = [os.path.join(m, name.lstrip("/")) for c, m in sorted(lay.v1_mounts.items())]
     victim = subprocess.Popen(["sleep", "60"])
     try:
