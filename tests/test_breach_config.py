@@ -264,3 +264,44 @@ def test_linux_devices_only_the_standard_nodes_are_accepted(make_bundle) -> None
     load(str(make_bundle(copy.deepcopy(cfg), name="ctl")), launch=False)  # control: bwrap's /dev has it
     cfg["linux"]["devices"].append({"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229})
     assert "/linux/devices/1" in _pointers(make_bundle, cfg, "evil")
+
+
+def test_hook_argument_or_env_naming_a_tenant_writable_file_is_refused(make_bundle) -> None:
+    cfg = base_config()
+    b = make_bundle(copy.deepcopy(cfg), name="probe")
+    host_script = b.parent / "hook.sh"
+    host_script.write_text("true\n")
+    cfg["hooks"] = {"poststop": [{"path": "/bin/sh", "args": ["sh", str(host_script)],
+                                  "env": ["LD_PRELOAD=/usr/lib/x.so"]}]}
+    load(str(make_bundle(copy.deepcopy(cfg), name="ctl")))  # control: the script lies outside storage/
+    evil = copy.deepcopy(cfg)
+    script = b.parent / "evil" / "storage" / "hook.sh"
+    evil["hooks"]["poststop"][0]["args"][1] = str(script)  # need not exist yet: the tenant makes it
+    assert "/hooks/poststop/0/args/1" in _pointers(make_bundle, evil, "evil")
+    rel = copy.deepcopy(cfg)
+    rel["hooks"]["poststop"][0]["args"][1] = "storage/hook.sh"  # relative to the bundle (hook cwd)
+    assert "/hooks/poststop/0/args/1" in _pointers(make_bundle, rel, "evil2")
+    opt = copy.deepcopy(cfg)
+    script = b.parent / "evil3" / "storage" / "hook.sh"
+    opt["hooks"]["poststop"][0]["args"][1:] = ["-c", ". \"$F\"", f"--rcfile={script}"]
+    assert "/hooks/poststop/0/args/3" in _pointers(make_bundle, opt, "evil3")
+    env = copy.deepcopy(cfg)
+    env["hooks"]["poststop"][0]["env"] = [f"BASH_ENV={b.parent / 'evil4' / 'storage' / 'x'}"]
+    assert "/hooks/poststop/0/env/0" in _pointers(make_bundle, env, "evil4")
+    lst = copy.deepcopy(cfg)
+    lst["hooks"]["poststop"][0]["env"] = [f"LD_PRELOAD=/usr/lib/x.so:{b.parent / 'evil5' / 'storage' / 'x'}"]
+    assert "/hooks/poststop/0/env/0" in _pointers(make_bundle, lst, "evil5")
+    rw_root = copy.deepcopy(cfg)
+    rw_root["root"]["readonly"] = False
+    rw_root["hooks"]["poststop"][0]["args"][1] = "rootfs/bin/hook"
+    assert "/hooks/poststop/0/args/1" in _pointers(make_bundle, rw_root, "evil6")
+
+
+def test_hook_argument_in_storage_is_refused_at_create(make_bundle, state_root) -> None:
+    cfg = base_config()
+    b = make_bundle(copy.deepcopy(cfg), name="b")
+    cfg["hooks"] = {"poststop": [{"path": "/bin/sh", "args": ["sh", str(b / "storage" / "hook.sh")]}]}
+    (b / "config.json").write_text(json.dumps(cfg))
+    r = run_shim(state_root, "create", "--bundle", str(b), "hk")
+    assert r.returncode != 0 and "/hooks/poststop/0/args/1" in r.stderr
+    assert not (state_root / "hk").exists()

@@ -15,7 +15,7 @@ from typing import Any
 from . import jsonguard
 from .errors import BundleInvalid, BundleProblem
 from .hardening import tenant
-from .paths import bind_source, canonical, exposed, writable_exposures
+from .paths import bind_source, canonical, contains, exposed, writable_exposures
 
 SETTINGS_PREFIX = "sandbox-shim."
 
@@ -336,6 +336,39 @@ def protected_paths(cfg: dict[str, Any], bundle: str) -> list[str]:
     return out
 
 
+def _path_words(value: str) -> list[str]:
+    """The path-like parts of one hook argument or env value: the whole word, the value of a
+    ``--opt=VALUE`` form, and each entry of a ``:``-separated list (``LD_PRELOAD``, ``PATH``)."""
+    words = [value]
+    if "=" in value:
+        words.append(value.split("=", 1)[1])
+    return [p for w in words for p in w.split(":") if p]
+
+
+def hook_references(cfg: dict[str, Any], bundle: str) -> list[tuple[str, str]]:
+    """(JSON pointer, host path) of every path a host-side hook names in ``args`` (from ``args[1]``:
+    ``args[0]`` is only argv[0]) or in an ``env`` value.  Relative words are taken against the bundle
+    (the hooks' working directory, runtime-spec runtime.md).  An interpreter's script, an ``LD_PRELOAD``
+    or ``BASH_ENV`` file is code run on the host as root, like ``path`` itself.  ``startContainer``
+    hooks run inside the sandbox and are left out."""
+    out: list[tuple[str, str]] = []
+    for phase, entries in (cfg.get("hooks") or {}).items():
+        if phase == "startContainer" or not isinstance(entries, list):
+            continue
+        for i, h in enumerate(entries):
+            if not isinstance(h, dict):
+                continue
+            for key, start in (("args", 1), ("env", 0)):
+                values = h.get(key) or []
+                for j, v in enumerate(values if isinstance(values, list) else []):
+                    if not isinstance(v, str) or j < start:
+                        continue
+                    v = v.split("=", 1)[1] if key == "env" else v
+                    out += [(f"/hooks/{phase}/{i}/{key}/{j}", os.path.join(bundle, w))
+                            for w in _path_words(v)]
+    return out
+
+
 def exposure_problems(cfg: dict[str, Any], bundle: str, rootfs: str,
                       extra_protected: tuple[str, ...] = ()) -> list[BundleProblem]:
     """Refuse a writable rootfs or bind that contains (or aliases) the bundle, config.json, a hook's
@@ -357,4 +390,12 @@ def exposure_problems(cfg: dict[str, Any], bundle: str, rootfs: str,
                                  "the host later", "tenant profile: nothing the runtime reads is writable "
                                  "from inside", "use a rootfs / bind source outside the bundle and the "
                                  "hooks' directories, or make it read-only"))
+    exposures = writable_exposures(rootfs, root_ro, binds)
+    for ptr, path in hook_references(cfg, bundle):
+        where = next((e for e, host in exposures if contains(host, path)), None)
+        if where is not None:
+            out.append(BundleProblem(ptr, f"names {path}, which the tenant could write (through {where}); "
+                                     "the hook runs it on the host", "tenant profile: nothing the runtime "
+                                     "reads or runs is writable from inside", "keep the hook's scripts and "
+                                     "files outside storage/, the rootfs and read-write binds"))
     return out
