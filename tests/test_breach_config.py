@@ -305,3 +305,23 @@ def test_hook_argument_in_storage_is_refused_at_create(make_bundle, state_root) 
     r = run_shim(state_root, "create", "--bundle", str(b), "hk")
     assert r.returncode != 0 and "/hooks/poststop/0/args/1" in r.stderr
     assert not (state_root / "hk").exists()
+
+
+def test_bind_of_a_parent_of_the_hosts_kernel_mounts_is_refused(make_bundle, tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    cfg = base_config()
+    cfg["mounts"].append({"destination": "/tmp/x", "type": "bind", "source": str(plain),
+                          "options": ["rbind", "ro"]})
+    load(str(make_bundle(copy.deepcopy(cfg), name="ctl")))  # control: a plain directory binds
+    n = len(cfg["mounts"]) - 1
+    for i, src in enumerate(["/", "/dev", "/dev/pts"]):  # recursive: the host's /proc, /sys, devtmpfs
+        cfg["mounts"][n]["source"] = src
+        got = _pointers(make_bundle, cfg, f"evil{i}")
+        assert f"/mounts/{n}/source" in got, src
+
+
+def test_rootfs_holding_the_hosts_kernel_mounts_is_refused(make_bundle) -> None:
+    cfg = base_config()
+    cfg["root"] = {"path": "/", "readonly": True}
+    assert "/root/path" in _pointers(make_bundle, cfg, "evil")

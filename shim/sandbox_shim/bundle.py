@@ -268,11 +268,32 @@ def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:
     return out
 
 
+def _kernel_mount_problems(pointer: str, host: str, table: list[tuple[str, str]] | None
+                           ) -> list[BundleProblem]:
+    """Refuse a recursively bound host directory that holds a host kernel mount (host_mounts)."""
+    from .host_mounts import kernel_mounts_in
+
+    try:
+        found = kernel_mounts_in(host, table)
+    except OSError as e:
+        return [BundleProblem(pointer, f"{host}: {e}; its mounts cannot be checked", "fail closed",
+                              "run where /proc is mounted")]
+    if not found:
+        return []
+    mp, fs = found[0]
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return [BundleProblem(pointer, f"{host} holds the host's {fs} mount at {mp}{more}; binds are recursive, "
+                          "so the tenant would see it", "tenant profile: kernel files",
+                          "bind a directory without kernel mounts below it")]
+
+
 def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> list[BundleProblem]:
     """Semantic checks past the schema: seccomp names, unsupported namespaces, security fields."""
     out: list[BundleProblem] = []
+    from .host_mounts import mounts
     from .plan import MOUNT_TYPES
 
+    table = mounts()
     for i, m in enumerate(cfg.get("mounts") or []):
         kind = m.get("type")
         if kind and kind not in MOUNT_TYPES and not {"bind", "rbind"} & set(m.get("options") or []):
@@ -289,6 +310,11 @@ def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> lis
                 out.append(BundleProblem(f"/mounts/{i}/source", f"bind source {host} is the host's proc or "
                                          "sysfs (the host's processes and kernel settings)",
                                          "tenant profile: kernel files", 'use a "proc" or "sysfs" mount'))
+                continue
+            out += _kernel_mount_problems(f"/mounts/{i}/source", host, table)
+    root = cfg.get("root") or {}
+    if isinstance(root.get("path"), str) and root["path"]:
+        out += _kernel_mount_problems("/root/path", canonical(root["path"], bundle), table)
     linux = cfg.get("linux") or {}
     for i, ns in enumerate(linux.get("namespaces") or []):
         if ns.get("type") == "time":
