@@ -8,7 +8,8 @@ One walk, at validation (``bundle.load``, so ``sandbox-shim validate`` says "inv
   specially: path fields must be absolute with no ``..`` component, and no path-like field (bind
   sources, ``root.path``, namespace and device paths too) holds a control character; mount options
   are single tokens (no ``,``; ``mode=`` octal, ``size=`` a number with an optional k/m/g unit);
-  the hostname is at most 64 bytes (sethostname(2) HOST_NAME_MAX) without ``/``, whitespace or control characters; sysctl
+  the hostname is at most 64 bytes (sethostname(2) HOST_NAME_MAX) without ``/``, whitespace or
+  control characters; sysctl
   values and ``cgroupsPath`` hold no control characters; ``cgroupsPath`` has no ``.`` / ``..``
   component (it is joined under each cgroup root).
 * ``number_problems``: the ranges the schema cannot express (``rlimits`` soft <= hard; sandbox
