@@ -329,3 +329,12 @@ def test_rootfs_holding_the_hosts_kernel_mounts_is_refused(make_bundle) -> None:
     cfg = base_config()
     cfg["root"] = {"path": "/", "readonly": True}
     assert "/root/path" in _pointers(make_bundle, cfg, "evil")
+
+
+@pytest.mark.parametrize("path", ["/proc/self/status", "/proc/net", "/proc/1", "/proc/thread-self/x"])
+def test_readonly_pid_dependent_proc_entry_is_refused_at_validation(make_bundle, path: str) -> None:
+    cfg = base_config()
+    cfg["linux"]["readonlyPaths"] = ["/proc/sys"]
+    load(str(make_bundle(copy.deepcopy(cfg), name="ctl")), launch=False)  # control: /proc/sys is fine
+    cfg["linux"]["readonlyPaths"].append(path)
+    assert "/linux/readonlyPaths/1" in _pointers(make_bundle, cfg, "evil")

@@ -212,6 +212,7 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
         problems += tenant.check_network(cfg, settings.network)
         problems += tenant.check_pid_namespace(cfg)
         problems += tenant.check_capabilities(cfg)
+        problems += tenant.check_readonly_proc(cfg)
         problems += _linux_problems(cfg, bundle, settings)
         problems += exposure_problems(cfg, bundle, rootfs)
         host = _host_problems(cfg, bundle)
