@@ -266,7 +266,7 @@ def test_linux_devices_only_the_standard_nodes_are_accepted(make_bundle) -> None
     allow = {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"}
     cfg["linux"]["resources"]["devices"] = [{"allow": False, "access": "rwm"}, allow]
     load(str(make_bundle(copy.deepcopy(cfg), name="ctl")), launch=False)  # control: bwrap's /dev has it
-    cfg["linux"]["devices"].append({"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229})
+    cfg["linux"]["devices"].append({"path": "/dev/kmsg", "type": "c", "major": 1, "minor": 11})
     assert "/linux/devices/1" in _pointers(make_bundle, cfg, "evil")
 
 
