@@ -48,6 +48,10 @@ STRINGS = [
     (["process", "cwd"], "/", "tmp", "/process/cwd"),
     (["mounts", 0, "destination"], "/proc", "/proc\0/x", "/mounts/0/destination"),
     (["mounts", 0, "destination"], "/proc", "/a/../proc", "/mounts/0/destination"),
+    (["mounts", 2, "destination"], "/tmp", "/tmp\n--bind", "/mounts/2/destination"),
+    (["mounts", 3, "source"], "storage", "stor\tage", "/mounts/3/source"),
+    (["root", "path"], "rootfs", "rootfs\n", "/root/path"),
+    (["linux", "readonlyPaths", 0], "/proc/bus", "/proc/bus\x7f", "/linux/readonlyPaths/0"),
     (["mounts", 1, "options", 0], "nosuid", "mode=755,uid=0", "/mounts/1/options/0"),
     (["mounts", 1, "options", 0], "nosuid", "mode=75x5", "/mounts/1/options/0"),
     (["mounts", 1, "options", 0], "nosuid", "size=12abc", "/mounts/1/options/0"),
@@ -114,6 +118,8 @@ def test_number_out_of_its_spec_range_is_refused(make_bundle, path, ok, bad) -> 
         c["hooks"] = {"prestart": [{"path": "/bin/true", "timeout": 5}]}
         if path[-1] == "hard":
             c["process"]["rlimits"][0]["soft"] = 1
+        if path[-1] == "gid":  # uid 0 with another gid needs CAP_SETGID (credentials.py)
+            c["process"]["capabilities"] = {k: ["CAP_SETGID"] for k in ("bounding", "effective", "permitted")}
         return _set(c, path, v)
 
     load(str(make_bundle(cfg_with(ok), name="ctl")), launch=False)  # control: the edge of the range
@@ -262,5 +268,75 @@ def test_linux_devices_only_the_standard_nodes_are_accepted(make_bundle) -> None
     allow = {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"}
     cfg["linux"]["resources"]["devices"] = [{"allow": False, "access": "rwm"}, allow]
     load(str(make_bundle(copy.deepcopy(cfg), name="ctl")), launch=False)  # control: bwrap's /dev has it
-    cfg["linux"]["devices"].append({"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229})
+    cfg["linux"]["devices"].append({"path": "/dev/kmsg", "type": "c", "major": 1, "minor": 11})
     assert "/linux/devices/1" in _pointers(make_bundle, cfg, "evil")
+
+
+def test_hook_argument_or_env_naming_a_tenant_writable_file_is_refused(make_bundle) -> None:
+    cfg = base_config()
+    b = make_bundle(copy.deepcopy(cfg), name="probe")
+    host_script = b.parent / "hook.sh"
+    host_script.write_text("true\n")
+    cfg["hooks"] = {"poststop": [{"path": "/bin/sh", "args": ["sh", str(host_script)],
+                                  "env": ["LD_PRELOAD=/usr/lib/x.so"]}]}
+    load(str(make_bundle(copy.deepcopy(cfg), name="ctl")))  # control: the script lies outside storage/
+    evil = copy.deepcopy(cfg)
+    script = b.parent / "evil" / "storage" / "hook.sh"
+    evil["hooks"]["poststop"][0]["args"][1] = str(script)  # need not exist yet: the tenant makes it
+    assert "/hooks/poststop/0/args/1" in _pointers(make_bundle, evil, "evil")
+    rel = copy.deepcopy(cfg)
+    rel["hooks"]["poststop"][0]["args"][1] = "storage/hook.sh"  # relative to the bundle (hook cwd)
+    assert "/hooks/poststop/0/args/1" in _pointers(make_bundle, rel, "evil2")
+    opt = copy.deepcopy(cfg)
+    script = b.parent / "evil3" / "storage" / "hook.sh"
+    opt["hooks"]["poststop"][0]["args"][1:] = ["-c", ". \"$F\"", f"--rcfile={script}"]
+    assert "/hooks/poststop/0/args/3" in _pointers(make_bundle, opt, "evil3")
+    env = copy.deepcopy(cfg)
+    env["hooks"]["poststop"][0]["env"] = [f"BASH_ENV={b.parent / 'evil4' / 'storage' / 'x'}"]
+    assert "/hooks/poststop/0/env/0" in _pointers(make_bundle, env, "evil4")
+    lst = copy.deepcopy(cfg)
+    lst["hooks"]["poststop"][0]["env"] = [f"LD_PRELOAD=/usr/lib/x.so:{b.parent / 'evil5' / 'storage' / 'x'}"]
+    assert "/hooks/poststop/0/env/0" in _pointers(make_bundle, lst, "evil5")
+    rw_root = copy.deepcopy(cfg)
+    rw_root["root"]["readonly"] = False
+    rw_root["hooks"]["poststop"][0]["args"][1] = "rootfs/bin/hook"
+    assert "/hooks/poststop/0/args/1" in _pointers(make_bundle, rw_root, "evil6")
+
+
+def test_hook_argument_in_storage_is_refused_at_create(make_bundle, state_root) -> None:
+    cfg = base_config()
+    b = make_bundle(copy.deepcopy(cfg), name="b")
+    cfg["hooks"] = {"poststop": [{"path": "/bin/sh", "args": ["sh", str(b / "storage" / "hook.sh")]}]}
+    (b / "config.json").write_text(json.dumps(cfg))
+    r = run_shim(state_root, "create", "--bundle", str(b), "hk")
+    assert r.returncode != 0 and "/hooks/poststop/0/args/1" in r.stderr
+    assert not (state_root / "hk").exists()
+
+
+def test_bind_of_a_parent_of_the_hosts_kernel_mounts_is_refused(make_bundle, tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    cfg = base_config()
+    cfg["mounts"].append({"destination": "/tmp/x", "type": "bind", "source": str(plain),
+                          "options": ["rbind", "ro"]})
+    load(str(make_bundle(copy.deepcopy(cfg), name="ctl")))  # control: a plain directory binds
+    n = len(cfg["mounts"]) - 1
+    for i, src in enumerate(["/", "/dev", "/dev/pts"]):  # recursive: the host's /proc, /sys, devtmpfs
+        cfg["mounts"][n]["source"] = src
+        got = _pointers(make_bundle, cfg, f"evil{i}")
+        assert f"/mounts/{n}/source" in got, src
+
+
+def test_rootfs_holding_the_hosts_kernel_mounts_is_refused(make_bundle) -> None:
+    cfg = base_config()
+    cfg["root"] = {"path": "/", "readonly": True}
+    assert "/root/path" in _pointers(make_bundle, cfg, "evil")
+
+
+@pytest.mark.parametrize("path", ["/proc/self/status", "/proc/net", "/proc/1", "/proc/thread-self/x"])
+def test_readonly_pid_dependent_proc_entry_is_refused_at_validation(make_bundle, path: str) -> None:
+    cfg = base_config()
+    cfg["linux"]["readonlyPaths"] = ["/proc/sys"]
+    load(str(make_bundle(copy.deepcopy(cfg), name="ctl")), launch=False)  # control: /proc/sys is fine
+    cfg["linux"]["readonlyPaths"].append(path)
+    assert "/linux/readonlyPaths/1" in _pointers(make_bundle, cfg, "evil")

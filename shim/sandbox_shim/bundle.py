@@ -9,13 +9,14 @@ never echoed.  Keys the schema does not describe are warnings, not failures.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import jsonguard
 from .errors import BundleInvalid, BundleProblem
 from .hardening import tenant
-from .paths import bind_source, canonical, exposed, writable_exposures
+from .paths import bind_source, canonical, contains, exposed, writable_exposures
 
 SETTINGS_PREFIX = "sandbox-shim."
 
@@ -212,6 +213,7 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
         problems += tenant.check_network(cfg, settings.network)
         problems += tenant.check_pid_namespace(cfg)
         problems += tenant.check_capabilities(cfg)
+        problems += tenant.check_readonly_proc(cfg)
         problems += _linux_problems(cfg, bundle, settings)
         problems += exposure_problems(cfg, bundle, rootfs)
         host = _host_problems(cfg, bundle)
@@ -268,11 +270,44 @@ def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:
     return out
 
 
+def _credential_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """What bwrap cannot do for ``process.user`` (platforms/linux/credentials.py), at validation: the
+    rule needs only the config, so ``validate`` and ``create`` agree."""
+    from .hardening.capabilities import granted
+    from .platforms.linux.credentials import problems
+
+    proc = cfg.get("process") or {}
+    caps = dict(proc.get("capabilities") or {})
+    caps.setdefault("bounding", caps.get("effective") or [])
+    return problems(cfg, granted(caps, int((proc.get("user") or {}).get("uid", 0))))
+
+
+def _kernel_mount_problems(pointer: str, host: str, table: list[tuple[str, str]] | None
+                           ) -> list[BundleProblem]:
+    """Refuse a recursively bound host directory that holds a host kernel mount (host_mounts)."""
+    from .host_mounts import kernel_mounts_in
+
+    try:
+        found = kernel_mounts_in(host, table)
+    except OSError as e:
+        return [BundleProblem(pointer, f"{host}: {e}; its mounts cannot be checked", "fail closed",
+                              "run where /proc is mounted")]
+    if not found:
+        return []
+    mp, fs = found[0]
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return [BundleProblem(pointer, f"{host} holds the host's {fs} mount at {mp}{more}; binds are recursive, "
+                          "so the tenant would see it", "tenant profile: kernel files",
+                          "bind a directory without kernel mounts below it")]
+
+
 def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> list[BundleProblem]:
     """Semantic checks past the schema: seccomp names, unsupported namespaces, security fields."""
     out: list[BundleProblem] = []
+    from .host_mounts import mounts
     from .plan import MOUNT_TYPES
 
+    table = mounts()
     for i, m in enumerate(cfg.get("mounts") or []):
         kind = m.get("type")
         if kind and kind not in MOUNT_TYPES and not {"bind", "rbind"} & set(m.get("options") or []):
@@ -289,6 +324,11 @@ def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> lis
                 out.append(BundleProblem(f"/mounts/{i}/source", f"bind source {host} is the host's proc or "
                                          "sysfs (the host's processes and kernel settings)",
                                          "tenant profile: kernel files", 'use a "proc" or "sysfs" mount'))
+                continue
+            out += _kernel_mount_problems(f"/mounts/{i}/source", host, table)
+    root = cfg.get("root") or {}
+    if isinstance(root.get("path"), str) and root["path"]:
+        out += _kernel_mount_problems("/root/path", canonical(root["path"], bundle), table)
     linux = cfg.get("linux") or {}
     for i, ns in enumerate(linux.get("namespaces") or []):
         if ns.get("type") == "time":
@@ -311,6 +351,8 @@ def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> lis
                     "remove the field",
                 )
             )
+    if sys.platform.startswith("linux"):
+        out += _credential_problems(cfg)
     if linux.get("sysctl"):
         from .platforms.linux.namespaces import sysctl_problems
 
@@ -336,6 +378,39 @@ def protected_paths(cfg: dict[str, Any], bundle: str) -> list[str]:
     return out
 
 
+def _path_words(value: str) -> list[str]:
+    """The path-like parts of one hook argument or env value: the whole word, the value of a
+    ``--opt=VALUE`` form, and each entry of a ``:``-separated list (``LD_PRELOAD``, ``PATH``)."""
+    words = [value]
+    if "=" in value:
+        words.append(value.split("=", 1)[1])
+    return [p for w in words for p in w.split(":") if p]
+
+
+def hook_references(cfg: dict[str, Any], bundle: str) -> list[tuple[str, str]]:
+    """(JSON pointer, host path) of every path a host-side hook names in ``args`` (from ``args[1]``:
+    ``args[0]`` is only argv[0]) or in an ``env`` value.  Relative words are taken against the bundle
+    (the hooks' working directory, runtime-spec runtime.md).  An interpreter's script, an ``LD_PRELOAD``
+    or ``BASH_ENV`` file is code run on the host as root, like ``path`` itself.  ``startContainer``
+    hooks run inside the sandbox and are left out."""
+    out: list[tuple[str, str]] = []
+    for phase, entries in (cfg.get("hooks") or {}).items():
+        if phase == "startContainer" or not isinstance(entries, list):
+            continue
+        for i, h in enumerate(entries):
+            if not isinstance(h, dict):
+                continue
+            for key, start in (("args", 1), ("env", 0)):
+                values = h.get(key) or []
+                for j, v in enumerate(values if isinstance(values, list) else []):
+                    if not isinstance(v, str) or j < start:
+                        continue
+                    v = v.split("=", 1)[1] if key == "env" else v
+                    out += [(f"/hooks/{phase}/{i}/{key}/{j}", os.path.join(bundle, w))
+                            for w in _path_words(v)]
+    return out
+
+
 def exposure_problems(cfg: dict[str, Any], bundle: str, rootfs: str,
                       extra_protected: tuple[str, ...] = ()) -> list[BundleProblem]:
     """Refuse a writable rootfs or bind that contains (or aliases) the bundle, config.json, a hook's
@@ -357,4 +432,12 @@ def exposure_problems(cfg: dict[str, Any], bundle: str, rootfs: str,
                                  "the host later", "tenant profile: nothing the runtime reads is writable "
                                  "from inside", "use a rootfs / bind source outside the bundle and the "
                                  "hooks' directories, or make it read-only"))
+    exposures = writable_exposures(rootfs, root_ro, binds)
+    for ptr, path in hook_references(cfg, bundle):
+        where = next((e for e, host in exposures if contains(host, path)), None)
+        if where is not None:
+            out.append(BundleProblem(ptr, f"names {path}, which the tenant could write (through {where}); "
+                                     "the hook runs it on the host", "tenant profile: nothing the runtime "
+                                     "reads or runs is writable from inside", "keep the hook's scripts and "
+                                     "files outside storage/, the rootfs and read-write binds"))
     return out

@@ -5,9 +5,11 @@ One walk, at validation (``bundle.load``, so ``sandbox-shim validate`` says "inv
 * ``string_problems``: every string of the config, keys included, is refused when it holds a NUL byte
   (bwrap reads its options NUL-separated through ``--args FD``: a NUL would start a new option) or a
   lone UTF-16 surrogate (it cannot be encoded for the kernel).  Then what each consumer treats
-  specially: path fields must be absolute with no ``..`` component; mount options are single tokens
-  (no ``,``; ``mode=`` octal, ``size=`` a number with an optional k/m/g unit); the hostname is at most
-  64 bytes (sethostname(2) HOST_NAME_MAX) without ``/``, whitespace or control characters; sysctl
+  specially: path fields must be absolute with no ``..`` component, and no path-like field (bind
+  sources, ``root.path``, namespace and device paths too) holds a control character; mount options
+  are single tokens (no ``,``; ``mode=`` octal, ``size=`` a number with an optional k/m/g unit);
+  the hostname is at most 64 bytes (sethostname(2) HOST_NAME_MAX) without ``/``, whitespace or
+  control characters; sysctl
   values and ``cgroupsPath`` hold no control characters; ``cgroupsPath`` has no ``.`` / ``..``
   component (it is joined under each cgroup root).
 * ``number_problems``: the ranges the schema cannot express (``rlimits`` soft <= hard; sandbox
@@ -122,8 +124,24 @@ def _path_fields(cfg: dict[str, Any]) -> list[BundleProblem]:
         for i, h in enumerate(entries if isinstance(entries, list) else []):
             if isinstance(h, dict):
                 fields.append((["hooks", phase, i, "path"], h.get("path")))
+    loose: list[tuple[list[Any], Any]] = []  # path-like, relative allowed: control characters only
+    for i, m in enumerate(cfg.get("mounts") or [] if isinstance(cfg.get("mounts"), list) else []):
+        if isinstance(m, dict):
+            loose.append((["mounts", i, "source"], m.get("source")))
+    root = cfg.get("root") if isinstance(cfg.get("root"), dict) else {}
+    loose.append((["root", "path"], root.get("path")))
+    for key in ("namespaces", "devices"):
+        for i, n in enumerate(linux.get(key) or [] if isinstance(linux.get(key), list) else []):
+            if isinstance(n, dict):
+                loose.append((["linux", key, i, "path"], n.get("path")))
+    for path, value in fields + loose:
+        if isinstance(value, str) and _CONTROL.search(value):
+            out.append(BundleProblem(_ptr(path), "path holds a control character (a newline or tab would "
+                                     "make a file name the config does not show)", "path safety",
+                                     "remove the control character"))
+    bad = {_ptr(path) for path, value in fields + loose if isinstance(value, str) and _CONTROL.search(value)}
     for path, value in fields:
-        if not isinstance(value, str):
+        if not isinstance(value, str) or _ptr(path) in bad:
             continue  # the schema reports the type
         if not value.startswith("/"):
             out.append(BundleProblem(_ptr(path), "path must be absolute", "runtime-spec config.md",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .bundle import Spec
+from .bundle import Spec, hook_references
 from .hardening import tenant
 
 #: OCI namespace type → capability name probed for it
@@ -221,5 +221,5 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim",
         console_size=(int(proc["consoleSize"]["height"]), int(proc["consoleSize"]["width"]))
         if isinstance(proc.get("consoleSize"), dict) and proc.get("terminal") else None,
         protected=[h["path"] for hs in (cfg.get("hooks") or {}).values() for h in hs or [] if h.get("path")]
-        + ([state_root] if state_root else []),
+        + [path for _, path in hook_references(cfg, spec.bundle)] + ([state_root] if state_root else []),
     )

@@ -171,3 +171,31 @@ def proc_pid_entry(rel: str) -> bool:
     sources are host paths), so such a masked/read-only path is refused (proc(5))."""
     first = rel.strip("/").split("/")[0]
     return first == "" or first.isdigit() or first in ("self", "thread-self")
+
+
+#: proc(5) entries that are symbolic links into ``self/``: through them a path is pid-dependent too
+PROC_SELF_LINKS = ("mounts", "net")
+
+
+def check_readonly_proc(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """Refuse, at validation, a ``readonlyPaths`` entry in a ``proc`` mount of the config that is
+    pid-dependent (``proc_pid_entry``, or through ``/proc/net`` / ``/proc/mounts``, links to ``self/``):
+    its read-only bind would have the host's /proc as source.  The same rule holds at create."""
+    procs = [m.get("destination") for m in cfg.get("mounts") or []
+             if isinstance(m, dict) and m.get("type") == "proc" and isinstance(m.get("destination"), str)]
+    out: list[BundleProblem] = []
+    for i, path in enumerate((cfg.get("linux") or {}).get("readonlyPaths") or []):
+        if not isinstance(path, str):
+            continue
+        for dest in procs:
+            top = dest.rstrip("/")
+            if path != top and not path.startswith(top + "/"):
+                continue
+            rel = path[len(top):]
+            if proc_pid_entry(rel) or rel.strip("/").split("/")[0] in PROC_SELF_LINKS:
+                out.append(BundleProblem(f"/linux/readonlyPaths/{i}", f"{path}: a pid-dependent proc entry "
+                                         "cannot be made read-only (the bind's source would be the host's "
+                                         "/proc)", "tenant profile: masked and read-only paths hold",
+                                         "remove it; mask it instead, or list a path below /proc/sys"))
+                break
+    return out

@@ -1,0 +1,71 @@
+"""Host mounts a bind source would carry into the sandbox.
+
+bwrap's ``--bind``/``--ro-bind`` are recursive (``MS_BIND | MS_REC``, bwrap.c ``bind_mount``): a bind of
+``/`` or ``/run`` shows every mount below it, the host's ``/proc`` and ``/sys`` included.  A bind source
+is refused when it lies in, or has below it, a mount of a kernel file system that exposes the host
+(its processes, kernel settings, devices, namespaces).  The list is read from ``/proc/self/mountinfo``
+(proc(5), "/proc/pid/mountinfo").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+#: file system types that show the host's kernel state (proc(5), sysfs(5), kernel Documentation/filesystems)
+HOST_KERNEL_FS = frozenset({
+    "proc", "sysfs", "debugfs", "tracefs", "securityfs", "bpf", "cgroup", "cgroup2", "devtmpfs", "devpts",
+    "configfs", "efivarfs", "fusectl", "mqueue", "binfmt_misc", "pstore", "nsfs", "selinuxfs",
+    "rpc_pipefs", "nfsd",
+})
+
+_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(field: str) -> str:
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, str]] | None:
+    """(mount point, file system type) of every mount of this mount namespace, or None where the
+    file cannot be read (not Linux, no /proc)."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    out = []
+    for line in lines:
+        fields = line.split(" ")
+        if "-" not in fields[6:] or len(fields) < 5:
+            continue
+        fs = fields[fields.index("-", 6) + 1]
+        out.append((_unescape(fields[4]), fs))
+    return out
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or top == "/" or path.startswith(top.rstrip("/") + "/")
+
+
+def kernel_mounts_in(source: str, table: list[tuple[str, str]] | None) -> list[tuple[str, str]]:
+    """(mount point, type) of each host-kernel mount a recursive bind of ``source`` would show: those
+    at or below its real path, and the mount the source itself lies in.
+
+    Raises:
+        OSError: the mount table could not be read on Linux (fail closed: nothing is known).
+    """
+    if table is None:
+        if sys.platform.startswith("linux"):
+            raise OSError("cannot read /proc/self/mountinfo")
+        return []
+    real = os.path.realpath(source)
+    found = [(mp, fs) for mp, fs in table if fs in HOST_KERNEL_FS and _under(mp, real)]
+    holders = [(mp, fs) for mp, fs in table if _under(real, mp)]
+    if holders:
+        deepest = max(len(e[0]) for e in holders)
+        mp, fs = [e for e in holders if len(e[0]) == deepest][-1]  # the last-listed one is on top
+        if fs in HOST_KERNEL_FS and (mp, fs) not in found:
+            found.append((mp, fs))
+    return found
