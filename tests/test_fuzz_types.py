@@ -135,3 +135,26 @@ def test_wrong_types_through_the_cli_end_in_3_with_one_line(fuzz_dir: Path, tmp_
         results = list(pool.map(lambda a: one(*a), [(i, p, v) for i, (p, v) in enumerate(cases)]))
     assert not [r for r in results if r], "\n".join(r for r in results if r)
     assert time.monotonic() - t0 < 180
+
+
+@pytest.mark.parametrize("field,value,pointer", [
+    ("args", ["/bin/true"] + ["a"] * 16000, "/process/args"),
+    ("env", [f"V{i}=x" for i in range(16000)], "/process/env"),
+    ("period", 1, "/linux/resources/cpu/period"),
+    ("period", 2_000_000, "/linux/resources/cpu/period"),
+    ("quota", 999, "/linux/resources/cpu/quota"),
+])
+def test_configs_create_would_refuse_are_refused_at_validation(fuzz_dir: Path, field: str, value: Any,
+                                                               pointer: str) -> None:
+    cfg = base_config()
+    if field in ("period", "quota"):
+        cfg.setdefault("linux", {})["resources"] = {"cpu": {field: 100000}}
+        (fuzz_dir / "config.json").write_text(json.dumps(cfg))
+        bundle.load(str(fuzz_dir), launch=False)  # the control: an in-range value is valid
+        cfg["linux"]["resources"]["cpu"][field] = value
+    else:
+        cfg["process"][field] = value
+    (fuzz_dir / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(Exception) as info:  # noqa: PT011 - BundleInvalid, checked below
+        bundle.load(str(fuzz_dir), launch=False)
+    assert [p.pointer for p in info.value.problems] == [pointer]  # type: ignore[attr-defined]
