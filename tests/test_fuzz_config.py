@@ -39,6 +39,9 @@ SEEDS: dict[str, str] = {
         {"destination": "/a\u0000b", "type": "tmpfs", "source": "tmpfs"}]}),
     "surrogate in cwd": json.dumps(base_config())[:-1] + ', "x-cwd": "\\udfff"}',
     "700,000-item array": '{"process": {"args": [' + ",".join(['"a"'] * 700_000) + "]}}",
+    "NaN": '{"linux": {"resources": {"cpu": {"period": NaN}}}}',
+    "float past the double range": '{"linux": {"resources": {"cpu": {"period": 1e999999}}}}',
+    "minus Infinity": '{"process": {"user": {"uid": -Infinity}}}',
     "huge string": '{"hostname": "' + "h" * 2_000_000 + '"}',
     "not UTF-8": '{"hostname": "\xff"}',
 }
@@ -150,3 +153,16 @@ def test_cli_validate_ends_in_a_documented_status_and_one_line(fuzz_bundle: Path
     r = run_shim(tmp_path / "state", "--log-format", "json", "validate", "--bundle", str(fuzz_bundle))
     assert r.returncode in (0, 3), (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999999", "-1e400"])
+def test_non_finite_numbers_are_refused_with_their_pointer(literal: str, fuzz_bundle: Path) -> None:
+    cfg = base_config()
+    cfg.setdefault("linux", {})["resources"] = {"cpu": {"period": 100000}}
+    _write(fuzz_bundle, json.dumps(cfg).replace("100000", literal))
+    with pytest.raises(BundleInvalid) as info:
+        bundle.load(str(fuzz_bundle), launch=False)
+    assert [p.pointer for p in info.value.problems] == ["/linux/resources/cpu/period"]
+    assert "not finite" in info.value.problems[0].message
+    _write(fuzz_bundle, json.dumps(cfg))  # the control: the same config with a finite period is valid
+    bundle.load(str(fuzz_bundle), launch=False)

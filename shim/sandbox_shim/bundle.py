@@ -214,6 +214,7 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
         problems += tenant.check_pid_namespace(cfg)
         problems += tenant.check_capabilities(cfg)
         problems += tenant.check_readonly_proc(cfg)
+        problems += _requires_problems(settings)
         problems += _linux_problems(cfg, bundle, settings)
         problems += exposure_problems(cfg, bundle, rootfs)
         host = _host_problems(cfg, bundle)
@@ -224,6 +225,23 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
     if problems:
         raise BundleInvalid(problems)
     return Spec(bundle, rootfs, cfg, Settings.from_annotations(cfg.get("annotations") or {}), warnings)
+
+
+def _requires_problems(settings: Settings) -> list[BundleProblem]:
+    """``sandbox-shim.requires`` names every probe it lists (``capability.PROBES``, imported only when
+    the annotation is set)."""
+    if not settings.requires:
+        return []
+    from . import capability
+
+    capability._load_probes()
+    unknown = sorted(set(settings.requires) - set(capability.PROBES))
+    if not unknown:
+        return []
+    return [BundleProblem("/annotations/" + SETTINGS_PREFIX + "requires",
+                          f"unknown capability names: {', '.join(n[:64] for n in unknown[:8])}",
+                          "sandbox-shim: capability probes",
+                          "use names listed by `sandbox-shim capabilities`")]
 
 
 def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:

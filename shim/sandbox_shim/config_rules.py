@@ -34,6 +34,18 @@ from .errors import BundleProblem
 #: (measured in tests/test_breaches_setup.py); past it a config is refused rather than left hanging.
 MAX_PATH_ENTRIES = 1024
 
+#: CFS bandwidth bounds (kernel Documentation/scheduler/sched-bwc.rst, tg_set_cfs_bandwidth): the period
+#: of cgroup v1 cpu.cfs_period_us and of cgroup v2 cpu.max is 1 ms..1 s, the quota at least 1 ms; the
+#: kernel answers EINVAL outside them, which create would report only after making the cgroup.
+CPU_PERIOD_MIN, CPU_PERIOD_MAX, CPU_QUOTA_MIN = 1000, 1_000_000, 1000
+
+#: bwrap(1) refuses more than 9000 arguments in all (its MAX_ARGS, the --args file included): the
+#: process's arguments, three per environment entry (--setenv NAME VALUE), about four per mount,
+#: masked or read-only path, and the runtime's own options (at most ``ARGV_FLOOR``, measured well
+#: under it for the tenant floor with every capability added).
+BWRAP_MAX_ARGS = 9000
+ARGV_FLOOR = 600
+
 HOST_NAME_MAX = 64  # sethostname(2)
 
 
@@ -161,6 +173,20 @@ def number_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
                 and r["soft"] > r["hard"]:
             out.append(BundleProblem(_ptr(["process", "rlimits", i, "soft"]), "soft limit exceeds hard limit",
                                      "setrlimit(2) EINVAL", "make soft <= hard"))
+    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+    res = linux.get("resources") if isinstance(linux.get("resources"), dict) else {}
+    cpu = res.get("cpu") if isinstance(res.get("cpu"), dict) else {}
+    period, quota = cpu.get("period"), cpu.get("quota")
+    if isinstance(period, int) and period and not CPU_PERIOD_MIN <= period <= CPU_PERIOD_MAX:
+        out.append(BundleProblem("/linux/resources/cpu/period",
+                                 f"period must be from {CPU_PERIOD_MIN} to {CPU_PERIOD_MAX} µs (or 0: unset)",
+                                 "kernel sched-bwc.rst: cpu.cfs_period_us / cpu.max period",
+                                 "use e.g. 100000 (100 ms)"))
+    if isinstance(quota, int) and 0 < quota < CPU_QUOTA_MIN:
+        out.append(BundleProblem("/linux/resources/cpu/quota",
+                                 f"quota must be at least {CPU_QUOTA_MIN} µs (or -1/0: unlimited)",
+                                 "kernel sched-bwc.rst: cpu.cfs_quota_us / cpu.max quota",
+                                 f"use a quota of {CPU_QUOTA_MIN} or more"))
     ann = cfg.get("annotations") if isinstance(cfg.get("annotations"), dict) else {}
     ranges = {"sandbox-shim.port": (1, 65535), "sandbox-shim.cpu-time-seconds": (0, 2**62),
               "sandbox-shim.wall-clock-seconds": (0, 10**9)}
@@ -322,4 +348,13 @@ def problems(cfg: dict[str, Any], schema_valid: bool = True
         errors.append(BundleProblem("/mounts", f"{count} mounts, masked and read-only paths; at most "
                                     f"{MAX_PATH_ENTRIES} are supported", "sandbox-shim set-up limit (README)",
                                     "merge mounts or mask parent directories"))
+    proc = cfg.get("process") if isinstance(cfg.get("process"), dict) else {}
+    n_args = len(proc["args"]) if isinstance(proc.get("args"), list) else 0
+    n_env = len(proc["env"]) if isinstance(proc.get("env"), list) else 0
+    need = n_args + 3 * n_env + 4 * count + ARGV_FLOOR
+    if need > BWRAP_MAX_ARGS:
+        field = "/process/args" if n_args >= 3 * n_env else "/process/env"
+        errors.append(BundleProblem(field, f"{n_args} arguments and {n_env} environment entries need about "
+                                    f"{need} launcher arguments; bwrap takes at most {BWRAP_MAX_ARGS}",
+                                    "bwrap(1) MAX_ARGS", "pass long lists in a file the program reads"))
     return errors, mount_option_problems(cfg)[1]

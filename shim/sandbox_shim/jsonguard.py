@@ -11,6 +11,8 @@ pointer of the offending value instead of exhausting the interpreter later:
   4300 digits at all, ``sys.set_int_max_str_digits``);
 - arrays and objects: at most ``MAX_ITEMS`` members each; strings (keys included) at most
   ``MAX_STRING`` characters;
+- numbers: finite (no ``NaN``/``Infinity``, no float literal past the double range: RFC 8259
+  section 6 has no such numbers);
 - text: no lone UTF-16 surrogates (``"\\ud800"`` decodes to a str that cannot be encoded for a path
   or argv, RFC 8259 section 8.2) and no NUL (no path, argv, env entry or kernel string can hold one).
 
@@ -23,6 +25,7 @@ present.
 from __future__ import annotations
 
 import json
+import math
 
 from .errors import BundleProblem
 
@@ -47,6 +50,16 @@ def _parse_int(text: str) -> int | _BigInt:
     if len(text.lstrip("-")) > MAX_INT_DIGITS:
         return _BigInt(text)
     return int(text)
+
+
+class _NonFinite(str):
+    """``NaN``, ``Infinity`` or a float literal past the double range (``1e999999``); replaced by a
+    problem in ``_walk`` (RFC 8259 section 6: such values are not JSON numbers)."""
+
+
+def _parse_float(text: str) -> float | _NonFinite:
+    value = float(text)
+    return value if math.isfinite(value) else _NonFinite(text[:32])
 
 
 def _ptr(parts: list[Any]) -> str:
@@ -92,6 +105,8 @@ def check_tree(doc: Any) -> list[BundleProblem]:
         if isinstance(value, _BigInt):
             add(parts, f"an integer literal of {len(value.lstrip('-'))} digits (at most {MAX_INT_DIGITS})",
                 "use a number in the field's range")
+        elif isinstance(value, _NonFinite):
+            add(parts, f"a number that is not finite ({value})", "use a finite number in the field's range")
         elif isinstance(value, str):
             why = _text_problem(value)
             if why:
@@ -132,7 +147,8 @@ def loads(data: bytes | str, what: str = "config.json") -> tuple[Any, list[Bundl
     else:
         text = data
     try:
-        doc = json.loads(text, parse_int=_parse_int)
+        doc = json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
+                         parse_constant=_NonFinite)
     except json.JSONDecodeError as e:
         return None, [BundleProblem("", f"{what} is not valid JSON at line {e.lineno} column {e.colno}: "
                                     f"{e.msg}", "RFC 8259", "fix the JSON syntax there")]

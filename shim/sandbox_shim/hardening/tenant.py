@@ -58,7 +58,9 @@ def check_env(env: list[Any] | None) -> tuple[list[BundleProblem], list[BundlePr
     errors: list[BundleProblem] = []
     warnings: list[BundleProblem] = []
     seen: dict[str, int] = {}
-    for i, entry in enumerate(env or []):
+    if not isinstance(env, list):
+        return errors, warnings  # not an array: the schema reports the type (JSON Schema "type")
+    for i, entry in enumerate(env):
         ptr = f"/process/env/{i}"
         if not isinstance(entry, str):
             continue  # the schema reports the type
