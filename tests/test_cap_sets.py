@@ -18,14 +18,16 @@ ALL = f"{(1 << 0) | (1 << 5) | (1 << 10):016x}"
 
 
 def _status(text: str) -> dict[str, str]:
-    return {k: v.strip() for k, _, v in (ln.partition(":") for ln in text.splitlines()) if k.startswith("Cap")}
+    pairs = (ln.partition(":") for ln in text.splitlines())
+    return {k: v.strip() for k, _, v in pairs if k.startswith("Cap")}
 
 
 def test_setpriv_argv_lowers_only_what_the_config_leaves_out() -> None:
     assert setpriv_argv(CAPS, CAPS, CAPS) == []
     assert setpriv_argv(CAPS, None, None) == []
     assert setpriv_argv(CAPS, ["CAP_KILL"], []) == [
-        "setpriv", "--inh-caps", "-chown,-net_bind_service", "--ambient-caps", "-chown,-kill,-net_bind_service"]
+        "setpriv", "--inh-caps", "-chown,-net_bind_service",
+        "--ambient-caps", "-chown,-kill,-net_bind_service"]
 
 
 @pytest.mark.parametrize("how", RUNNERS)
