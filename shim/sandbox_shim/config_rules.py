@@ -304,7 +304,8 @@ def mount_option_problems(cfg: dict[str, Any]) -> tuple[list[BundleProblem], lis
 
         if kind and kind not in MOUNT_TYPES and not {"bind", "rbind"} & set(m["options"]):
             continue  # the type itself is refused (bundle._linux_problems)
-        ignored = []
+        ignored: list[str] = []
+        mqueue: list[str] = []
         for j, opt in enumerate(m["options"]):
             if not isinstance(opt, str):
                 continue
@@ -323,9 +324,17 @@ def mount_option_problems(cfg: dict[str, Any]) -> tuple[list[BundleProblem], lis
                     ignored.append(key + "=")
             elif opt in _COSMETIC_OPTIONS:
                 ignored.append(opt)
+            elif kind == "mqueue" and opt in ("nosuid", "nodev"):
+                mqueue.append(opt)
             elif opt not in _APPLIED_OPTIONS:
                 errors.append(BundleProblem(ptr, "mount option is not applied by this runtime",
                                             "no field is accepted and left unapplied", "remove it"))
+        if mqueue:
+            warnings.append(BundleProblem(_ptr(["mounts", i, "options"]), "not applied: bwrap's --mqueue "
+                                          "mounts without options (" + ", ".join(mqueue) + "); no effect: an "
+                                          "mqueue file system holds no device nodes (mknod(2) fails with "
+                                          "EPERM) and its files cannot be executed (execve(2): EACCES)",
+                                          "bwrap(1) --mqueue; mq_overview(7)", "remove them to silence this"))
         if ignored:
             warnings.append(BundleProblem(_ptr(["mounts", i, "options"]), "not applied (bwrap cannot set "
                                           "them; no effect on what it reaches): " + ", ".join(ignored),

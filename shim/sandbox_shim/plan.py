@@ -78,6 +78,11 @@ class Plan:
     protected: list[str] = field(default_factory=list)
     #: ``process.consoleSize`` as (height, width) for a terminal sandbox, or None
     console_size: tuple[int, int] | None = None
+    #: the inheritable / ambient sets the workload keeps: the configured ones within ``capabilities``
+    #: (bwrap's --cap-add puts every granted capability in both; runc keeps exactly the configured
+    #: sets, CVE-2022-24769).  None: as bwrap grants them.
+    inheritable: list[str] | None = None
+    ambient: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-serialisable data (``--print-plan``); env values are replaced by ``***``."""
@@ -154,6 +159,8 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim",
     if "bounding" not in caps:  # no bounding set given: never wider than the effective one
         caps["bounding"] = caps.get("effective") or []
     effective = granted(caps, int(user.get("uid", 0)))
+    keep_inh = sorted(set(caps.get("inheritable") or []) & set(effective))
+    keep_amb = sorted(set(caps.get("ambient") or []) & set(keep_inh))
 
     rlimits = [(r["type"], int(r["soft"]), int(r["hard"])) for r in proc.get("rlimits") or []]
     if spec.settings.cpu_time:
@@ -200,6 +207,8 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim",
         readonly_paths=list(linux.get("readonlyPaths") or []),
         devices=[dict(d) for d in linux.get("devices") or []],
         capabilities=effective,
+        inheritable=keep_inh,
+        ambient=keep_amb,
         rlimits=rlimits,
         oom_score_adj=proc.get("oomScoreAdj") if isinstance(proc.get("oomScoreAdj"), int) else None,
         resources=resources,

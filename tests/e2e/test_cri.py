@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,7 +98,15 @@ def _oom_score_adj_minus_999() -> None:
         pass
 
 
-def _config(base: Path, bridge: str, subnet: str) -> None:
+def can_lower_oom_score_adj() -> bool:
+    """Whether a child of this process can set oom_score_adj -999 (CAP_SYS_RESOURCE, or a floor at or
+    below it): the same write the runtime's own check makes (platforms/linux/rlimits.py)."""
+    code = "import os; fd = os.open('/proc/self/oom_score_adj', os.O_WRONLY); os.write(fd, b'-999')"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True)
+    return r.returncode == 0
+
+
+def _config(base: Path, bridge: str, subnet: str, restrict_oom: bool = False) -> None:
     cni = base / "cni"
     cni.mkdir()
     (cni / "10-sandbox-shim-e2e.conflist").write_text(json.dumps({
@@ -115,6 +124,7 @@ state = "{base}/state"
   sandbox_image = "{PAUSE_IMAGE}"
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
+  restrict_oom_score_adj = {"true" if restrict_oom else "false"}
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{cni}"
@@ -139,7 +149,14 @@ def cluster(orchestrators: None, image_tar: Path, oci_archive: tuple[Path, str],
         pytest.skip("CNI plugins missing (/usr/lib/cni/bridge): scripts/install-orchestrators installs them")
     base = tmp_path_factory.mktemp("cri")
     bridge = f"ssh{os.getpid() % 100000}"
-    _config(base, bridge, f"10.250.{os.getpid() % 250}.0/24")
+    # A real node runs containerd at -999 (containerd.service OOMScoreAdjust), so the pause container's
+    # -998 is a raise.  Where this host cannot lower oom_score_adj at all (root without
+    # CAP_SYS_RESOURCE, as in some VMs and containers; runc fails there too), containerd's documented
+    # CRI option restrict_oom_score_adj keeps every container's score at or above containerd's own.
+    restrict = not can_lower_oom_score_adj()
+    if restrict:
+        print("this host cannot lower oom_score_adj: the test's containerd runs with restrict_oom_score_adj")
+    _config(base, bridge, f"10.250.{os.getpid() % 250}.0/24", restrict)
     pause = build_oci_archive(image_tar, PAUSE_IMAGE, ["sleep", "2147483647"], base / "pause")
     log = open(base / "containerd.log", "w")
     # as containerd.service runs it (OOMScoreAdjust=-999): its shims get its score + 1, so the pause

@@ -189,7 +189,8 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
     a += ["--cap-drop", "ALL"]
     from .credentials import helper_capabilities
 
-    for cap in sorted({*plan.capabilities, *helper_capabilities(plan.unshare, plan.uid, plan.gid)}):
+    held = sorted({*plan.capabilities, *helper_capabilities(plan.unshare, plan.uid, plan.gid)})
+    for cap in held:
         a += ["--cap-add", cap]
     a.append("--clearenv")
     for k, v in plan.env.items():
@@ -201,14 +202,21 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
         a.append("--as-pid-1")  # the workload is the sandbox's pid 1 (no bwrap init), as with runc
     for fd in fds.seccomp:
         a += ["--add-seccomp-fd", str(fd)]  # repeatable, unlike --seccomp (bwrap(1))
-    from .credentials import switches_without_userns, wrap_argv
+    from .credentials import setpriv_argv, switches_without_userns, wrap_argv
 
-    if switches_without_userns(plan.unshare, plan.uid, plan.gid):
+    cap_args = setpriv_argv(held, plan.inheritable, plan.ambient)
+    if switches_without_userns(plan.unshare, plan.uid, plan.gid) or cap_args:
         from .console import CTTY_HELPER, helper_bind_args
 
+        _check_helper_dir(view)
         a += helper_bind_args()
         a.append("--")
-        a += wrap_argv(CTTY_HELPER, plan.uid, plan.gid, plan.args)
+        argv = list(plan.args)
+        if switches_without_userns(plan.unshare, plan.uid, plan.gid):
+            argv = wrap_argv(CTTY_HELPER, plan.uid, plan.gid, argv)
+        if cap_args:
+            argv = [CTTY_HELPER, *cap_args, "--", *argv]
+        a += argv
         return a
     a.append("--")
     a += plan.args

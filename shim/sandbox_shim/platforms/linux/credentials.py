@@ -44,6 +44,22 @@ def wrap_argv(helper: str, uid: int, gid: int, args: list[str]) -> list[str]:
     return [helper, "nsenter", "-F", "-S", str(uid), "-G", str(gid), "--", *args]
 
 
+def setpriv_argv(held: list[str], inheritable: list[str] | None, ambient: list[str] | None) -> list[str]:
+    """``setpriv --inh-caps -a,-b --ambient-caps -c`` (busybox setpriv: lowercase names without
+    ``cap_``) lowering the inheritable and ambient sets from ``held`` (what bwrap's --cap-add put in
+    every set) to the configured ones; [] when nothing needs lowering.  Lowering either set needs no
+    capability (capset(2), PR_CAP_AMBIENT_LOWER in prctl(2)); setpriv then execs in place.
+    """
+    out: list[str] = []
+    for opt, keep in (("--inh-caps", inheritable), ("--ambient-caps", ambient)):
+        if keep is None:
+            continue
+        drop = [c for c in held if c not in keep]
+        if drop:
+            out += [opt, ",".join("-" + c.lower().removeprefix("cap_") for c in drop)]
+    return ["setpriv", *out] if out else []
+
+
 def problems(config: dict[str, Any], granted_caps: list[str]) -> list[BundleProblem]:
     """The refusals above for ``config`` (``granted_caps``: the plan's capability set)."""
     proc = config.get("process") or {}
