@@ -25,9 +25,9 @@ def bundle() -> None:
               help="Bind DIR at /storage instead of the bundle's own storage/.")
 @click.option("--keep-setuid", is_flag=True, help="Keep setuid/setgid bits of the image's files.")
 @click.option("--max-layer-bytes", type=click.IntRange(min=1), default=None,
-              help="Refuse a layer larger than this uncompressed (default 8 GiB).")
+              help="Refuse a layer larger than this uncompressed (default 4 GiB).")
 @click.option("--max-image-bytes", type=click.IntRange(min=1), default=None,
-              help="Refuse an image larger than this uncompressed (default 32 GiB).")
+              help="Refuse an image larger than this uncompressed (default 16 GiB).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or warnings on stderr.")
 @click.argument("directory", metavar="DIR")
 @click.pass_obj

@@ -45,8 +45,8 @@ LAYER_TYPES = {  # media type -> compression (image-spec media-types.md; Docker'
 class Limits:
     """Decompression bounds, in bytes of uncompressed tar stream (headers included)."""
 
-    layer_bytes: int = 8 * GiB
-    image_bytes: int = 32 * GiB
+    layer_bytes: int = 4 * GiB
+    image_bytes: int = 16 * GiB
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,10 @@ def chain_id(diff_ids: list[str]) -> str:
 
 
 def snapshot_key(diff_ids: list[str], keep_setuid: bool, chown: bool) -> str:
-    """The cache key (64 hex) for an image's layers unpacked with these options."""
-    opts = f"{chain_id(diff_ids)} setuid={int(keep_setuid)} chown={int(chown)} v1"
+    """The cache key (64 hex) for an image's layers unpacked with these options.  The trailing version
+    changes whenever unpacking changes its result (v2: setuid/setgid dropped from directories too), so a
+    snapshot made by an older unpacker is never reused."""
+    opts = f"{chain_id(diff_ids)} setuid={int(keep_setuid)} chown={int(chown)} v2"
     return hashlib.sha256(opts.encode()).hexdigest()
 
 

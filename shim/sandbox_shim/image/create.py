@@ -131,8 +131,7 @@ def _unpack(image: Image, cache: Cache, key: str, opts: Options, report: LayerRe
     tmp = cache.building(with_rootfs=base[1] is None)
     try:
         if base[1] is not None:
-            # hard links are safe here: applying a layer never writes into an existing file (a file entry
-            # unlinks and creates; only directories, which are made anew, get metadata changed)
+            # a reflink or copy of the base snapshot (materialize never shares the cache's inodes)
             materialize(base[1], os.path.join(tmp, "rootfs"), readonly=True)
             report.reused_layers = base[0]
         root = RootDir(os.path.join(tmp, "rootfs"))

@@ -6,8 +6,9 @@
   of its directory that came from the layers below (entries of this layer stay).  Whiteout files are
   never written.
 * Kept: regular files, directories, symlinks, hard links (to an entry already in the rootfs), modes,
-  ownership (when running as root), mtimes of files.  Dropped: setuid/setgid bits unless
-  ``keep_setuid`` (a warning says how many); device nodes and FIFOs (skipped with a warning: a bundle
+  ownership (when running as root), mtimes of files, the sticky bit (it only narrows who may
+  unlink).  Dropped: setuid/setgid bits of every entry, directories included, unless ``keep_setuid`` (a
+  warning says how many); device nodes and FIFOs (skipped with a warning: a bundle
   gets ``/dev`` from the runtime); extended attributes, file capabilities (``security.capability``)
   included.
 * Every path is resolved inside the rootfs (``rootdir.RootDir``); ``..`` components are refused.
@@ -63,7 +64,7 @@ class LayerReport:
             out.append(f"skipped {len(self.skipped_devices)} device node/FIFO entries ({ex}); "
                        "the runtime provides /dev")
         if self.setuid_dropped:
-            out.append(f"dropped the setuid/setgid bit of {self.setuid_dropped} files "
+            out.append(f"dropped the setuid/setgid bit of {self.setuid_dropped} entries "
                        "(pass --keep-setuid to keep them)")
         if self.chown_failed:
             out.append(f"could not set the owner of {self.chown_failed} entries (not running as root); "
@@ -193,7 +194,7 @@ class Applier:
 
     def _mode(self, m: tarfile.TarInfo) -> int:
         mode = m.mode & 0o7777
-        if not self.keep_setuid and mode & (stat.S_ISUID | stat.S_ISGID) and not m.isdir():
+        if not self.keep_setuid and mode & (stat.S_ISUID | stat.S_ISGID):
             self.report.setuid_dropped += 1
             mode &= ~(stat.S_ISUID | stat.S_ISGID)
         return mode

@@ -8,7 +8,8 @@
 
 Each store hands out blobs by digest (``Store.open``); ``resolve`` turns a reference into the verified
 manifest and config (``Image``).  Blob files are opened without following a final symlink and must be
-regular files.
+regular files; in an archive, every member read (index, manifest, config, layer) must be a regular tar
+member: a symlink or hard link member is refused, never followed.
 """
 
 from __future__ import annotations
@@ -118,7 +119,12 @@ class Archive(Store):
 
     def member(self, name: str) -> IO[bytes]:
         m = self.members.get(os.path.normpath(name).lstrip("/"))
-        fh = self.tf.extractfile(m) if m is not None and (m.isreg() or m.issym() or m.islnk()) else None
+        if m is None:
+            raise ImageInvalid(f"{self.path}: no file {name!r} in the archive", "the archive is incomplete")
+        if not m.isreg() or m.issparse():  # a symlink or hard link would name a file outside the archive
+            raise ImageInvalid(f"{self.path}: archive member {name!r} is not a regular file "
+                               f"(tar type {m.type!r})", "give an archive written by podman/skopeo save")
+        fh = self.tf.extractfile(m)
         if fh is None:
             raise ImageInvalid(f"{self.path}: no file {name!r} in the archive", "the archive is incomplete")
         return fh
