@@ -335,7 +335,7 @@ def test_cli_usage_errors(work: Path) -> None:
 def test_cli_egress_through_forked_proxy(work: Path, servers: dict[str, int], tmp_path: Path) -> None:
     report = tmp_path / "cli-report.jsonl"
     ok_url, no_url = f"http://127.0.0.1:{servers['allowed']}/", f"http://localhost:{servers['denied']}/"
-    base = ["confine", "--permit-path", str(work), "--allow-host", "127.0.0.1", "--report", str(report),
+    base = ["confine", "--permit-path", str(work), "--allow-host", "127.0.0.1:*", "--report", str(report),
             "--", PY, "-c", PROBE, "get"]
     assert outcome(cli(*base, ok_url)) == "ok:served-allowed"
     assert outcome(cli(*base, no_url)) == "denied:HTTP403"

@@ -97,13 +97,16 @@ def load_settings(path: str) -> dict[str, object]:
 
     import jsonschema
 
+    from .. import jsonguard
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
+        with open(path, "rb") as fh:
+            data = fh.read(jsonguard.MAX_BYTES + 1)
     except OSError as e:
         raise UsageError(f"settings {path}: {e.strerror}") from e
-    except ValueError as e:
-        raise UsageError(f"settings {path}: not valid JSON: {e}") from e
+    doc, problems = jsonguard.loads(data, "the settings file")  # depth, size, NUL: before the schema
+    if problems:
+        raise UsageError(f"settings {path}: {problems[0].line()}")
     schema = json.loads(resources.files("sandbox_shim.schemas").joinpath(
         "confine-settings.schema.json").read_text(encoding="utf-8"))
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.path))
