@@ -348,11 +348,12 @@ def test_cli_egress_through_forked_proxy(work: Path, servers: dict[str, int], tm
 
 def test_protected_link_into_an_extra_path_is_held(work: Path, tmp_path: Path) -> None:
     """``.git`` pointing into another read-write path: its hooks are held where they really are."""
-    extra = tmp_path / "gitdir"
+    extra = work / "sub" / "gitdir"
+    extra.parent.mkdir()
     subprocess.run(["git", "init", "-q", "--separate-git-dir", str(extra), str(work)], check=True)
     assert (work / ".git").is_file()  # a gitfile; make it a link instead, the harder case
     (work / ".git").unlink()
-    (work / ".git").symlink_to(extra)
+    (work / ".git").symlink_to("sub/gitdir")
     assert probe(work, "write", extra / "description", permit_extra_subpaths=[str(extra)]) == "ok:wrote"
     assert probe(work, "write", work / ".git" / "hooks" / "pre-commit",
                  permit_extra_subpaths=[str(extra)]) == "denied:EROFS"

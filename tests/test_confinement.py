@@ -296,15 +296,17 @@ def test_layers_in_force_are_reported(tree: dict[str, Path]) -> None:
     assert "seccomp: no TIOCSTI/TIOCLINUX" in off and "seccomp: no TIOCSTI/TIOCLINUX" in spec.layers
 
 
-def test_extra_subpaths_are_explicit_and_read_write(tree: dict[str, Path]) -> None:
+def test_extra_subpaths_are_explicit_and_inside_the_permit_path(tree: dict[str, Path]) -> None:
     spec = confine(("true", []), permit_path=str(tree["a"]))
     binds = [spec["args"][i + 1] for i, a in enumerate(spec["args"]) if a == "--bind"]
     assert binds == [str(tree["a"])]  # the library chooses no extra directory itself
-    breach(probe(tree, "write", tree["b"] / "shared", False))
-    r = run(confine((PY, ["-c", PROBE, "write", str(tree["b"] / "shared")]), permit_path=str(tree["a"]),
-                    permit_extra_subpaths=[str(tree["b"])]))
+    (tree["a"] / "sub").mkdir()
+    r = run(confine((PY, ["-c", PROBE, "write", str(tree["a"] / "sub" / "f")]), permit_path=str(tree["a"]),
+                    permit_extra_subpaths=[str(tree["a"] / "sub")]))
     control(r, "wrote")
-    assert (tree["b"] / "shared").read_text() == "x"
+    breach(probe(tree, "write", tree["b"] / "shared", False))
+    with pytest.raises(CannotEnforce, match="not inside the permit path"):  # a sibling is not a subpath
+        confine(("true", []), permit_path=str(tree["a"]), permit_extra_subpaths=[str(tree["b"])])
 
 
 def test_no_bwrap_raises_cannot_enforce_and_launches_nothing(tree: dict[str, Path], tmp_path: Path,

@@ -43,9 +43,10 @@ LINUX_ETC = (
 #: names held read-only at the top of each read-write path (compare sandbox-runtime's mandatory
 #: write denials: git hooks and config, shell start-up files, editor and tool settings)
 PROTECTED = (
-    ".git/hooks", ".git/config", ".git/info", ".gitmodules", ".gitconfig", ".bashrc", ".bash_profile",
+    ".gitmodules", ".gitconfig", ".bashrc", ".bash_profile",
     ".bash_login", ".profile", ".zshrc", ".zprofile", ".zshenv", ".envrc", ".ripgreprc", ".mcp.json",
     ".vscode", ".idea", ".claude/commands", ".claude/agents", ".claude/settings.json",
+    ".claude/settings.local.json",
 )
 
 
@@ -53,14 +54,16 @@ class Sets:
     """Resolved absolute paths.  ``read_only`` is sorted, without entries under another (non-link)
     entry; links are listed as links (recreated inside, not followed)."""
 
-    __slots__ = ("read_only", "read_write", "islands")
+    __slots__ = ("read_only", "read_write", "islands", "anchors")
 
     def __init__(self, read_only: tuple[str, ...], read_write: tuple[str, ...],
-                 islands: tuple[str, ...]) -> None:
+                 islands: tuple[str, ...], anchors: tuple[str, ...] = ()) -> None:
         self.read_only, self.read_write, self.islands = read_only, read_write, islands
+        self.anchors = anchors
 
     def __repr__(self) -> str:
-        return f"Sets(read_only={self.read_only!r}, read_write={self.read_write!r}, islands={self.islands!r})"
+        return (f"Sets(read_only={self.read_only!r}, read_write={self.read_write!r}, "
+                f"islands={self.islands!r}, anchors={self.anchors!r})")
 
 
 def _within(path: str, root: str) -> bool:
@@ -85,6 +88,45 @@ def homes(env: Mapping[str, str]) -> list[str]:
     return sorted(set(out))
 
 
+def links_on_way(path: str) -> list[str]:
+    """Where the symlinks met while resolving ``path`` (absolute) are, in walk order, as the kernel
+    walks it (path_resolution(7)); at most 40 links, then ELOOP as OSError."""
+    parts = [c for c in path.split("/") if c][::-1]
+    cur, seen = "/", []
+    while parts:
+        c = parts.pop()
+        if c == ".":
+            continue
+        if c == "..":
+            cur = os.path.dirname(cur)
+            continue
+        nxt = os.path.join(cur, c)
+        if os.path.islink(nxt):
+            seen.append(nxt)
+            if len(seen) > 40:
+                raise OSError(40, "too many levels of symbolic links", path)
+            target = os.readlink(nxt)
+            parts.extend([x for x in target.split("/") if x][::-1])
+            cur = "/" if target.startswith("/") else cur
+        else:
+            cur = nxt
+    return seen
+
+
+def _planted(p: str, writable: Sequence[str], what: str) -> None:
+    """Refuse ``p`` when resolving it passes a symlink inside a read-write path: the confined
+    program could have made that link in an earlier run to aim the next run's grant anywhere."""
+    try:
+        links = links_on_way(os.path.abspath(p))
+    except OSError as e:
+        raise ValueError(f"{what} {p!r}: {e.strerror}") from e
+    bad = [q for q in links if any(_within(q, w) for w in writable)]
+    if bad:
+        raise CannotEnforce(f"confinement.{what}", f"{what} {p!r} resolves through the symlink {bad[0]}, "
+                            "inside a read-write path (the confined program could have made it); "
+                            "name the target itself")
+
+
 def _passwd_home() -> str:
     try:
         return pwd.getpwuid(os.geteuid()).pw_dir
@@ -100,6 +142,77 @@ def _system(linux: bool) -> list[str]:
     return out + [os.path.realpath(p) for p in out if os.path.islink(p)]
 
 
+#: inside a git directory (and each ``modules/*`` and ``worktrees/*`` one): what git executes or reads
+#: configuration or other repositories' locations from (gitrepository-layout(5))
+GIT_PROTECTED = ("hooks", "config", "config.worktree", "info", "commondir", "gitdir",
+                 "objects/info/alternates")
+
+
+def _gitdir_of(dotgit: str) -> str | None:
+    """The git directory ``dotgit`` names: itself when a directory, the ``gitdir:`` target of a
+    gitfile (gitrepository-layout(5)), else None."""
+    if os.path.isdir(dotgit):
+        return os.path.realpath(dotgit)
+    try:
+        with open(dotgit, encoding="utf-8", errors="replace") as fh:
+            line = fh.read(4096).strip()
+    except OSError:
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    target = line[7:].strip()
+    real = os.path.realpath(os.path.join(os.path.dirname(dotgit), target))
+    return real if os.path.isdir(real) else None
+
+
+def _hooks_path(gitdir: str, worktree: str) -> str | None:
+    """``core.hooksPath`` of a git directory's own config (git-config(1)), resolved, or None."""
+    import re
+
+    for name in ("config", "config.worktree"):
+        try:
+            with open(os.path.join(gitdir, name), encoding="utf-8", errors="replace") as fh:
+                text = fh.read(1 << 20)
+        except OSError:
+            continue
+        m = re.search(r"(?im)^\s*hookspath\s*=\s*\"?([^\"\n]*?)\"?\s*$", text)
+        if m:
+            v = os.path.expanduser(m.group(1).strip())
+            return os.path.realpath(v if os.path.isabs(v) else os.path.join(worktree, v))
+    return None
+
+
+def _git_held(gitdir: str, worktree: str, writable: Sequence[str]) -> list[str]:
+    """What to hold in a git directory inside a read-write path, its submodules' and worktrees'
+    directories included (``GIT_PROTECTED``), and its ``core.hooksPath`` target; ``hooks`` and
+    the hooksPath target are made (empty) when missing, as ``git init`` does, so they can be held."""
+    out: list[str] = []
+    todo, seen = [gitdir], set()
+    while todo:
+        d = todo.pop()
+        if d in seen or not any(_within(d, w) for w in writable):
+            continue
+        seen.add(d)
+        hooks = os.path.join(d, "hooks")
+        if not os.path.lexists(hooks):
+            os.mkdir(hooks, 0o755)
+        out += [os.path.join(d, n) for n in GIT_PROTECTED if os.path.lexists(os.path.join(d, n))]
+        for sub in ("modules", "worktrees"):
+            top = os.path.join(d, sub)
+            if os.path.isdir(top) and not os.path.islink(top):
+                for dirpath, dirnames, _ in os.walk(top):
+                    dirnames[:] = [n for n in dirnames if not os.path.islink(os.path.join(dirpath, n))]
+                    if os.path.exists(os.path.join(dirpath, "HEAD")):
+                        todo.append(os.path.realpath(dirpath))
+                        dirnames[:] = [n for n in dirnames if n == "modules"]
+    hp = _hooks_path(gitdir, worktree)
+    if hp is not None and any(_within(hp, w) for w in writable):
+        if not os.path.lexists(hp):
+            os.makedirs(hp, 0o755, exist_ok=True)
+        out.append(hp)
+    return out
+
+
 def _protected(root: str, protect: bool, settings_file: str | None, writable: Sequence[str]) -> list[str]:
     out: list[str] = []
     if settings_file is not None:
@@ -108,9 +221,12 @@ def _protected(root: str, protect: bool, settings_file: str | None, writable: Se
             out.append(real)
     if not protect:
         return out
-    git = os.path.join(root, ".git")
-    if os.path.isdir(git) and not os.path.islink(git) and not os.path.lexists(os.path.join(git, "hooks")):
-        os.mkdir(os.path.join(git, "hooks"), 0o755)
+    dotgit = os.path.join(root, ".git")
+    if os.path.isfile(dotgit) and not os.path.islink(dotgit):
+        out.append(dotgit)  # a gitfile rewritten to name another directory would bring its hooks
+    gitdir = _gitdir_of(dotgit)
+    if gitdir is not None:
+        out += _git_held(gitdir, root, writable)
     for name in PROTECTED:
         q = os.path.join(root, name)
         if not os.path.lexists(q):
@@ -119,6 +235,25 @@ def _protected(root: str, protect: bool, settings_file: str | None, writable: Se
         if any(_within(real, w) for w in writable):  # a link to elsewhere: held if that is writable
             out.append(real)
     return out
+
+
+def anchors(islands: Sequence[str], writable: Sequence[str]) -> list[str]:
+    """Every directory between a read-write root and an island (exclusive), outermost first.
+
+    Bound onto themselves they become mount points, which rename(2) and rmdir(2) refuse with
+    ``EBUSY``: the confined program cannot move ``.git`` (or the settings file's directory) aside
+    and put a copy with its own hooks in its place."""
+    out: set[str] = set()
+    for i in islands:
+        roots = [w for w in writable if _within(i, w) and i != w]
+        if not roots:
+            continue
+        top = max(roots, key=len)
+        d = os.path.dirname(i)
+        while d != top and _within(d, top) and not os.path.islink(d):
+            out.add(d)
+            d = os.path.dirname(d)
+    return sorted(out, key=lambda p: (p.count("/"), p))
 
 
 def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], permit_read: Sequence[str] = (),
@@ -135,8 +270,9 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
         linux: include the Linux system trees (default: on Linux).
 
     Raises:
-        CannotEnforce("confinement.read_set" | "confinement.boundary", detail): a runtime entry
-            contains a home directory or the parent of a read-write path.
+        CannotEnforce("confinement.read_set" | "confinement.boundary" | "confinement.permit_read",
+            detail): a runtime entry contains a home directory or the parent of a read-write path;
+            a ``permit_read`` entry resolves through a symlink inside a read-write path.
         ValueError: a ``permit_read`` entry does not exist or is ``/``.
     """
     linux = sys.platform == "linux" if linux is None else linux
@@ -153,6 +289,7 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
     extra_ro: list[str] = []
     islands: list[str] = []
     for p in permit_read:
+        _planted(p, read_write, "permit_read")
         real = os.path.realpath(p)
         if not os.path.exists(real):
             raise ValueError(f"permit_read {p!r} does not exist")
@@ -168,4 +305,6 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
                                 f"runtime read set entry {cover[0]}, so siblings would be readable")
     for r in read_write:
         islands += _protected(r, protect, settings_file, read_write)
-    return Sets(tuple(dedupe(ro + extra_ro)), tuple(read_write), tuple(dedupe(islands)))
+    held = dedupe(islands)
+    return Sets(tuple(dedupe(ro + extra_ro)), tuple(read_write), tuple(held),
+                tuple(anchors(held, read_write)))

@@ -126,6 +126,37 @@ def _resolve_dir(p: str, what: str) -> str:
     return real
 
 
+def resolve_subpath(p: str, permit: str, given: str | None = None, what: str = "permit_extra_subpath") -> str:
+    """``p`` as a directory inside ``permit`` (a resolved permit path), walked one component at a
+    time without following links (as ``paths.bind_source`` walks a bundle).
+
+    A symlink on the way — one a confined program planted in an earlier run, say
+    ``out/cache -> ../../.ssh`` — is refused, not followed; so is a path outside ``permit``
+    (``$HOME/.ssh``).  Relative paths are taken against the current directory; a path under
+    ``given`` (the permit path as the caller spelled it, before realpath) is taken under ``permit``.
+
+    Raises: CannotEnforce("confinement.extra_subpath", detail) (exit 5).
+    """
+    norm = os.path.abspath(p)
+    spelled = os.path.abspath(given) if given else permit
+    if not _within(norm, permit) and _within(norm, spelled):
+        norm = os.path.normpath(os.path.join(permit, os.path.relpath(norm, spelled)))
+    if not _within(norm, permit):
+        raise CannotEnforce("confinement.extra_subpath", f"{what} {p!r} is not inside the permit path "
+                            f"{permit}; name a directory under it")
+    cur = permit
+    for comp in os.path.relpath(norm, permit).split(os.sep):
+        if comp in ("", "."):
+            continue
+        cur = os.path.join(cur, comp)
+        if os.path.islink(cur):
+            raise CannotEnforce("confinement.extra_subpath", f"{what} {p!r} passes through the symlink "
+                                f"{cur}; links inside the permit path are not followed")
+    if not os.path.isdir(norm):
+        raise ValueError(f"{what} {p!r} is not an existing directory")
+    return norm
+
+
 def _bwrap_path(bwrap: str | None) -> str:
     return bwrap or os.environ.get(BWRAP_ENV) or DEFAULT_BWRAP
 
@@ -237,6 +268,8 @@ def _linux(exe: str, args: Sequence[str], sets: Sets, cd: str, bwrap: str | None
     argv += ["--dev", "/dev", "--proc", "/proc"]
     for p in sets.read_write:
         argv += ["--bind", p, p]
+    for p in sets.anchors:  # mount points: rename(2)/rmdir(2) of them fail with EBUSY
+        argv += ["--bind", p, p]
     for p in sets.islands:
         argv += ["--ro-bind", p, p]
     program = [exe, *args]
@@ -308,7 +341,8 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
             variables (``PROXY_ENV``) are set on top.
         cd: where the process starts (default: the resolved ``permit_path``); must be reachable
             inside (under a granted path).  A convenience, never a boundary.
-        permit_extra_subpaths: extra read-write directories, each resolved like ``permit_path``.
+        permit_extra_subpaths: extra read-write directories inside ``permit_path``
+            (``resolve_subpath``: no link followed, never outside it).
         permit_read: extra read-only paths (files or directories; realpath'd; must exist, not ``/``).
         allow_hosts: None: egress open (the default).  A list: only these hosts, through the
             proxy (``hardening/egress.py``); an empty list denies all egress.
@@ -337,7 +371,7 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
     cmd, args = command
     env = dict(os.environ if env is None else env)
     permit = _resolve_dir(permit_path, "permit_path")
-    extras = [_resolve_dir(p, "permit_extra_subpath") for p in permit_extra_subpaths]
+    extras = [resolve_subpath(p, permit, permit_path) for p in permit_extra_subpaths]
     rw = [permit, *extras]
     start = os.path.realpath(cd) if cd is not None else permit
     exe = resolve_executable(cmd, env.get("PATH", os.defpath), start)
