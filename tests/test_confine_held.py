@@ -121,3 +121,31 @@ def test_permit_read_through_a_planted_link_is_refused(tmp_path: Path) -> None:
         with pytest.raises(CannotEnforce) as ei:
             confine(("true", []), permit_path=str(work), permit_read=[str(bad)])
         assert ei.value.capability == "confinement.permit_read"
+
+
+def test_missing_tool_settings_cannot_be_created(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    names = [".claude/settings.json", ".claude/settings.local.json", ".mcp.json", ".claude/commands/x.md",
+             ".vscode/tasks.json", ".idea/workspace.xml"]
+    # control: the same writes succeed without protection
+    r = sh(work, "; ".join(f"mkdir -p $(dirname {n}) && echo e > {n} && echo WROTE" for n in names),
+           protect=False)
+    assert r.stdout.count("WROTE") == len(names), r.stderr
+    for n in names:
+        (work / n).unlink()
+    for d in (".claude/commands", ".claude", ".vscode", ".idea"):
+        (work / d).rmdir()
+    # breach, through the CLI (its child removes the placeholders when the command ends)
+    script = "; ".join(f"mkdir -p $(dirname {n}); echo e > {n} && echo WROTE" for n in names) + \
+        "; rm -rf .claude && echo REMOVED; mv .claude .c2 && echo MOVED; echo ok > mine && echo CONTROL"
+    r = subprocess.run([*SHIM, "confine", "--permit-path", str(work), "--", "/bin/sh", "-c", script],
+                       capture_output=True, text=True, timeout=60)
+    assert "CONTROL" in r.stdout and "WROTE" not in r.stdout and "MOVED" not in r.stdout, (r.stdout, r.stderr)
+    import time
+
+    for _ in range(50):  # the child gets SIGTERM as the command's process ends
+        if not (work / ".claude").exists():
+            break
+        time.sleep(0.1)
+    assert sorted(p.name for p in work.iterdir()) == ["mine"]  # placeholders gone, nothing planted

@@ -10,7 +10,8 @@ Parsed here without click (``cli/__init__.py`` sends ``confine`` straight to ``m
 confined command, so its start-up is measured, in scripts/bench).  Calls
 ``sandbox_shim.hardening.confinement.confine``, then execs the launch spec so the caller waits on the
 confined command directly.  With ``--allow-host`` a forked child serves the egress proxy until the
-command ends (it gets SIGTERM when the exec'd process exits: PR_SET_PDEATHSIG, prctl(2)).
+command ends (it gets SIGTERM when the exec'd process exits: PR_SET_PDEATHSIG, prctl(2)); the same
+child removes the placeholders made for missing protected names.
 
 ``--settings FILE`` holds the same options as JSON (schemas/confine-settings.schema.json); options on
 the command line override its scalars and add to its lists; relative paths in it are taken against
@@ -147,8 +148,9 @@ def merged(opts: dict[str, object]) -> dict[str, object]:
     return out
 
 
-def _serve_egress(spec: object) -> None:
-    """Fork the proxy's process: it serves until the exec'd command's process ends."""
+def _serve_after(spec: object) -> None:
+    """Fork the child that outlives the exec: it serves the egress proxy (if any) and, when the
+    exec'd command's process ends, removes the placeholders (``LaunchSpec.release``)."""
     import signal
 
     egress = spec.egress  # type: ignore[attr-defined]
@@ -159,16 +161,22 @@ def _serve_egress(spec: object) -> None:
     try:
         import ctypes
 
+        def done(*_: object) -> None:
+            spec.release()  # type: ignore[attr-defined]
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, done)
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-        signal.signal(signal.SIGTERM, lambda *_: (egress.close(), os._exit(0)))
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the command's to handle
         if os.getppid() != parent:
-            egress.close()
-            os._exit(0)
+            done()
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1):
             os.dup2(devnull, fd)
-        egress.serve_forever()
+        if egress is not None:
+            egress.serve_forever()
+        while True:
+            signal.pause()
     finally:
         os._exit(0)
 
@@ -206,15 +214,14 @@ def run(argv: list[str], g: Globals | None = None) -> int:
     except (ValueError, OSError) as e:
         fail(g, UsageError(str(e)))
     if opts.get("printLaunchSpec"):
-        if spec.egress is not None:
-            spec.egress.close()
+        spec.release()
         sys.stdout.write(json.dumps(confinement.describe(spec), indent=2) + "\n")
         sys.stdout.flush()
         return 0
     sys.stdout.flush()
     sys.stderr.flush()
-    if spec.egress is not None:
-        _serve_egress(spec)
+    if spec.egress is not None or spec.placeholders:
+        _serve_after(spec)
     try:
         os.chdir(spec["cd"])
         os.execve(spec["cmd"], [spec["cmd"], *spec["args"]], spec["env"])

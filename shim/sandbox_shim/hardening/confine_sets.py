@@ -50,16 +50,80 @@ PROTECTED = (
 )
 
 
+#: missing protected names made as placeholders (then held read-only, so creating them inside is
+#: denied): tool settings a program reads from the project it starts in, run commands from, and
+#: that would not ask first — directories are made empty (git does not list an empty directory),
+#: JSON files as ``{}`` (valid, empty settings).  Shell start-up files, ``.envrc``, ``.gitmodules``,
+#: ``.gitconfig`` and ``.ripgreprc`` are held only when they exist: in a project directory they run
+#: nothing by themselves (shells read them from ``$HOME``, direnv asks before loading a new
+#: ``.envrc``, git runs nothing from ``.gitmodules``), and a placeholder would show in ``git status``.
+PLACEHOLDER_DIRS = (".vscode", ".idea", ".claude/commands", ".claude/agents")
+PLACEHOLDER_JSON = (".mcp.json", ".claude/settings.json", ".claude/settings.local.json")
+_EMPTY_JSON = b"{}\n"
+
+
+def make_placeholders(root: str, writable: Sequence[str]) -> list[str]:
+    """Create what is missing of ``PLACEHOLDER_DIRS`` and ``PLACEHOLDER_JSON`` under ``root`` (and
+    missing parents such as ``.claude``), so the builder holds them read-only and their creation
+    inside is denied too.  Never through a link (``O_NOFOLLOW``, ``lexists``).  Returns the created
+    paths, parents first; ``remove_placeholders`` takes them away after the command."""
+    made: list[str] = []
+    for name in (*PLACEHOLDER_DIRS, *PLACEHOLDER_JSON):
+        q = os.path.join(root, name)
+        if os.path.lexists(q):
+            continue
+        parts, cur, ok = name.split("/"), root, True
+        for comp in parts[:-1]:
+            cur = os.path.join(cur, comp)
+            if os.path.islink(cur) or (os.path.lexists(cur) and not os.path.isdir(cur)):
+                ok = False
+                break
+            if not os.path.lexists(cur):
+                os.mkdir(cur, 0o755)
+                made.append(cur)
+        if not ok or not any(_within(q, w) for w in writable):
+            continue
+        if name in PLACEHOLDER_DIRS:
+            os.mkdir(q, 0o755)
+        else:
+            fd = os.open(q, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            try:
+                os.write(fd, _EMPTY_JSON)
+            finally:
+                os.close(fd)
+        made.append(q)
+    return made
+
+
+def remove_placeholders(made: Sequence[str]) -> None:
+    """Remove ``make_placeholders`` results still as made (empty directories, ``{}`` files;
+    deepest first); what the user filled in meanwhile stays.  Never raises."""
+    import stat
+
+    for p in reversed(made):
+        try:
+            st = os.lstat(p)
+            if stat.S_ISDIR(st.st_mode):
+                os.rmdir(p)
+            elif stat.S_ISREG(st.st_mode) and st.st_size == len(_EMPTY_JSON):
+                with open(p, "rb") as fh:
+                    if fh.read() == _EMPTY_JSON:
+                        os.unlink(p)
+        except OSError:
+            pass
+
+
 class Sets:
     """Resolved absolute paths.  ``read_only`` is sorted, without entries under another (non-link)
     entry; links are listed as links (recreated inside, not followed)."""
 
-    __slots__ = ("read_only", "read_write", "islands", "anchors")
+    __slots__ = ("read_only", "read_write", "islands", "anchors", "placeholders")
 
     def __init__(self, read_only: tuple[str, ...], read_write: tuple[str, ...],
-                 islands: tuple[str, ...], anchors: tuple[str, ...] = ()) -> None:
+                 islands: tuple[str, ...], anchors: tuple[str, ...] = (),
+                 placeholders: tuple[str, ...] = ()) -> None:
         self.read_only, self.read_write, self.islands = read_only, read_write, islands
-        self.anchors = anchors
+        self.anchors, self.placeholders = anchors, placeholders
 
     def __repr__(self) -> str:
         return (f"Sets(read_only={self.read_only!r}, read_write={self.read_write!r}, "
@@ -213,7 +277,8 @@ def _git_held(gitdir: str, worktree: str, writable: Sequence[str]) -> list[str]:
     return out
 
 
-def _protected(root: str, protect: bool, settings_file: str | None, writable: Sequence[str]) -> list[str]:
+def _protected(root: str, protect: bool, settings_file: str | None, writable: Sequence[str],
+               missing: bool = False) -> list[str]:
     out: list[str] = []
     if settings_file is not None:
         real = os.path.realpath(settings_file)
@@ -230,6 +295,8 @@ def _protected(root: str, protect: bool, settings_file: str | None, writable: Se
     for name in PROTECTED:
         q = os.path.join(root, name)
         if not os.path.lexists(q):
+            if missing:  # a path rule (SBPL) holds a name whether or not it exists
+                out.append(q)
             continue
         real = os.path.realpath(q)
         if any(_within(real, w) for w in writable):  # a link to elsewhere: held if that is writable
@@ -258,7 +325,7 @@ def anchors(islands: Sequence[str], writable: Sequence[str]) -> list[str]:
 
 def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], permit_read: Sequence[str] = (),
                protect: bool = True, settings_file: str | None = None,
-               linux: bool | None = None) -> Sets:
+               linux: bool | None = None, placeholders: bool = True) -> Sets:
     """Compute the three sets (rules in the module docstring).
 
     Args:
@@ -268,6 +335,8 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
         permit_read: extra read-only paths as given (resolved here; must exist, not ``/``).
         protect: hold ``PROTECTED`` names read-only; settings_file: held read-only when inside.
         linux: include the Linux system trees (default: on Linux).
+        placeholders: create the missing protected names (``make_placeholders``) so they are held
+            too; the caller removes ``Sets.placeholders`` after the command.
 
     Raises:
         CannotEnforce("confinement.read_set" | "confinement.boundary" | "confinement.permit_read",
@@ -303,8 +372,15 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
         if cover:
             raise CannotEnforce("confinement.boundary", f"{r}: its parent {boundary} lies inside the "
                                 f"runtime read set entry {cover[0]}, so siblings would be readable")
-    for r in read_write:
-        islands += _protected(r, protect, settings_file, read_write)
+    made: list[str] = []
+    try:
+        for r in read_write:
+            if protect and placeholders and linux:
+                made += make_placeholders(r, read_write)
+            islands += _protected(r, protect, settings_file, read_write, missing=not linux)
+    except BaseException:
+        remove_placeholders(made)
+        raise
     held = dedupe(islands)
     return Sets(tuple(dedupe(ro + extra_ro)), tuple(read_write), tuple(held),
-                tuple(anchors(held, read_write)))
+                tuple(anchors(held, read_write)), tuple(made))

@@ -61,6 +61,17 @@ class LaunchSpec(dict):  # type: ignore[type-arg]
     not_enforced: tuple[str, ...] = ()
     egress: EgressProxy | None = None
     report: str | None = None
+    placeholders: tuple[str, ...] = ()
+
+    def release(self) -> None:
+        """After the command: close the egress proxy (if any) and remove the empty placeholders
+        made for missing protected names (``confine_sets.make_placeholders``).  Idempotent."""
+        from .confine_sets import remove_placeholders
+
+        if self.egress is not None:
+            self.egress.close()
+        remove_placeholders(self.placeholders)
+        self.placeholders = ()
 
 
 def caller_environ() -> dict[str, str]:
@@ -358,7 +369,9 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
 
     Returns:
         ``LaunchSpec``; ``.egress`` (an ``EgressProxy``, bound, not serving) must be served while the
-        command runs (``spec.egress.start()``, then ``close()``): until then the command has no egress.
+        command runs (``spec.egress.start()``): until then the command has no egress.  After the
+        command call ``spec.release()``: it closes the proxy and removes the empty placeholders
+        made for missing protected names (``.placeholders``).
 
     Raises:
         CannotEnforce(capability, detail): the confinement cannot be built on this host (bwrap
@@ -385,6 +398,20 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
         if any(_within(report, p) for p in rw):
             raise ValueError(f"report {report!r} lies inside a read-write path: the command could write it")
     sets = build_sets(exe, env, rw, permit_read, protect, settings_file)
+    try:
+        return _launch_spec(exe, args, env, sets, rw, permit, start, patterns, report, bwrap, landlock,
+                            trial, host_map)
+    except BaseException:
+        from .confine_sets import remove_placeholders
+
+        remove_placeholders(sets.placeholders)
+        raise
+
+
+def _launch_spec(exe: str, args: Sequence[str], env: dict[str, str], sets: Sets, rw: list[str], permit: str,
+                 start: str, patterns: list[str] | None, report: str | None, bwrap: str | None,
+                 landlock: bool | None, trial: bool,
+                 host_map: Mapping[str, tuple[str, int]] | None) -> LaunchSpec:
     reachable = [*rw, *sets.read_only, *sets.islands]
     if not any(_within(start, q) for q in reachable) or not os.path.isdir(start):
         raise ValueError(f"cd {start!r} is not a directory reachable inside the confinement")
@@ -412,6 +439,7 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
         raise
     spec = LaunchSpec(cmd=argv[0], args=argv[1:], env=env, cd=start)
     spec.layers, spec.not_enforced, spec.egress, spec.report = layers, tuple(not_enforced), egress, report
+    spec.placeholders = sets.placeholders
     if report is not None:
         try:
             write_start_record(report, spec)
