@@ -329,7 +329,8 @@ def _darwin(exe: str, args: Sequence[str], sets: Sets, permit: str, egress: Egre
     env["TMPDIR"] = tmp
     ro = [p for p in (*seatbelt.RUNTIME_READ, *sets.read_only) if os.path.exists(p)]
     profile = confine_profile.build(ro, [*sets.read_write, tmp], deny=[os.path.dirname(permit)],
-                                    islands=sets.islands, proxy_port=egress.port if egress else None)
+                                    islands=sets.islands, anchors=sets.anchors,
+                                    proxy_port=egress.port if egress else None)
     seatbelt.compile_check(profile)
     return (seatbelt.sandbox_exec_argv(profile, exe, args), ("seatbelt (sandbox-exec)",),
             ["abstract unix sockets (macOS has none; unix-domain sockets follow the file rules)"])
