@@ -149,3 +149,20 @@ def test_missing_tool_settings_cannot_be_created(tmp_path: Path) -> None:
             break
         time.sleep(0.1)
     assert sorted(p.name for p in work.iterdir()) == ["mine"]  # placeholders gone, nothing planted
+
+
+def test_links_at_protected_names_and_settings_are_refused(tmp_path: Path) -> None:
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    (work / "real").mkdir(parents=True)
+    elsewhere.mkdir()
+    (work / "real" / "confine.json").write_text("{}")
+    confine(("true", []), permit_path=str(work),
+            settings_file=str(work / "real" / "confine.json")).release()  # control
+    (work / "sb").symlink_to("real")
+    with pytest.raises(CannotEnforce, match="symlink"):  # a link the program could re-aim next run
+        confine(("true", []), permit_path=str(work), settings_file=str(work / "sb" / "confine.json"))
+    (work / ".claude").symlink_to(elsewhere)
+    with pytest.raises(CannotEnforce, match="symbolic link"):
+        confine(("true", []), permit_path=str(work))
+    confine(("true", []), permit_path=str(work), protect=False).release()  # the documented opt-out
+    assert sorted(p.name for p in work.iterdir()) == [".claude", "real", "sb"]  # release removed the rest

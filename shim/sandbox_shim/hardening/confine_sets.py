@@ -281,11 +281,19 @@ def _protected(root: str, protect: bool, settings_file: str | None, writable: Se
                missing: bool = False) -> list[str]:
     out: list[str] = []
     if settings_file is not None:
+        _planted(settings_file, writable, "settings")
         real = os.path.realpath(settings_file)
         if any(_within(real, w) for w in writable):
             out.append(real)
     if not protect:
         return out
+    for name in (".git", *PROTECTED):  # a link cannot be held (a mount lands on its target), only swapped
+        q = os.path.join(root, name)
+        if os.path.islink(q) or any(os.path.islink(a) for a in _ancestors(q, root)):
+            raise CannotEnforce("confinement.protected", f"{q} is (or lies under) a symbolic link inside "
+                                "a read-write path: it cannot be held read-only (the confined program could "
+                                "replace the link); make it a real file or directory, or pass "
+                                "--allow-protected-writes")
     dotgit = os.path.join(root, ".git")
     if os.path.isfile(dotgit) and not os.path.islink(dotgit):
         out.append(dotgit)  # a gitfile rewritten to name another directory would bring its hooks
@@ -301,6 +309,15 @@ def _protected(root: str, protect: bool, settings_file: str | None, writable: Se
         real = os.path.realpath(q)
         if any(_within(real, w) for w in writable):  # a link to elsewhere: held if that is writable
             out.append(real)
+    return out
+
+
+def _ancestors(path: str, root: str) -> list[str]:
+    """The directories strictly between ``root`` and ``path``."""
+    out, d = [], os.path.dirname(path)
+    while d != root and _within(d, root):
+        out.append(d)
+        d = os.path.dirname(d)
     return out
 
 
