@@ -37,9 +37,10 @@ Usage: sandbox-shim confine [OPTIONS] -- CMD [ARGS]...
 
 Options:
   --permit-path DIR           the one directory readable and writable (required here or in --settings)
-  --permit-extra-subpath DIR  an extra read-write directory (repeatable)
+  --permit-extra-subpath DIR  an extra read-write directory inside the permit path, no links (repeatable)
   --permit-read PATH          an extra read-only file or directory (repeatable)
-  --allow-host HOST           egress only to HOST (name, *.domain, IP) through a proxy (repeatable)
+  --allow-host HOST[:PORT]    egress only to HOST (name, *.domain, IP; ports 80/443 unless :PORT or :*)
+                              through a proxy (repeatable)
   --report FILE               append JSON lines of what was denied and observed
   --allow-protected-writes    let .git/hooks, .git/config, shell rc files, ... be written
   --settings FILE             the same options as JSON (schemas/confine-settings.schema.json)

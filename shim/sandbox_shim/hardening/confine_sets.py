@@ -12,12 +12,16 @@ Rules (each checked here, once):
   or the parent of a read-write path: either would expose what the profile exists to hide.
 * read-write: ``permit_path`` and the extra subpaths, plus a private ``/tmp`` (made by the builder).
 * islands: read-only paths *inside* a read-write path: ``permit_read`` entries there, the settings
-  file, and ``PROTECTED`` names at the top of each read-write path (unless ``protect`` is False).
+  file, ``PROTECTED`` names at the top of each read-write path and, in every git directory there,
+  ``GIT_PROTECTED`` entries and the ``core.hooksPath`` target (unless ``protect`` is False).
   A confined program that could write ``.git/hooks`` or ``.git/config`` would run code unconfined at
-  the user's next ``git commit``; shell start-up files and editor task files likewise.  When ``.git``
-  exists without ``hooks``, an empty ``hooks`` directory is made (as ``git init`` does) so it can be
-  held read-only.  Protection covers existing names only: a ``.git`` made by the confined program
-  itself is its own.
+  the user's next ``git commit``; shell start-up files and editor task files likewise.  Missing
+  ``hooks``/hooksPath directories are made (as ``git init`` does); missing tool settings are made as
+  placeholders (``make_placeholders``; removed after the command).
+* anchors: every directory between a read-write root and an island, bound onto itself by the
+  builder so rename(2)/rmdir(2) fail with EBUSY (``mv .git .git_old`` cannot move the held paths
+  aside).  A protected name that is a link inside a read-write path is refused: a link cannot be held.
+  A ``.git`` made by the confined program itself is its own.
 """
 
 from __future__ import annotations
