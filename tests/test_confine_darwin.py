@@ -52,3 +52,13 @@ def test_open_egress_without_allow_list() -> None:
 def test_bad_port() -> None:
     with pytest.raises(ValueError, match="out of range"):
         build(70000)
+
+
+def test_anchors_are_literal_denials_after_the_islands() -> None:
+    prof = confine_profile.build(RO, RW, deny=["/Users/u"], islands=["/Users/u/proj/.git/hooks"],
+                                 anchors=["/Users/u/proj/.git"], resolve=lambda p: p)
+    text = prof.text
+    assert text.index("; read-only islands") < text.index("; the islands' parent directories")
+    assert '(literal (param "ANCHOR_0"))' in text and prof.params["ANCHOR_0"] == "/Users/u/proj/.git"
+    plain = confine_profile.build(RO, RW, deny=["/Users/u"], resolve=lambda p: p).text
+    assert "ANCHOR" not in plain  # control: no anchors, no such rule

@@ -335,7 +335,7 @@ def test_cli_usage_errors(work: Path) -> None:
 def test_cli_egress_through_forked_proxy(work: Path, servers: dict[str, int], tmp_path: Path) -> None:
     report = tmp_path / "cli-report.jsonl"
     ok_url, no_url = f"http://127.0.0.1:{servers['allowed']}/", f"http://localhost:{servers['denied']}/"
-    base = ["confine", "--permit-path", str(work), "--allow-host", "127.0.0.1", "--report", str(report),
+    base = ["confine", "--permit-path", str(work), "--allow-host", "127.0.0.1:*", "--report", str(report),
             "--", PY, "-c", PROBE, "get"]
     assert outcome(cli(*base, ok_url)) == "ok:served-allowed"
     assert outcome(cli(*base, no_url)) == "denied:HTTP403"
@@ -346,18 +346,21 @@ def test_cli_egress_through_forked_proxy(work: Path, servers: dict[str, int], tm
     assert not leftover, leftover
 
 
-def test_protected_link_into_an_extra_path_is_held(work: Path, tmp_path: Path) -> None:
-    """``.git`` pointing into another read-write path: its hooks are held where they really are."""
-    extra = tmp_path / "gitdir"
-    subprocess.run(["git", "init", "-q", "--separate-git-dir", str(extra), str(work)], check=True)
-    assert (work / ".git").is_file()  # a gitfile; make it a link instead, the harder case
-    (work / ".git").unlink()
-    (work / ".git").symlink_to(extra)
-    assert probe(work, "write", extra / "description", permit_extra_subpaths=[str(extra)]) == "ok:wrote"
-    assert probe(work, "write", work / ".git" / "hooks" / "pre-commit",
-                 permit_extra_subpaths=[str(extra)]) == "denied:EROFS"
-    assert not (extra / "hooks" / "pre-commit").exists()
+def test_protected_link_is_refused_not_followed(work: Path, tmp_path: Path) -> None:
+    """``.git`` as a link inside the permit path: the link itself cannot be held (a mount lands on its
+    target), so the confined program could swap it for one to its own hooks: refused, exit 5."""
+    from sandbox_shim.errors import CannotEnforce
 
+    extra = work / "sub" / "gitdir"
+    extra.parent.mkdir()
+    subprocess.run(["git", "init", "-q", "--separate-git-dir", str(extra), str(work)], check=True)
+    assert (work / ".git").is_file()  # a gitfile is held as a file (test_confine_held.py)
+    assert probe(work, "write", extra / "hooks" / "pre-commit") == "denied:EROFS"
+    (work / ".git").unlink()
+    (work / ".git").symlink_to("sub/gitdir")
+    with pytest.raises(CannotEnforce, match="symbolic link"):
+        confine(("true", []), permit_path=str(work))
+    assert probe(work, "write", extra / "hooks" / "pre-commit", protect=False) == "ok:wrote"  # opt-out
 
 def test_cli_missing_bwrap_is_exit_5(work: Path, tmp_path: Path) -> None:
     witness = work / "ran"

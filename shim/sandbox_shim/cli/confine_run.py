@@ -10,7 +10,8 @@ Parsed here without click (``cli/__init__.py`` sends ``confine`` straight to ``m
 confined command, so its start-up is measured, in scripts/bench).  Calls
 ``sandbox_shim.hardening.confinement.confine``, then execs the launch spec so the caller waits on the
 confined command directly.  With ``--allow-host`` a forked child serves the egress proxy until the
-command ends (it gets SIGTERM when the exec'd process exits: PR_SET_PDEATHSIG, prctl(2)).
+command ends (it gets SIGTERM when the exec'd process exits: PR_SET_PDEATHSIG, prctl(2)); the same
+child removes the placeholders made for missing protected names.
 
 ``--settings FILE`` holds the same options as JSON (schemas/confine-settings.schema.json); options on
 the command line override its scalars and add to its lists; relative paths in it are taken against
@@ -36,9 +37,10 @@ Usage: sandbox-shim confine [OPTIONS] -- CMD [ARGS]...
 
 Options:
   --permit-path DIR           the one directory readable and writable (required here or in --settings)
-  --permit-extra-subpath DIR  an extra read-write directory (repeatable)
+  --permit-extra-subpath DIR  an extra read-write directory inside the permit path, no links (repeatable)
   --permit-read PATH          an extra read-only file or directory (repeatable)
-  --allow-host HOST           egress only to HOST (name, *.domain, IP) through a proxy (repeatable)
+  --allow-host HOST[:PORT]    egress only to HOST (name, *.domain, IP; ports 80/443 unless :PORT or :*)
+                              through a proxy (repeatable)
   --report FILE               append JSON lines of what was denied and observed
   --allow-protected-writes    let .git/hooks, .git/config, shell rc files, ... be written
   --settings FILE             the same options as JSON (schemas/confine-settings.schema.json)
@@ -97,13 +99,16 @@ def load_settings(path: str) -> dict[str, object]:
 
     import jsonschema
 
+    from .. import jsonguard
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
+        with open(path, "rb") as fh:
+            data = fh.read(jsonguard.MAX_BYTES + 1)
     except OSError as e:
         raise UsageError(f"settings {path}: {e.strerror}") from e
-    except ValueError as e:
-        raise UsageError(f"settings {path}: not valid JSON: {e}") from e
+    doc, problems = jsonguard.loads(data, "the settings file")  # depth, size, NUL: before the schema
+    if problems:
+        raise UsageError(f"settings {path}: {problems[0].line()}")
     schema = json.loads(resources.files("sandbox_shim.schemas").joinpath(
         "confine-settings.schema.json").read_text(encoding="utf-8"))
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.path))
@@ -144,8 +149,9 @@ def merged(opts: dict[str, object]) -> dict[str, object]:
     return out
 
 
-def _serve_egress(spec: object) -> None:
-    """Fork the proxy's process: it serves until the exec'd command's process ends."""
+def _serve_after(spec: object) -> None:
+    """Fork the child that outlives the exec: it serves the egress proxy (if any) and, when the
+    exec'd command's process ends, removes the placeholders (``LaunchSpec.release``)."""
     import signal
 
     egress = spec.egress  # type: ignore[attr-defined]
@@ -156,16 +162,22 @@ def _serve_egress(spec: object) -> None:
     try:
         import ctypes
 
+        def done(*_: object) -> None:
+            spec.release()  # type: ignore[attr-defined]
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, done)
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-        signal.signal(signal.SIGTERM, lambda *_: (egress.close(), os._exit(0)))
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the command's to handle
         if os.getppid() != parent:
-            egress.close()
-            os._exit(0)
+            done()
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1):
             os.dup2(devnull, fd)
-        egress.serve_forever()
+        if egress is not None:
+            egress.serve_forever()
+        while True:
+            signal.pause()
     finally:
         os._exit(0)
 
@@ -203,15 +215,14 @@ def run(argv: list[str], g: Globals | None = None) -> int:
     except (ValueError, OSError) as e:
         fail(g, UsageError(str(e)))
     if opts.get("printLaunchSpec"):
-        if spec.egress is not None:
-            spec.egress.close()
+        spec.release()
         sys.stdout.write(json.dumps(confinement.describe(spec), indent=2) + "\n")
         sys.stdout.flush()
         return 0
     sys.stdout.flush()
     sys.stderr.flush()
-    if spec.egress is not None:
-        _serve_egress(spec)
+    if spec.egress is not None or spec.placeholders:
+        _serve_after(spec)
     try:
         os.chdir(spec["cd"])
         os.execve(spec["cmd"], [spec["cmd"], *spec["args"]], spec["env"])

@@ -12,12 +12,16 @@ Rules (each checked here, once):
   or the parent of a read-write path: either would expose what the profile exists to hide.
 * read-write: ``permit_path`` and the extra subpaths, plus a private ``/tmp`` (made by the builder).
 * islands: read-only paths *inside* a read-write path: ``permit_read`` entries there, the settings
-  file, and ``PROTECTED`` names at the top of each read-write path (unless ``protect`` is False).
+  file, ``PROTECTED`` names at the top of each read-write path and, in every git directory there,
+  ``GIT_PROTECTED`` entries and the ``core.hooksPath`` target (unless ``protect`` is False).
   A confined program that could write ``.git/hooks`` or ``.git/config`` would run code unconfined at
-  the user's next ``git commit``; shell start-up files and editor task files likewise.  When ``.git``
-  exists without ``hooks``, an empty ``hooks`` directory is made (as ``git init`` does) so it can be
-  held read-only.  Protection covers existing names only: a ``.git`` made by the confined program
-  itself is its own.
+  the user's next ``git commit``; shell start-up files and editor task files likewise.  Missing
+  ``hooks``/hooksPath directories are made (as ``git init`` does); missing tool settings are made as
+  placeholders (``make_placeholders``; removed after the command).
+* anchors: every directory between a read-write root and an island, bound onto itself by the
+  builder so rename(2)/rmdir(2) fail with EBUSY (``mv .git .git_old`` cannot move the held paths
+  aside).  A protected name that is a link inside a read-write path is refused: a link cannot be held.
+  A ``.git`` made by the confined program itself is its own.
 """
 
 from __future__ import annotations
@@ -43,24 +47,91 @@ LINUX_ETC = (
 #: names held read-only at the top of each read-write path (compare sandbox-runtime's mandatory
 #: write denials: git hooks and config, shell start-up files, editor and tool settings)
 PROTECTED = (
-    ".git/hooks", ".git/config", ".git/info", ".gitmodules", ".gitconfig", ".bashrc", ".bash_profile",
+    ".gitmodules", ".gitconfig", ".bashrc", ".bash_profile",
     ".bash_login", ".profile", ".zshrc", ".zprofile", ".zshenv", ".envrc", ".ripgreprc", ".mcp.json",
     ".vscode", ".idea", ".claude/commands", ".claude/agents", ".claude/settings.json",
+    ".claude/settings.local.json",
 )
+
+
+#: missing protected names made as placeholders (then held read-only, so creating them inside is
+#: denied): tool settings a program reads from the project it starts in, run commands from, and
+#: that would not ask first — directories are made empty (git does not list an empty directory),
+#: JSON files as ``{}`` (valid, empty settings).  Shell start-up files, ``.envrc``, ``.gitmodules``,
+#: ``.gitconfig`` and ``.ripgreprc`` are held only when they exist: in a project directory they run
+#: nothing by themselves (shells read them from ``$HOME``, direnv asks before loading a new
+#: ``.envrc``, git runs nothing from ``.gitmodules``), and a placeholder would show in ``git status``.
+PLACEHOLDER_DIRS = (".vscode", ".idea", ".claude/commands", ".claude/agents")
+PLACEHOLDER_JSON = (".mcp.json", ".claude/settings.json", ".claude/settings.local.json")
+_EMPTY_JSON = b"{}\n"
+
+
+def make_placeholders(root: str, writable: Sequence[str]) -> list[str]:
+    """Create what is missing of ``PLACEHOLDER_DIRS`` and ``PLACEHOLDER_JSON`` under ``root`` (and
+    missing parents such as ``.claude``), so the builder holds them read-only and their creation
+    inside is denied too.  Never through a link (``O_NOFOLLOW``, ``lexists``).  Returns the created
+    paths, parents first; ``remove_placeholders`` takes them away after the command."""
+    made: list[str] = []
+    for name in (*PLACEHOLDER_DIRS, *PLACEHOLDER_JSON):
+        q = os.path.join(root, name)
+        if os.path.lexists(q):
+            continue
+        parts, cur, ok = name.split("/"), root, True
+        for comp in parts[:-1]:
+            cur = os.path.join(cur, comp)
+            if os.path.islink(cur) or (os.path.lexists(cur) and not os.path.isdir(cur)):
+                ok = False
+                break
+            if not os.path.lexists(cur):
+                os.mkdir(cur, 0o755)
+                made.append(cur)
+        if not ok or not any(_within(q, w) for w in writable):
+            continue
+        if name in PLACEHOLDER_DIRS:
+            os.mkdir(q, 0o755)
+        else:
+            fd = os.open(q, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            try:
+                os.write(fd, _EMPTY_JSON)
+            finally:
+                os.close(fd)
+        made.append(q)
+    return made
+
+
+def remove_placeholders(made: Sequence[str]) -> None:
+    """Remove ``make_placeholders`` results still as made (empty directories, ``{}`` files;
+    deepest first); what the user filled in meanwhile stays.  Never raises."""
+    import stat
+
+    for p in reversed(made):
+        try:
+            st = os.lstat(p)
+            if stat.S_ISDIR(st.st_mode):
+                os.rmdir(p)
+            elif stat.S_ISREG(st.st_mode) and st.st_size == len(_EMPTY_JSON):
+                with open(p, "rb") as fh:
+                    if fh.read() == _EMPTY_JSON:
+                        os.unlink(p)
+        except OSError:
+            pass
 
 
 class Sets:
     """Resolved absolute paths.  ``read_only`` is sorted, without entries under another (non-link)
     entry; links are listed as links (recreated inside, not followed)."""
 
-    __slots__ = ("read_only", "read_write", "islands")
+    __slots__ = ("read_only", "read_write", "islands", "anchors", "placeholders")
 
     def __init__(self, read_only: tuple[str, ...], read_write: tuple[str, ...],
-                 islands: tuple[str, ...]) -> None:
+                 islands: tuple[str, ...], anchors: tuple[str, ...] = (),
+                 placeholders: tuple[str, ...] = ()) -> None:
         self.read_only, self.read_write, self.islands = read_only, read_write, islands
+        self.anchors, self.placeholders = anchors, placeholders
 
     def __repr__(self) -> str:
-        return f"Sets(read_only={self.read_only!r}, read_write={self.read_write!r}, islands={self.islands!r})"
+        return (f"Sets(read_only={self.read_only!r}, read_write={self.read_write!r}, "
+                f"islands={self.islands!r}, anchors={self.anchors!r})")
 
 
 def _within(path: str, root: str) -> bool:
@@ -85,6 +156,45 @@ def homes(env: Mapping[str, str]) -> list[str]:
     return sorted(set(out))
 
 
+def links_on_way(path: str) -> list[str]:
+    """Where the symlinks met while resolving ``path`` (absolute) are, in walk order, as the kernel
+    walks it (path_resolution(7)); at most 40 links, then ELOOP as OSError."""
+    parts = [c for c in path.split("/") if c][::-1]
+    cur, seen = "/", []
+    while parts:
+        c = parts.pop()
+        if c == ".":
+            continue
+        if c == "..":
+            cur = os.path.dirname(cur)
+            continue
+        nxt = os.path.join(cur, c)
+        if os.path.islink(nxt):
+            seen.append(nxt)
+            if len(seen) > 40:
+                raise OSError(40, "too many levels of symbolic links", path)
+            target = os.readlink(nxt)
+            parts.extend([x for x in target.split("/") if x][::-1])
+            cur = "/" if target.startswith("/") else cur
+        else:
+            cur = nxt
+    return seen
+
+
+def _planted(p: str, writable: Sequence[str], what: str) -> None:
+    """Refuse ``p`` when resolving it passes a symlink inside a read-write path: the confined
+    program could have made that link in an earlier run to aim the next run's grant anywhere."""
+    try:
+        links = links_on_way(os.path.abspath(p))
+    except OSError as e:
+        raise ValueError(f"{what} {p!r}: {e.strerror}") from e
+    bad = [q for q in links if any(_within(q, w) for w in writable)]
+    if bad:
+        raise CannotEnforce(f"confinement.{what}", f"{what} {p!r} resolves through the symlink {bad[0]}, "
+                            "inside a read-write path (the confined program could have made it); "
+                            "name the target itself")
+
+
 def _passwd_home() -> str:
     try:
         return pwd.getpwuid(os.geteuid()).pw_dir
@@ -100,20 +210,105 @@ def _system(linux: bool) -> list[str]:
     return out + [os.path.realpath(p) for p in out if os.path.islink(p)]
 
 
-def _protected(root: str, protect: bool, settings_file: str | None, writable: Sequence[str]) -> list[str]:
+#: inside a git directory (and each ``modules/*`` and ``worktrees/*`` one): what git executes or reads
+#: configuration or other repositories' locations from (gitrepository-layout(5))
+GIT_PROTECTED = ("hooks", "config", "config.worktree", "info", "commondir", "gitdir",
+                 "objects/info/alternates")
+
+
+def _gitdir_of(dotgit: str) -> str | None:
+    """The git directory ``dotgit`` names: itself when a directory, the ``gitdir:`` target of a
+    gitfile (gitrepository-layout(5)), else None."""
+    if os.path.isdir(dotgit):
+        return os.path.realpath(dotgit)
+    try:
+        with open(dotgit, encoding="utf-8", errors="replace") as fh:
+            line = fh.read(4096).strip()
+    except OSError:
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    target = line[7:].strip()
+    real = os.path.realpath(os.path.join(os.path.dirname(dotgit), target))
+    return real if os.path.isdir(real) else None
+
+
+def _hooks_path(gitdir: str, worktree: str) -> str | None:
+    """``core.hooksPath`` of a git directory's own config (git-config(1)), resolved, or None."""
+    import re
+
+    for name in ("config", "config.worktree"):
+        try:
+            with open(os.path.join(gitdir, name), encoding="utf-8", errors="replace") as fh:
+                text = fh.read(1 << 20)
+        except OSError:
+            continue
+        m = re.search(r"(?im)^\s*hookspath\s*=\s*\"?([^\"\n]*?)\"?\s*$", text)
+        if m:
+            v = os.path.expanduser(m.group(1).strip())
+            return os.path.realpath(v if os.path.isabs(v) else os.path.join(worktree, v))
+    return None
+
+
+def _git_held(gitdir: str, worktree: str, writable: Sequence[str]) -> list[str]:
+    """What to hold in a git directory inside a read-write path, its submodules' and worktrees'
+    directories included (``GIT_PROTECTED``), and its ``core.hooksPath`` target; ``hooks`` and
+    the hooksPath target are made (empty) when missing, as ``git init`` does, so they can be held."""
+    out: list[str] = []
+    todo, seen = [gitdir], set()
+    while todo:
+        d = todo.pop()
+        if d in seen or not any(_within(d, w) for w in writable):
+            continue
+        seen.add(d)
+        hooks = os.path.join(d, "hooks")
+        if not os.path.lexists(hooks):
+            os.mkdir(hooks, 0o755)
+        out += [os.path.join(d, n) for n in GIT_PROTECTED if os.path.lexists(os.path.join(d, n))]
+        for sub in ("modules", "worktrees"):
+            top = os.path.join(d, sub)
+            if os.path.isdir(top) and not os.path.islink(top):
+                for dirpath, dirnames, _ in os.walk(top):
+                    dirnames[:] = [n for n in dirnames if not os.path.islink(os.path.join(dirpath, n))]
+                    if os.path.exists(os.path.join(dirpath, "HEAD")):
+                        todo.append(os.path.realpath(dirpath))
+                        dirnames[:] = [n for n in dirnames if n == "modules"]
+    hp = _hooks_path(gitdir, worktree)
+    if hp is not None and any(_within(hp, w) for w in writable):
+        if not os.path.lexists(hp):
+            os.makedirs(hp, 0o755, exist_ok=True)
+        out.append(hp)
+    return out
+
+
+def _protected(root: str, protect: bool, settings_file: str | None, writable: Sequence[str],
+               missing: bool = False) -> list[str]:
     out: list[str] = []
     if settings_file is not None:
+        _planted(settings_file, writable, "settings")
         real = os.path.realpath(settings_file)
         if any(_within(real, w) for w in writable):
             out.append(real)
     if not protect:
         return out
-    git = os.path.join(root, ".git")
-    if os.path.isdir(git) and not os.path.islink(git) and not os.path.lexists(os.path.join(git, "hooks")):
-        os.mkdir(os.path.join(git, "hooks"), 0o755)
+    for name in (".git", *PROTECTED):  # a link cannot be held (a mount lands on its target), only swapped
+        q = os.path.join(root, name)
+        if os.path.islink(q) or any(os.path.islink(a) for a in _ancestors(q, root)):
+            raise CannotEnforce("confinement.protected", f"{q} is (or lies under) a symbolic link inside "
+                                "a read-write path: it cannot be held read-only (the confined program could "
+                                "replace the link); make it a real file or directory, or pass "
+                                "--allow-protected-writes")
+    dotgit = os.path.join(root, ".git")
+    if os.path.isfile(dotgit) and not os.path.islink(dotgit):
+        out.append(dotgit)  # a gitfile rewritten to name another directory would bring its hooks
+    gitdir = _gitdir_of(dotgit)
+    if gitdir is not None:
+        out += _git_held(gitdir, root, writable)
     for name in PROTECTED:
         q = os.path.join(root, name)
         if not os.path.lexists(q):
+            if missing:  # a path rule (SBPL) holds a name whether or not it exists
+                out.append(q)
             continue
         real = os.path.realpath(q)
         if any(_within(real, w) for w in writable):  # a link to elsewhere: held if that is writable
@@ -121,9 +316,37 @@ def _protected(root: str, protect: bool, settings_file: str | None, writable: Se
     return out
 
 
+def _ancestors(path: str, root: str) -> list[str]:
+    """The directories strictly between ``root`` and ``path``."""
+    out, d = [], os.path.dirname(path)
+    while d != root and _within(d, root):
+        out.append(d)
+        d = os.path.dirname(d)
+    return out
+
+
+def anchors(islands: Sequence[str], writable: Sequence[str]) -> list[str]:
+    """Every directory between a read-write root and an island (exclusive), outermost first.
+
+    Bound onto themselves they become mount points, which rename(2) and rmdir(2) refuse with
+    ``EBUSY``: the confined program cannot move ``.git`` (or the settings file's directory) aside
+    and put a copy with its own hooks in its place."""
+    out: set[str] = set()
+    for i in islands:
+        roots = [w for w in writable if _within(i, w) and i != w]
+        if not roots:
+            continue
+        top = max(roots, key=len)
+        d = os.path.dirname(i)
+        while d != top and _within(d, top) and not os.path.islink(d):
+            out.add(d)
+            d = os.path.dirname(d)
+    return sorted(out, key=lambda p: (p.count("/"), p))
+
+
 def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], permit_read: Sequence[str] = (),
                protect: bool = True, settings_file: str | None = None,
-               linux: bool | None = None) -> Sets:
+               linux: bool | None = None, placeholders: bool = True) -> Sets:
     """Compute the three sets (rules in the module docstring).
 
     Args:
@@ -133,10 +356,13 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
         permit_read: extra read-only paths as given (resolved here; must exist, not ``/``).
         protect: hold ``PROTECTED`` names read-only; settings_file: held read-only when inside.
         linux: include the Linux system trees (default: on Linux).
+        placeholders: create the missing protected names (``make_placeholders``) so they are held
+            too; the caller removes ``Sets.placeholders`` after the command.
 
     Raises:
-        CannotEnforce("confinement.read_set" | "confinement.boundary", detail): a runtime entry
-            contains a home directory or the parent of a read-write path.
+        CannotEnforce("confinement.read_set" | "confinement.boundary" | "confinement.permit_read",
+            detail): a runtime entry contains a home directory or the parent of a read-write path;
+            a ``permit_read`` entry resolves through a symlink inside a read-write path.
         ValueError: a ``permit_read`` entry does not exist or is ``/``.
     """
     linux = sys.platform == "linux" if linux is None else linux
@@ -153,6 +379,7 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
     extra_ro: list[str] = []
     islands: list[str] = []
     for p in permit_read:
+        _planted(p, read_write, "permit_read")
         real = os.path.realpath(p)
         if not os.path.exists(real):
             raise ValueError(f"permit_read {p!r} does not exist")
@@ -166,6 +393,15 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
         if cover:
             raise CannotEnforce("confinement.boundary", f"{r}: its parent {boundary} lies inside the "
                                 f"runtime read set entry {cover[0]}, so siblings would be readable")
-    for r in read_write:
-        islands += _protected(r, protect, settings_file, read_write)
-    return Sets(tuple(dedupe(ro + extra_ro)), tuple(read_write), tuple(dedupe(islands)))
+    made: list[str] = []
+    try:
+        for r in read_write:
+            if protect and placeholders and linux:
+                made += make_placeholders(r, read_write)
+            islands += _protected(r, protect, settings_file, read_write, missing=not linux)
+    except BaseException:
+        remove_placeholders(made)
+        raise
+    held = dedupe(islands)
+    return Sets(tuple(dedupe(ro + extra_ro)), tuple(read_write), tuple(held),
+                tuple(anchors(held, read_write)), tuple(made))

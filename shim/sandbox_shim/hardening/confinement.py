@@ -61,6 +61,17 @@ class LaunchSpec(dict):  # type: ignore[type-arg]
     not_enforced: tuple[str, ...] = ()
     egress: EgressProxy | None = None
     report: str | None = None
+    placeholders: tuple[str, ...] = ()
+
+    def release(self) -> None:
+        """After the command: close the egress proxy (if any) and remove the empty placeholders
+        made for missing protected names (``confine_sets.make_placeholders``).  Idempotent."""
+        from .confine_sets import remove_placeholders
+
+        if self.egress is not None:
+            self.egress.close()
+        remove_placeholders(self.placeholders)
+        self.placeholders = ()
 
 
 def caller_environ() -> dict[str, str]:
@@ -124,6 +135,37 @@ def _resolve_dir(p: str, what: str) -> str:
     if real == "/":
         raise ValueError(f"{what} must not be / (it would permit everything)")
     return real
+
+
+def resolve_subpath(p: str, permit: str, given: str | None = None, what: str = "permit_extra_subpath") -> str:
+    """``p`` as a directory inside ``permit`` (a resolved permit path), walked one component at a
+    time without following links (as ``paths.bind_source`` walks a bundle).
+
+    A symlink on the way — one a confined program planted in an earlier run, say
+    ``out/cache -> ../../.ssh`` — is refused, not followed; so is a path outside ``permit``
+    (``$HOME/.ssh``).  Relative paths are taken against the current directory; a path under
+    ``given`` (the permit path as the caller spelled it, before realpath) is taken under ``permit``.
+
+    Raises: CannotEnforce("confinement.extra_subpath", detail) (exit 5).
+    """
+    norm = os.path.abspath(p)
+    spelled = os.path.abspath(given) if given else permit
+    if not _within(norm, permit) and _within(norm, spelled):
+        norm = os.path.normpath(os.path.join(permit, os.path.relpath(norm, spelled)))
+    if not _within(norm, permit):
+        raise CannotEnforce("confinement.extra_subpath", f"{what} {p!r} is not inside the permit path "
+                            f"{permit}; name a directory under it")
+    cur = permit
+    for comp in os.path.relpath(norm, permit).split(os.sep):
+        if comp in ("", "."):
+            continue
+        cur = os.path.join(cur, comp)
+        if os.path.islink(cur):
+            raise CannotEnforce("confinement.extra_subpath", f"{what} {p!r} passes through the symlink "
+                                f"{cur}; links inside the permit path are not followed")
+    if not os.path.isdir(norm):
+        raise ValueError(f"{what} {p!r} is not an existing directory")
+    return norm
 
 
 def _bwrap_path(bwrap: str | None) -> str:
@@ -237,6 +279,8 @@ def _linux(exe: str, args: Sequence[str], sets: Sets, cd: str, bwrap: str | None
     argv += ["--dev", "/dev", "--proc", "/proc"]
     for p in sets.read_write:
         argv += ["--bind", p, p]
+    for p in sets.anchors:  # mount points: rename(2)/rmdir(2) of them fail with EBUSY
+        argv += ["--bind", p, p]
     for p in sets.islands:
         argv += ["--ro-bind", p, p]
     program = [exe, *args]
@@ -285,7 +329,8 @@ def _darwin(exe: str, args: Sequence[str], sets: Sets, permit: str, egress: Egre
     env["TMPDIR"] = tmp
     ro = [p for p in (*seatbelt.RUNTIME_READ, *sets.read_only) if os.path.exists(p)]
     profile = confine_profile.build(ro, [*sets.read_write, tmp], deny=[os.path.dirname(permit)],
-                                    islands=sets.islands, proxy_port=egress.port if egress else None)
+                                    islands=sets.islands, anchors=sets.anchors,
+                                    proxy_port=egress.port if egress else None)
     seatbelt.compile_check(profile)
     return (seatbelt.sandbox_exec_argv(profile, exe, args), ("seatbelt (sandbox-exec)",),
             ["abstract unix sockets (macOS has none; unix-domain sockets follow the file rules)"])
@@ -308,7 +353,8 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
             variables (``PROXY_ENV``) are set on top.
         cd: where the process starts (default: the resolved ``permit_path``); must be reachable
             inside (under a granted path).  A convenience, never a boundary.
-        permit_extra_subpaths: extra read-write directories, each resolved like ``permit_path``.
+        permit_extra_subpaths: extra read-write directories inside ``permit_path``
+            (``resolve_subpath``: no link followed, never outside it).
         permit_read: extra read-only paths (files or directories; realpath'd; must exist, not ``/``).
         allow_hosts: None: egress open (the default).  A list: only these hosts, through the
             proxy (``hardening/egress.py``); an empty list denies all egress.
@@ -324,7 +370,9 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
 
     Returns:
         ``LaunchSpec``; ``.egress`` (an ``EgressProxy``, bound, not serving) must be served while the
-        command runs (``spec.egress.start()``, then ``close()``): until then the command has no egress.
+        command runs (``spec.egress.start()``): until then the command has no egress.  After the
+        command call ``spec.release()``: it closes the proxy and removes the empty placeholders
+        made for missing protected names (``.placeholders``).
 
     Raises:
         CannotEnforce(capability, detail): the confinement cannot be built on this host (bwrap
@@ -337,7 +385,7 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
     cmd, args = command
     env = dict(os.environ if env is None else env)
     permit = _resolve_dir(permit_path, "permit_path")
-    extras = [_resolve_dir(p, "permit_extra_subpath") for p in permit_extra_subpaths]
+    extras = [resolve_subpath(p, permit, permit_path) for p in permit_extra_subpaths]
     rw = [permit, *extras]
     start = os.path.realpath(cd) if cd is not None else permit
     exe = resolve_executable(cmd, env.get("PATH", os.defpath), start)
@@ -351,6 +399,20 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
         if any(_within(report, p) for p in rw):
             raise ValueError(f"report {report!r} lies inside a read-write path: the command could write it")
     sets = build_sets(exe, env, rw, permit_read, protect, settings_file)
+    try:
+        return _launch_spec(exe, args, env, sets, rw, permit, start, patterns, report, bwrap, landlock,
+                            trial, host_map)
+    except BaseException:
+        from .confine_sets import remove_placeholders
+
+        remove_placeholders(sets.placeholders)
+        raise
+
+
+def _launch_spec(exe: str, args: Sequence[str], env: dict[str, str], sets: Sets, rw: list[str], permit: str,
+                 start: str, patterns: list[str] | None, report: str | None, bwrap: str | None,
+                 landlock: bool | None, trial: bool,
+                 host_map: Mapping[str, tuple[str, int]] | None) -> LaunchSpec:
     reachable = [*rw, *sets.read_only, *sets.islands]
     if not any(_within(start, q) for q in reachable) or not os.path.isdir(start):
         raise ValueError(f"cd {start!r} is not a directory reachable inside the confinement")
@@ -378,6 +440,7 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
         raise
     spec = LaunchSpec(cmd=argv[0], args=argv[1:], env=env, cd=start)
     spec.layers, spec.not_enforced, spec.egress, spec.report = layers, tuple(not_enforced), egress, report
+    spec.placeholders = sets.placeholders
     if report is not None:
         try:
             write_start_record(report, spec)
