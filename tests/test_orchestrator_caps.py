@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,7 @@ def test_devices_cgroup_holds_the_rules(make_bundle, state_root: Path, how: str)
         pytest.skip("the v1 devices hierarchy is not mounted here (cgroup v2 rules are built elsewhere)")
     own = (Path(lay.v1_mounts["devices"]) / "devices.list").read_text().split("\n")
     assert "a *:* rwm" in own  # the host's root cgroup allows everything
-    cg = f"/sandbox-shim-test/devrules-{os.getpid()}-{how}"
+    cg = f"/sandbox-shim-test-devrules-{os.getpid()}-{how}-{time.monotonic_ns() % 10**9}"  # no shared parent
     listing = f"{lay.v1_mounts['devices']}{cg}/devices.list"
     if not os.path.exists("/dev/fuse"):
         pytest.skip("no /dev/fuse on this host to give the sandbox")
