@@ -389,8 +389,9 @@ def protected_paths(cfg: dict[str, Any], bundle: str) -> list[str]:
     """Host paths the runtime reads or runs after the tenant started: the bundle (config.json), and
     every hook's executable (hooks run on the host)."""
     out = [bundle, os.path.join(bundle, "config.json")]
-    for entries in (cfg.get("hooks") or {}).values():
-        for h in entries or []:
+    hooks = cfg.get("hooks")
+    for entries in (hooks.values() if isinstance(hooks, dict) else ()):  # wrong types: the schema's to report
+        for h in entries if isinstance(entries, list) else ():
             if isinstance(h, dict) and isinstance(h.get("path"), str):
                 out.append(h["path"])
     return out
@@ -412,7 +413,8 @@ def hook_references(cfg: dict[str, Any], bundle: str) -> list[tuple[str, str]]:
     or ``BASH_ENV`` file is code run on the host as root, like ``path`` itself.  ``startContainer``
     hooks run inside the sandbox and are left out."""
     out: list[tuple[str, str]] = []
-    for phase, entries in (cfg.get("hooks") or {}).items():
+    hooks = cfg.get("hooks")
+    for phase, entries in (hooks.items() if isinstance(hooks, dict) else ()):
         if phase == "startContainer" or not isinstance(entries, list):
             continue
         for i, h in enumerate(entries):
