@@ -12,7 +12,7 @@ with ``--debug``, which adds the traceback.
 
 from __future__ import annotations
 
-import signal
+import _signal as signal  # the C module: signal.py's enum wrappers cost every verb's start-up
 import sys
 
 FAST_VERBS = frozenset({"create", "start", "state", "kill", "delete"})

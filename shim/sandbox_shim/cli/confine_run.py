@@ -21,7 +21,6 @@ confinement cannot be built here (nothing is run).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -109,6 +108,8 @@ def load_settings(path: str) -> dict[str, object]:
     doc, problems = jsonguard.loads(data, "the settings file")  # depth, size, NUL: before the schema
     if problems:
         raise UsageError(f"settings {path}: {problems[0].line()}")
+    import json
+
     schema = json.loads(resources.files("sandbox_shim.schemas").joinpath(
         "confine-settings.schema.json").read_text(encoding="utf-8"))
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.path))
@@ -152,7 +153,7 @@ def merged(opts: dict[str, object]) -> dict[str, object]:
 def _serve_after(spec: object) -> None:
     """Fork the child that outlives the exec: it serves the egress proxy (if any) and, when the
     exec'd command's process ends, removes the placeholders (``LaunchSpec.release``)."""
-    import signal
+    import _signal as signal  # the C module: signal.py's enum wrappers cost start-up
 
     egress = spec.egress  # type: ignore[attr-defined]
     parent = os.getpid()
@@ -215,6 +216,8 @@ def run(argv: list[str], g: Globals | None = None) -> int:
     except (ValueError, OSError) as e:
         fail(g, UsageError(str(e)))
     if opts.get("printLaunchSpec"):
+        import json
+
         spec.release()
         sys.stdout.write(json.dumps(confinement.describe(spec), indent=2) + "\n")
         sys.stdout.flush()

@@ -7,7 +7,6 @@ containerd read from ``--log`` when ``--log-format json`` is given.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
@@ -49,6 +48,8 @@ def log(g: Globals, level: str, msg: str, **fields: Any) -> None:
     try:
         with open(g.log, "a", encoding="utf-8") as fh:
             if g.log_format == "json":
+                import json  # json (re, enum) only when asked: the confine path measures start-up
+
                 rec = {"level": level, "msg": msg, "time": rfc3339_now(), **fields}
                 fh.write(json.dumps(rec) + "\n")
             else:
@@ -63,6 +64,8 @@ def fail(g: Globals, err: ShimError) -> NoReturn:
     log(g, "error", err.line(), **{k: v for k, v in err.to_dict().items() if k != "msg"})
     try:
         if g.log_format == "json" and not g.log:
+            import json
+
             sys.stderr.write(json.dumps({"level": "error", "msg": err.line(), "time": rfc3339_now(),
                                          **err.to_dict()}) + "\n")
         else:
@@ -79,6 +82,8 @@ def fail(g: Globals, err: ShimError) -> NoReturn:
 
 def emit_json(obj: Any) -> None:
     """Print ``obj`` as indented JSON on stdout."""
+    import json
+
     sys.stdout.write(json.dumps(obj, indent=2) + "\n")
     sys.stdout.flush()
 

@@ -7,7 +7,7 @@ Rules (each checked here, once):
 
 * read-only: the system trees (Linux: ``/usr``, the merged-usr links, a short list of ``/etc``
   entries: loader, resolver, users, TLS), the executable's runtime read set (``readset``), the
-  interpreter this package runs the Landlock helper with, and ``permit_read`` paths outside the
+  interpreter the platform runs inside first (if any), and ``permit_read`` paths outside the
   read-write ones.  Nothing there may contain a home directory (``$HOME``, the user's passwd entry)
   or the parent of a read-write path: either would expose what the profile exists to hide.
 * read-write: ``permit_path`` and the extra subpaths, plus a private ``/tmp`` (made by the builder).
@@ -346,7 +346,8 @@ def anchors(islands: Sequence[str], writable: Sequence[str]) -> list[str]:
 
 def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], permit_read: Sequence[str] = (),
                protect: bool = True, settings_file: str | None = None,
-               linux: bool | None = None, placeholders: bool = True) -> Sets:
+               linux: bool | None = None, placeholders: bool = True,
+               interpreters: Sequence[str] = ()) -> Sets:
     """Compute the three sets (rules in the module docstring).
 
     Args:
@@ -358,6 +359,8 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
         linux: include the Linux system trees (default: on Linux).
         placeholders: create the missing protected names (``make_placeholders``) so they are held
             too; the caller removes ``Sets.placeholders`` after the command.
+        interpreters: executables the platform runs inside before the command (the Python Landlock
+            helper's interpreter); their runtime read sets join the read-only set.
 
     Raises:
         CannotEnforce("confinement.read_set" | "confinement.boundary" | "confinement.permit_read",
@@ -368,8 +371,8 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
     linux = sys.platform == "linux" if linux is None else linux
     system = _system(linux)
     runtime = readset.runtime_read_set(exe, env) if os.path.isabs(exe) else []
-    if linux:  # the interpreter that runs the Landlock helper inside
-        runtime += readset.runtime_read_set(os.path.realpath(sys.executable), env)
+    for interpreter in interpreters:  # what runs inside before the command
+        runtime += readset.runtime_read_set(interpreter, env)
     runtime = [p for p in runtime if os.path.lexists(p) and not readset.in_system(p)]
     for p in runtime:
         for h in homes(env):

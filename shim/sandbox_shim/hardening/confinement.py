@@ -14,8 +14,11 @@ Layers:
   namespaces with their own ``/proc``, every capability dropped, network shared — or, with an
   allow-list, a network namespace of its own whose only way out is the egress proxy's socket) and,
   where the kernel has it, Landlock over the same sets plus, from ABI 6, the abstract-unix-socket
-  and signal scopes, applied inside the sandbox by ``platforms/linux/landlock.py`` run as a script.
-* macOS: a deny-default SBPL profile for ``sandbox-exec`` (``platforms/darwin/confine_profile.py``).
+  and signal scopes, applied inside the sandbox just before the exec (``platforms/linux/confine.py``).
+* macOS: a deny-default SBPL profile for ``sandbox-exec`` (``platforms/darwin/confine.py``).
+
+This module is platform-neutral: it reaches the renderer for this OS through
+``platforms/confine_select.py`` only.
 
 ``confine`` returns a launch spec or raises ``CannotEnforce``; never a spec without the confinement.
 Environment knob: ``SANDBOX_SHIM_BWRAP`` names the bwrap binary (default ``/usr/bin/bwrap``).
@@ -26,7 +29,6 @@ from __future__ import annotations
 import os
 import sys
 
-from ..capability import Capability
 from ..errors import CannotEnforce
 from . import readset
 from .confine_sets import LINUX_ETC, LINUX_SYSTEM, PROTECTED, Sets, build_sets
@@ -36,18 +38,13 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
+    from ..capability import Capability
     from .egress import EgressProxy
 
 __all__ = ["LINUX_ETC", "LINUX_SYSTEM", "PROTECTED", "LaunchSpec", "confine", "describe", "report",
            "resolve_executable", "caller_environ"]
 
-DEFAULT_BWRAP = "/usr/bin/bwrap"
-BWRAP_ENV = "SANDBOX_SHIM_BWRAP"
-#: where the Landlock helper script is bound (read-only, one file) inside the sandbox
-HELPER_PATH = "/run/sandbox-shim-confine/landlock.py"
-#: where the egress proxy's socket is bound inside, and the loopback port the forwarder serves
-PROXY_SOCKET = "/run/sandbox-shim-confine/proxy.sock"
-PROXY_PORT = 3128
+BWRAP_ENV = "SANDBOX_SHIM_BWRAP"  # read by platforms/linux/confine.py
 PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
@@ -168,172 +165,24 @@ def resolve_subpath(p: str, permit: str, given: str | None = None, what: str = "
     return norm
 
 
-def _bwrap_path(bwrap: str | None) -> str:
-    return bwrap or os.environ.get(BWRAP_ENV) or DEFAULT_BWRAP
+def _backend() -> Any:
+    from ..platforms.confine_select import confine_backend
 
-
-_bwrap_cache: dict[str, Capability] = {}
-
-
-def probe_bwrap(bwrap: str | None = None) -> Capability:
-    """Try the bwrap features this profile uses: ``bwrap --unshare-pid --unshare-ipc --cap-drop ALL
-    --ro-bind / / --proc /proc --dev /dev --remount-ro / true``.  Cached per binary path.
-
-    When no path override is given and ``sandbox_shim.probes`` registers ``bwrap``, its report must
-    say available too.  Returns a ``Capability`` named ``confinement.bwrap``; never raises.
-    """
-    path = _bwrap_path(bwrap)
-    if path in _bwrap_cache:
-        return _bwrap_cache[path]
-    import shutil
-    import subprocess
-
-    measured = f"{path} --unshare-pid --unshare-ipc --cap-drop ALL --ro-bind / / --proc /proc true"
-    cap: Capability | None = None
-    if bwrap is None and BWRAP_ENV not in os.environ:
-        try:
-            from .. import capability
-
-            capability.report([])  # loads the registered probes
-            shared = capability.probe("bwrap") if "bwrap" in capability.PROBES else None
-            if shared is not None and not shared.available:
-                cap = Capability("confinement.bwrap", False, shared.mechanism, shared.detail,
-                                 shared.measured_by)
-        except ImportError:
-            pass  # no shared probes module (yet): our own trial below decides
-    if cap is None:
-        true = shutil.which("true") or "/bin/true"
-        try:
-            r = subprocess.run([path, "--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL", "--ro-bind",
-                                "/", "/", "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", true],
-                               capture_output=True, text=True, timeout=20)
-            ok, detail = r.returncode == 0, r.stderr.strip()[:300] or f"exit {r.returncode}"
-            ver = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
-        except (OSError, subprocess.TimeoutExpired) as e:
-            ok, detail, ver = False, f"{path}: {e.strerror if isinstance(e, OSError) else e}", ""
-        cap = Capability("confinement.bwrap", ok, ver.strip() or path, "" if ok else detail, measured)
-    _bwrap_cache[path] = cap
-    return cap
-
-
-def probe_landlock() -> Capability:
-    """Report the Landlock layer: ``landlock_create_ruleset(..., VERSION)`` (kernel doc, landlock.rst)."""
-    from ..platforms.linux import landlock
-
-    abi = landlock.abi_version()
-    return Capability("confinement.landlock", abi > 0, f"landlock ABI {abi}" if abi else "landlock",
-                      "" if abi else "kernel has no Landlock (or it is not enabled at boot)",
-                      "landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)")
+    backend = confine_backend()
+    if backend is None:
+        raise CannotEnforce("confinement", f"no confinement mechanism on {sys.platform}")
+    return backend
 
 
 def report(bwrap: str | None = None) -> list[Capability]:
     """The confinement layers this host offers, as ``Capability`` reports (platform-specific)."""
-    if sys.platform == "linux":
-        from ..platforms.linux import landlock
-
-        abi = landlock.abi_version()
-        gap = (f"Landlock ABI {abi} < 6: host abstract unix sockets stay reachable (unless --allow-host "
-               "gives the command its own network namespace)")
-        scope = Capability("confinement.landlock.scope", abi >= 6,
-                           "landlock scopes: abstract-unix-socket, signal", "" if abi >= 6 else gap,
-                           "landlock_create_ruleset(NULL, 0, VERSION) >= 6")
-        return [probe_bwrap(bwrap), probe_landlock(), scope]
-    if sys.platform == "darwin":
-        from ..platforms.darwin import seatbelt
-
-        ok = os.access(seatbelt.SANDBOX_EXEC, os.X_OK)
-        return [Capability("confinement.seatbelt", ok, "sandbox-exec", "" if ok else "sandbox-exec missing",
-                           f"access({seatbelt.SANDBOX_EXEC}, X_OK)")]
-    return [Capability("confinement", False, "", f"no confinement mechanism on {sys.platform}", "platform")]
-
-
-def _linux(exe: str, args: Sequence[str], sets: Sets, cd: str, bwrap: str | None, landlock: bool | None,
-           trial: bool, egress: EgressProxy | None) -> tuple[list[str], tuple[str, ...], list[str]]:
-    """bwrap argv (mount order: private /tmp, runtime read set, /dev, /proc, read-write paths, then the
-    read-only islands over them) and the Landlock helper; returns (argv, layers, not_enforced)."""
-    path = _bwrap_path(bwrap)
-    cap = probe_bwrap(bwrap) if trial else Capability(
-        "confinement.bwrap", os.access(path, os.X_OK), "bubblewrap", f"{path} is missing or not executable",
-        f"access({path}, X_OK); the launch itself is the trial")
-    if not cap.available:
-        raise CannotEnforce("bwrap", cap.detail)
-    from ..platforms.linux import landlock as ll_mod
-
-    abi = ll_mod.abi_version()
-    if landlock and abi < 1:
-        raise CannotEnforce("landlock", "kernel has no Landlock (or it is not enabled at boot)")
-    use_ll = abi > 0 and landlock is not False
-    layers = [cap.mechanism if trial else "bubblewrap"] + ([f"landlock ABI {abi}"] if use_ll else [])
-    scopes = list(ll_mod.SCOPES) if use_ll and abi >= 6 else []
-    not_enforced = [] if scopes else ["abstract unix sockets of the host (Landlock ABI 6 scoping absent)"
-                                      + ("" if egress else "; a private network namespace would hide them")]
-    if scopes:
-        layers.append("landlock scopes: " + ", ".join(scopes))
-    argv = [path, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try"]
-    if egress is not None:
-        argv.append("--unshare-net")
-        not_enforced = []  # abstract sockets are per network namespace
-    argv += ["--cap-drop", "ALL", "--tmpfs", "/tmp"]
-    for p in sets.read_only:
-        argv += ["--symlink", os.readlink(p), p] if os.path.islink(p) else ["--ro-bind", p, p]
-    argv += ["--dev", "/dev", "--proc", "/proc"]
-    for p in sets.read_write:
-        argv += ["--bind", p, p]
-    for p in sets.anchors:  # mount points: rename(2)/rmdir(2) of them fail with EBUSY
-        argv += ["--bind", p, p]
-    for p in sets.islands:
-        argv += ["--ro-bind", p, p]
-    program = [exe, *args]
-    forward = None
-    if egress is not None:
-        argv += ["--ro-bind", egress.socket_path, PROXY_SOCKET]
-        forward = f"{PROXY_PORT}={PROXY_SOCKET}"
-    layers.append("seccomp: no TIOCSTI/TIOCLINUX")
-    if True:  # the helper always runs: the terminal filter and, where there is Landlock, its rules
-        python = os.path.realpath(sys.executable)
-        helper, inside = helper_file(os.path.realpath(ll_mod.__file__))
-        argv += ["--ro-bind", helper, inside]
-        ro_inside = [p for p in (*sets.read_only, *sets.islands) if not os.path.islink(p)]
-        program = ll_mod.helper_argv(python, inside, ro_inside + ["/proc"], [*sets.read_write, "/tmp"],
-                                     ["/dev"], exe, args, scopes=scopes, forward=forward, landlock=use_ll)
-    argv += ["--remount-ro", "/", "--chdir", cd, "--", *program]
-    return argv, tuple(layers), not_enforced
-
-
-def helper_file(source: str) -> tuple[str, str]:
-    """The Landlock helper to bind and where: its bytecode (``__pycache__``, PEP 3147) when that is
-    fresh for this interpreter (magic number, and the source's mtime and size in the header, PEP 552
-    timestamp form), so the second interpreter need not compile it; else the source."""
-    import importlib._bootstrap_external as bx  # loaded at interpreter start-up: free
-
-    pyc = bx.cache_from_source(source)
     try:
-        with open(pyc, "rb") as fh:
-            head = fh.read(16)
-        st = os.stat(source)
-    except (OSError, NotImplementedError):
-        return source, HELPER_PATH
-    fresh = (len(head) == 16 and head[:4] == bx.MAGIC_NUMBER and head[4:8] == b"\0\0\0\0"
-             and int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
-             and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF)
-    return (pyc, HELPER_PATH + "c") if fresh else (source, HELPER_PATH)
+        return list(_backend().report(bwrap))
+    except CannotEnforce:
+        from ..capability import Capability
 
-
-def _darwin(exe: str, args: Sequence[str], sets: Sets, permit: str, egress: EgressProxy | None,
-            env: dict[str, str]) -> tuple[list[str], tuple[str, ...], list[str]]:
-    import tempfile
-
-    from ..platforms.darwin import confine_profile, seatbelt
-
-    tmp = tempfile.mkdtemp(prefix="sandbox-shim-tmp-")  # macOS cannot make /tmp private: TMPDIR is
-    env["TMPDIR"] = tmp
-    ro = [p for p in (*seatbelt.RUNTIME_READ, *sets.read_only) if os.path.exists(p)]
-    profile = confine_profile.build(ro, [*sets.read_write, tmp], deny=[os.path.dirname(permit)],
-                                    islands=sets.islands, anchors=sets.anchors,
-                                    proxy_port=egress.port if egress else None)
-    seatbelt.compile_check(profile)
-    return (seatbelt.sandbox_exec_argv(profile, exe, args), ("seatbelt (sandbox-exec)",),
-            ["abstract unix sockets (macOS has none; unix-domain sockets follow the file rules)"])
+        return [Capability("confinement", False, "", f"no confinement mechanism on {sys.platform}",
+                           "platform")]
 
 
 def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mapping[str, str] | None = None,
@@ -398,10 +247,12 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
         report = os.path.realpath(report)
         if any(_within(report, p) for p in rw):
             raise ValueError(f"report {report!r} lies inside a read-write path: the command could write it")
-    sets = build_sets(exe, env, rw, permit_read, protect, settings_file)
+    backend = _backend()
+    sets = build_sets(exe, env, rw, permit_read, protect, settings_file,
+                      interpreters=backend.helper_interpreters(patterns is not None))
     try:
-        return _launch_spec(exe, args, env, sets, rw, permit, start, patterns, report, bwrap, landlock,
-                            trial, host_map)
+        return _launch_spec(backend, exe, args, env, sets, rw, permit, start, patterns, report, bwrap,
+                            landlock, trial, host_map)
     except BaseException:
         from .confine_sets import remove_placeholders
 
@@ -409,8 +260,8 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
         raise
 
 
-def _launch_spec(exe: str, args: Sequence[str], env: dict[str, str], sets: Sets, rw: list[str], permit: str,
-                 start: str, patterns: list[str] | None, report: str | None, bwrap: str | None,
+def _launch_spec(backend: Any, exe: str, args: Sequence[str], env: dict[str, str], sets: Sets, rw: list[str],
+                 permit: str, start: str, patterns: list[str] | None, report: str | None, bwrap: str | None,
                  landlock: bool | None, trial: bool,
                  host_map: Mapping[str, tuple[str, int]] | None) -> LaunchSpec:
     reachable = [*rw, *sets.read_only, *sets.islands]
@@ -423,17 +274,14 @@ def _launch_spec(exe: str, args: Sequence[str], env: dict[str, str], sets: Sets,
         from .egress import EgressProxy
 
         egress = EgressProxy(patterns, tempfile.mkdtemp(prefix="sandbox-shim-egress-"), report, host_map,
-                             tcp_port=0 if sys.platform == "darwin" else None)
-        port = egress.port or PROXY_PORT
+                             tcp_port=0 if backend.EGRESS_TCP else None)
+        port = egress.port or backend.PROXY_PORT
         env.update({k: f"http://127.0.0.1:{port}" for k in PROXY_ENV})
         env.update({"NO_PROXY": "", "no_proxy": ""})
     try:
-        if sys.platform == "linux":
-            argv, layers, not_enforced = _linux(exe, list(args), sets, start, bwrap, landlock, trial, egress)
-        elif sys.platform == "darwin":
-            argv, layers, not_enforced = _darwin(exe, list(args), sets, permit, egress, env)
-        else:
-            raise CannotEnforce("confinement", f"no confinement mechanism on {sys.platform}")
+        argv, layers, not_enforced = backend.render(exe, list(args), sets, start, permit=permit, env=env,
+                                                    bwrap=bwrap, landlock=landlock, trial=trial,
+                                                    egress=egress)
     except BaseException:
         if egress is not None:
             egress.close()

@@ -32,7 +32,10 @@ import errno
 import os
 import struct
 import sys
-from collections.abc import Sequence
+
+TYPE_CHECKING = False  # start-up cost: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 # Syscall numbers: the same on x86_64 and aarch64 (asm-generic unistd.h: 444, 445, 446).
 _SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446), "arm64": (444, 445, 446)}
