@@ -141,9 +141,19 @@ def _within(path: str, root: str) -> bool:
 def dedupe(paths: Sequence[str]) -> list[str]:
     """Sorted, without duplicates or paths already under another non-link entry."""
     out: list[str] = []
-    for p in sorted(set(paths)):
-        if not any(_within(p, q) and not os.path.islink(q) for q in out):
+    held: set[str] = set()  # kept entries that are not links: what they contain is covered
+    for p in sorted(set(paths)):  # a parent sorts before what lies beneath it
+        up, covered = p, False
+        while not covered:
+            parent = os.path.dirname(up)
+            if parent == up:
+                break
+            up = parent
+            covered = up in held
+        if not covered:
             out.append(p)
+            if not os.path.islink(p):
+                held.add(p)
     return out
 
 
