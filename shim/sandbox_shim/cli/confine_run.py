@@ -153,7 +153,7 @@ def merged(opts: dict[str, object]) -> dict[str, object]:
 def _serve_after(spec: object) -> None:
     """Fork the child that outlives the exec: it serves the egress proxy (if any) and, when the
     exec'd command's process ends, removes the placeholders (``LaunchSpec.release``)."""
-    import _signal as signal  # the C module: signal.py's enum wrappers cost start-up
+    import _signal as signal  # type: ignore[import-not-found]  # C module: no enum (signal.py)
 
     egress = spec.egress  # type: ignore[attr-defined]
     parent = os.getpid()
