@@ -176,3 +176,18 @@ def test_without_the_built_helper_the_python_one_holds(tmp_path: Path,
         r = run([spec["cmd"], *spec["args"]], env=spec["env"], cwd=spec["cd"])
         spec.release()
         assert (r.returncode == 0) == ok and ("secret" in r.stdout) is False, r.stderr
+
+
+@needs_landlock
+def test_through_confine_landlock_denies_what_bwrap_alone_allows(tmp_path: Path) -> None:
+    probe = "echo renamed > /proc/$$/comm && read name < /proc/$$/comm && echo $name"  # the shell's own
+    off = confine(("/bin/sh", ["-c", probe]), permit_path=str(tmp_path), landlock=False, trial=False)
+    control = run([off["cmd"], *off["args"]], env=off["env"], cwd=off["cd"])
+    off.release()
+    assert (control.returncode, control.stdout) == (0, "renamed\n"), control.stderr  # bwrap's /proc is rw
+    on = confine(("/bin/sh", ["-c", probe]), permit_path=str(tmp_path), trial=False)
+    assert lc.NATIVE_INSIDE in on["args"]
+    breach = run([on["cmd"], *on["args"]], env=on["env"], cwd=on["cd"])
+    on.release()
+    assert breach.returncode != 0 and "renamed" not in breach.stdout
+    assert "Permission denied" in breach.stderr  # Landlock's EACCES: /proc is read-only in the ruleset
