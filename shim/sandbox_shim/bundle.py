@@ -9,7 +9,6 @@ never echoed.  Keys the schema does not describe are warnings, not failures.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,18 +287,6 @@ def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:
     return out
 
 
-def _credential_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
-    """What bwrap cannot do for ``process.user`` (platforms/linux/credentials.py), at validation: the
-    rule needs only the config, so ``validate`` and ``create`` agree."""
-    from .hardening.capabilities import granted
-    from .platforms.linux.credentials import problems
-
-    proc = cfg.get("process") or {}
-    caps = dict(proc.get("capabilities") or {})
-    caps.setdefault("bounding", caps.get("effective") or [])
-    return problems(cfg, granted(caps, int((proc.get("user") or {}).get("uid", 0))))
-
-
 def _kernel_mount_problems(pointer: str, host: str, table: list[tuple[str, str]] | None
                            ) -> list[BundleProblem]:
     """Refuse a recursively bound host directory that holds a host kernel mount (host_mounts)."""
@@ -369,19 +356,9 @@ def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> lis
                     "remove the field",
                 )
             )
-    if sys.platform.startswith("linux"):
-        out += _credential_problems(cfg)
-    if linux.get("sysctl"):
-        from .platforms.linux.namespaces import sysctl_problems
+    from .platforms.select import config_problems
 
-        out += sysctl_problems(cfg)
-    if linux.get("seccomp") is not None:
-        try:
-            from .platforms.linux import seccomp
-        except ImportError:  # pragma: no cover - Linux-only module
-            seccomp = None  # type: ignore[assignment]
-        if seccomp is not None:
-            out += seccomp.validate(linux["seccomp"], "/linux/seccomp")
+    out += config_problems(cfg)  # the Linux sections' rules (platforms/linux/config_checks.py)
     return out
 
 

@@ -18,11 +18,14 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from . import api
 from . import state as st
 from .errors import CouldNotRun, InvalidState, LaunchFailed, UsageError
+
+if TYPE_CHECKING:
+    from .mechanism import Mechanism
 
 HELPER = os.path.join(os.path.dirname(__file__), "platforms", "linux", "enter.py")
 _NOT_FOUND = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
@@ -99,7 +102,7 @@ def _connect_console(path: str) -> socket.socket:
     return sock
 
 
-def spawn(mechanism: Any, sandbox_id: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
+def spawn(mechanism: Mechanism, sandbox_id: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
           cwd: str | None = None, stdin: Any = None, stdout: Any = None, stderr: Any = None,
           detach: bool = False, replace_env: bool = False, user: dict[str, Any] | None = None,
           capabilities: list[str] | None = None, console_socket: str | None = None) -> Started:

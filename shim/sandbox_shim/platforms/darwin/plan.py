@@ -114,6 +114,11 @@ class DarwinPlan:
     requires: tuple[str, ...]
     warnings: tuple[str, ...] = field(default=())
 
+    @property
+    def required(self) -> tuple[str, ...]:
+        """``requires`` under the name every platform's plan has (``mechanism.LaunchPlan``)."""
+        return self.requires
+
 
 class _Mapper:
     """Sandbox path -> host path: under ``dest`` into ``storage``, anything else into ``rootfs``."""

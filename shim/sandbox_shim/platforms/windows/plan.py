@@ -98,6 +98,11 @@ class JobPlan:
     requires: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
 
+    @property
+    def required(self) -> tuple[str, ...]:
+        """``requires`` under the name every platform's plan has (``mechanism.LaunchPlan``)."""
+        return self.requires
+
 
 def _int(
     problems: list[BundleProblem], obj: dict[str, Any], key: str, pointer: str, lo: int, hi: int
