@@ -271,8 +271,9 @@ def stop(mechanism: Mechanism, sandbox: Sandbox | str, grace: float = 10.0) -> S
     rec = store.read(sandbox_id)
     sb = sandbox_of(rec, store)
     if observed_status(mechanism, rec, store) in st.ACTIVE:
-        if mechanism.paused(sb):
-            mechanism.cgroup(sb).freeze(False)
+        cg = mechanism.cgroup(sb)
+        if cg is not None and mechanism.paused(sb):
+            cg.freeze(False)
         mechanism.signal(sb, _signal.SIGTERM)
         deadline = time.monotonic() + grace
         while mechanism.alive(sb) and time.monotonic() < deadline:
@@ -306,9 +307,9 @@ def destroy(mechanism: Mechanism, sandbox: Sandbox | str, force: bool = False) -
     except ShimError:
         if not force:
             raise
-        problems = _drop_cgroups(mechanism, store, sandbox_id)
+        left = _drop_cgroups(mechanism, store, sandbox_id)
         store.remove(sandbox_id)  # a corrupt state file: only a directory the store made is removed
-        _raise_leftovers(sandbox_id, problems)
+        _raise_leftovers(sandbox_id, left)
         return
     problems: list[str] = []
     try:

@@ -214,6 +214,7 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
         problems += tenant.check_capabilities(cfg)
         problems += tenant.check_readonly_proc(cfg)
         problems += _requires_problems(settings)
+        problems += _windows_only_problems(cfg.get("annotations") or {})
         problems += _linux_problems(cfg, bundle, settings)
         problems += exposure_problems(cfg, bundle, rootfs)
         host = _host_problems(cfg, bundle)
@@ -241,6 +242,22 @@ def _requires_problems(settings: Settings) -> list[BundleProblem]:
                           f"unknown capability names: {', '.join(n[:64] for n in unknown[:8])}",
                           "sandbox-shim: capability probes",
                           "use names listed by `sandbox-shim capabilities`")]
+
+
+#: annotations only the Windows planner applies (``platforms/windows/plan.py``)
+WINDOWS_ONLY = ("sandbox-shim.windows.active-process-limit",)
+
+
+def _windows_only_problems(ann: dict[str, Any]) -> list[BundleProblem]:
+    """A Windows-only setting on another OS is refused, never accepted and left unapplied."""
+    import sys
+
+    if sys.platform == "win32":
+        return []
+    return [BundleProblem(f"/annotations/{k}", "applies on Windows only (a Job Object limit)",
+                          "sandbox-shim annotations",
+                          "remove it; on this host limit processes with linux.resources.pids.limit")
+            for k in WINDOWS_ONLY if k in ann]
 
 
 def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:

@@ -119,7 +119,7 @@ def features(reports: Iterable[Capability] | None = None) -> dict[str, Any]:
     cgroup_version = memory.mechanism if memory and memory.available else ""
     from .hardening.capabilities import ORCHESTRATOR_DEFAULTS
     from .platforms.select import bwrap_version
-    from .probes import libseccomp_version
+    from .probes.kernel import libseccomp_version
 
     annotations = {"sandbox-shim.version": _package_version(),
                    # granted without a user namespace (contained); any capability inside one

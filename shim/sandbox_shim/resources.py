@@ -54,6 +54,24 @@ class Limits(Value):
     """
 
     __match_args__ = _FIELDS
+    # the fields set from ``**more`` (their shapes: the class docstring)
+    memory_swappiness: int | None
+    memory_disable_oom_killer: bool | None
+    memory_kernel: int | None
+    memory_kernel_tcp: int | None
+    memory_use_hierarchy: bool | None
+    memory_check_before_update: bool | None
+    cpu_burst: int | None
+    cpu_realtime_runtime: int | None
+    cpu_realtime_period: int | None
+    cpu_idle: int | None
+    blkio_weight: int | None
+    blkio_leaf_weight: int | None
+    blkio_weight_device: list[tuple[int, int, int | None, int | None]] | None
+    blkio_throttle: dict[str, list[tuple[int, int, int]]] | None
+    hugepage_limits: list[tuple[str, int]] | None
+    unified: dict[str, str] | None
+    devices: list[dict[str, Any]] | None
 
     def __init__(self, memory_limit: int | None = None, memory_swap: int | None = None,
                  memory_reservation: int | None = None, pids_limit: int | None = None,

@@ -322,7 +322,8 @@ class StateStore:
     def read_cgroup_index(self, sandbox_id: str) -> dict[str, Any] | None:
         try:
             with open(self.cgroup_index(sandbox_id), encoding="utf-8") as fh:
-                return json.load(fh)
+                info = json.load(fh)
+            return info if isinstance(info, dict) else None
         except (OSError, ValueError):
             return None
 

@@ -62,7 +62,7 @@ class ApiTarget(ConformanceTarget):
         super().__init__(workdir)
         self.root = root or os.path.join(self.workdir, "state")
         self.template = os.path.join(self.workdir, "rootfs-template")
-        self._mech: Mechanism = None
+        self._mech: Mechanism | None = None
         self._out: dict[str, str] = {}
         self._pids: set[int] = set()
 

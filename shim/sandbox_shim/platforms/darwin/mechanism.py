@@ -30,7 +30,7 @@ from ...capability import Capability
 from ...errors import CannotEnforce, CapabilityUnavailable, LaunchFailed, LimitExceeded
 from ...mechanism import Sandbox, Status, Usage
 from . import launcher
-from .plan import NOT_ON_MACOS, DarwinPlan, check_requirements, plan_from_config
+from .plan import NOT_ON_MACOS, DarwinPlan, check_requirements, plan_from_config, plan_from_spec
 from .seatbelt import RUNTIME_READ, SANDBOX_EXEC, Profile, build_profile
 
 TYPE_CHECKING = False
@@ -161,7 +161,7 @@ class DarwinSeatbeltMechanism:
         Raises:
             BundleInvalid: the bundle cannot be expressed on macOS; CapabilityUnavailable: see ``require``.
         """
-        plan = plan_from_config(spec.config, spec.bundle)
+        plan = plan_from_spec(spec)
         check_requirements(plan, self.capabilities())
         return plan
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ...capability import Capability, register
@@ -196,7 +197,7 @@ def _probe_v2_devices(name: str, mech: str, path: str, version: int, lay: Layout
 
 
 for _ctl in _CGROUP_TRIALS:
-    register(f"cgroup.{_ctl}")(lambda _c=_ctl: probe_cgroup(_c))
+    register(f"cgroup.{_ctl}")(partial(probe_cgroup, _ctl))
 
 
 @register("cgroup.systemd")

@@ -22,7 +22,7 @@ from ...errors import CapabilityUnavailable, CouldNotRun, LaunchFailed, UsageErr
 from ...mechanism import Sandbox, Status, Usage
 from . import job_object as jo
 from .capabilities import windows_capabilities
-from .plan import JobLimits, JobPlan, check_requirements, plan_from_config
+from .plan import JobLimits, JobPlan, check_requirements, plan_from_config, plan_from_spec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class WindowsJobMechanism:
         Raises:
             BundleInvalid: a field cannot be expressed with Job Objects; CapabilityUnavailable.
         """
-        plan = plan_from_config(spec.config)
+        plan = plan_from_spec(spec)
         check_requirements(plan, self.capabilities())
         return plan
 
