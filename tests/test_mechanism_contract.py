@@ -55,3 +55,18 @@ def test_mypy_refuses_a_mechanism_missing_a_member(tmp_path: Path, omit: str | N
     else:
         assert status == 1, out + err
         assert "Partial" in out and omit in out, out
+
+
+CORE = ("bundle", "plan", "validation", "state", "capability", "errors", "paths", "hooks", "api", "mechanism")
+
+
+def test_the_platform_neutral_core_type_checks_strict(tmp_path: Path) -> None:
+    """``mypy --strict`` over the core (ARCHITECTURE.md section 1), so CI keeps it clean."""
+    api = pytest.importorskip("mypy.api", reason="mypy is a test dependency (pip install -e '.[test]')")
+    os.environ.setdefault("MYPYPATH", str(REPO / "shim"))
+    args = ["--strict", "--follow-imports", "silent", "--cache-dir", str(tmp_path / "cache"),
+            "--python-executable", sys.executable, "--config-file", str(REPO / "pyproject.toml")]
+    for mod in CORE:
+        args += ["-p", f"sandbox_shim.{mod}"]
+    out, err, status = api.run(args)
+    assert status == 0, out + err

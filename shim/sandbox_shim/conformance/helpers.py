@@ -218,11 +218,9 @@ def host_process(tag: str) -> Iterator[subprocess.Popen[bytes]]:
 
 def alive(pid: int) -> bool:
     """True if ``pid`` runs and is not a zombie (proc(5) stat field 3)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except OSError:
-        return False
+    from ..state import proc_state
+
+    return proc_state(pid) not in (None, "Z", "X")
 
 
 @contextmanager
