@@ -23,7 +23,7 @@ from .api import observed_status, sandbox_of, store_of
 from .errors import InvalidState, LaunchFailed, ShimError, UsageError
 
 if TYPE_CHECKING:
-    from .mechanism import CgroupControl, Mechanism
+    from .mechanism import CgroupControl, Mechanism, Sandbox
 
 @dataclass
 class Facts:
@@ -64,7 +64,7 @@ def facts(cg: CgroupControl) -> Facts:
     return cg.facts()
 
 
-def _cgroup(mechanism: Mechanism, sb: Any) -> Any:
+def _cgroup(mechanism: Mechanism, sb: Sandbox) -> CgroupControl:
     cg = mechanism.cgroup(sb)
     if cg is None:
         raise LaunchFailed(f"sandbox {sb.id!r} has no cgroup", "it was created without one; recreate it")

@@ -66,14 +66,15 @@ class ApiTarget(ConformanceTarget):
         self._out: dict[str, str] = {}
         self._pids: set[int] = set()
 
-    def make_mechanism(self, root: str) -> Any:
+    def make_mechanism(self, root: str) -> Mechanism:
         """The mechanism under test, keeping state under ``root``."""
         from .. import api
 
         return api.default_mechanism(root)
 
     @property
-    def mechanism(self) -> Any:
+    def mechanism(self) -> Mechanism:
+        """The mechanism under test (made on first use)."""
         if self._mech is None:
             self._mech = self.make_mechanism(self.root)
         return self._mech
