@@ -24,21 +24,39 @@ def test_every_mechanism_is_a_mechanism_at_run_time() -> None:
 
 
 def test_the_protocol_declares_what_the_library_calls() -> None:
-    for name in ("make_plan", "require", "provision", "start", "signal", "status", "alive", "paused",
-                 "exit_status", "termination", "workload_pid", "usage", "cgroup", "destroy",
-                 "remove_residue", "lost_pids"):
+    for name in (
+        "make_plan",
+        "require",
+        "provision",
+        "start",
+        "signal",
+        "status",
+        "alive",
+        "paused",
+        "exit_status",
+        "termination",
+        "workload_pid",
+        "usage",
+        "cgroup",
+        "destroy",
+        "remove_residue",
+        "lost_pids",
+    ):
         assert name in MEMBERS, name
 
 
 def _module(omit: str | None) -> str:
     """A mechanism built from WindowsJobMechanism's own members, minus ``omit``, assigned to the protocol."""
-    methods = sorted({n for n in vars(Mechanism) if not n.startswith("_") and callable(getattr(Mechanism, n))}
-                     - {omit})
+    methods = sorted(
+        {n for n in vars(Mechanism) if not n.startswith("_") and callable(getattr(Mechanism, n))} - {omit}
+    )
     body = "\n".join(f"    {n} = WindowsJobMechanism.{n}" for n in methods)
-    return ("from sandbox_shim.mechanism import Mechanism\n"
-            "from sandbox_shim.platforms.windows.mechanism import WindowsJobMechanism\n\n\n"
-            "class Partial:\n    name = 'partial'\n    root: str | None = None\n    systemd_cgroup = False\n"
-            f"{body}\n\n\nCHECK: Mechanism = Partial()\n")
+    return (
+        "from sandbox_shim.mechanism import Mechanism\n"
+        "from sandbox_shim.platforms.windows.mechanism import WindowsJobMechanism\n\n\n"
+        "class Partial:\n    name = 'partial'\n    root: str | None = None\n    systemd_cgroup = False\n"
+        f"{body}\n\n\nCHECK: Mechanism = Partial()\n"
+    )
 
 
 @pytest.mark.parametrize("omit", [None, "lost_pids", "alive"])
@@ -47,9 +65,19 @@ def test_mypy_refuses_a_mechanism_missing_a_member(tmp_path: Path, omit: str | N
     path = tmp_path / "partial_mechanism.py"
     path.write_text(_module(omit))
     os.environ.setdefault("MYPYPATH", str(REPO / "shim"))
-    out, err, status = api.run([str(path), "--config-file", str(REPO / "pyproject.toml"), "--follow-imports",
-                                "silent", "--cache-dir", str(tmp_path / "cache"), "--python-executable",
-                                sys.executable])
+    out, err, status = api.run(
+        [
+            str(path),
+            "--config-file",
+            str(REPO / "pyproject.toml"),
+            "--follow-imports",
+            "silent",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--python-executable",
+            sys.executable,
+        ]
+    )
     if omit is None:
         assert status == 0, out + err  # the control: every member present
     else:
@@ -64,8 +92,17 @@ def test_the_platform_neutral_core_type_checks_strict(tmp_path: Path) -> None:
     """``mypy --strict`` over the core (ARCHITECTURE.md section 1), so CI keeps it clean."""
     api = pytest.importorskip("mypy.api", reason="mypy is a test dependency (pip install -e '.[test]')")
     os.environ.setdefault("MYPYPATH", str(REPO / "shim"))
-    args = ["--strict", "--follow-imports", "silent", "--cache-dir", str(tmp_path / "cache"),
-            "--python-executable", sys.executable, "--config-file", str(REPO / "pyproject.toml")]
+    args = [
+        "--strict",
+        "--follow-imports",
+        "silent",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--python-executable",
+        sys.executable,
+        "--config-file",
+        str(REPO / "pyproject.toml"),
+    ]
     for mod in CORE:
         args += ["-p", f"sandbox_shim.{mod}"]
     out, err, status = api.run(args)

@@ -1,10 +1,12 @@
 """Controlling a sandbox that runs: pause, resume, update, ps, stats and the events stream.
 
 The library side of ``sandbox-shim pause|resume|update|ps|events``; the CLI (``cli/control.py``) only
-parses and renders.  Everything is read from or written to the sandbox's cgroup through the manager
-(``platforms/linux/cgroups``): ``freeze()`` for pause/resume, ``apply()`` for update, ``pids()`` for ps.
-``facts()`` reads the counters a limit leaves behind (OOM kills, failcnt, pids.max hits) — the facts
-``execute``/``run_bundle`` turn into ``LimitExceeded(kind)``; read them *before* the cgroup is removed.
+parses and renders.  Everything is read from or written to the sandbox's control group through
+``Mechanism.cgroup`` (a ``mechanism.CgroupControl``; on Linux the ``platforms/linux/cgroups`` managers):
+``freeze()`` for pause/resume, ``apply()`` for update, ``pids()`` for ps.  ``facts()`` gives the
+counters a limit leaves behind (OOM kills, failcnt, pids.max hits; the platform reads its own files,
+``platforms/linux/cgroups/facts.py``) — the facts ``execute``/``run_bundle`` turn into
+``LimitExceeded(kind)``; read them *before* the cgroup is removed.
 
 Sources: kernel docs admin-guide/cgroup-v1/{memory,pids,cpuacct,freezer-subsystem}.rst and
 admin-guide/cgroup-v2.rst; runc's ``events`` JSON (libcontainer/types: ``Event``, ``Stats``).

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from .linux.mechanism import LinuxMechanism
     from .windows.mechanism import WindowsJobMechanism
 
-    def _contract(linux: LinuxMechanism, darwin: DarwinSeatbeltMechanism,
-                  windows: WindowsJobMechanism) -> tuple[Mechanism, Mechanism, Mechanism]:
+    def _contract(
+        linux: LinuxMechanism, darwin: DarwinSeatbeltMechanism, windows: WindowsJobMechanism
+    ) -> tuple[Mechanism, Mechanism, Mechanism]:
         """Never called: mypy checks every platform's mechanism against the ``Mechanism`` protocol
         here, on any OS (the branches of ``mechanism`` below are per-platform, and mypy skips the
         other platforms' branches).  A mechanism missing a member fails ``mypy``."""

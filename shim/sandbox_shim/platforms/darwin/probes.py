@@ -24,5 +24,10 @@ def probe_sandbox_exec() -> Capability:
     except (OSError, subprocess.SubprocessError) as e:
         return Capability("sandbox-exec", False, "sandbox-exec", f"cannot run sandbox-exec: {e}", measured)
     ok = run.returncode == 0
-    return Capability("sandbox-exec", ok, "sandbox-exec", "" if ok else
-                      f"sandbox-exec failed ({run.returncode}): {run.stderr.strip()[:200]}", measured)
+    return Capability(
+        "sandbox-exec",
+        ok,
+        "sandbox-exec",
+        "" if ok else f"sandbox-exec failed ({run.returncode}): {run.stderr.strip()[:200]}",
+        measured,
+    )

@@ -32,5 +32,7 @@ def cache_facts() -> dict[str, str]:
             mountinfo = fh.read().strip()
     except OSError:
         mountinfo = ""
-    return {"bwrap": bwrap_stat_identity(),
-            "cgroups": f"{parse_mountinfo(mountinfo).fingerprint()}|{cgroup_mounts(mountinfo)}"}
+    return {
+        "bwrap": bwrap_stat_identity(),
+        "cgroups": f"{parse_mountinfo(mountinfo).fingerprint()}|{cgroup_mounts(mountinfo)}",
+    }

@@ -25,8 +25,11 @@ def _which(name: str) -> str | None:
 def bwrap_path() -> str | None:
     """The bwrap executable: ``$SANDBOX_SHIM_BWRAP``, else ``bwrap`` on PATH, else ``/usr/bin/bwrap``
     if it exists; None when there is none."""
-    return os.environ.get(BWRAP_ENV) or _which("bwrap") or (
-        "/usr/bin/bwrap" if os.path.exists("/usr/bin/bwrap") else None)
+    return (
+        os.environ.get(BWRAP_ENV)
+        or _which("bwrap")
+        or ("/usr/bin/bwrap" if os.path.exists("/usr/bin/bwrap") else None)
+    )
 
 
 def bwrap_stat_identity() -> str:

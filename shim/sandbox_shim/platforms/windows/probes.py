@@ -21,8 +21,9 @@ def _report(name: str) -> Capability:
     for cap in windows_capabilities():
         if cap.name == name:
             return cap
-    return Capability(name, False, "job object", f"the Windows probes gave no {name} report",
-                      "CreateJobObjectW")
+    return Capability(
+        name, False, "job object", f"the Windows probes gave no {name} report", "CreateJobObjectW"
+    )
 
 
 @register("job-object")
