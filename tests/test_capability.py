@@ -26,7 +26,10 @@ from sandbox_shim import capability, probes
 from sandbox_shim.capability import Capability
 from sandbox_shim.cli.capabilities import capabilities_cmd, features_cmd
 from sandbox_shim.features import HOOKS, NAMESPACE_PROBES, features
+from sandbox_shim.platforms.darwin import probes as darwin_probes
+from sandbox_shim.platforms.linux import probes as linux_probes
 from sandbox_shim.platforms.linux.cgroups.detect import Layout, detect
+from sandbox_shim.platforms.windows import probes as windows_probes
 
 LINUX_ROOT = sys.platform == "linux" and os.geteuid() == 0
 needs_linux_root = pytest.mark.skipif(not LINUX_ROOT, reason="needs Linux and root (namespaces, cgroups)")
@@ -106,7 +109,7 @@ def test_uts_probe_leaves_the_host_name_alone() -> None:
 @needs_linux_root
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed")
 def test_bwrap_probe_runs_bwrap() -> None:
-    cap = probes.probe_bwrap()
+    cap = linux_probes.probe_bwrap()
     version = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.split()[-1]
     assert cap.available, cap
     assert cap.mechanism == f"bwrap {version}"
@@ -141,9 +144,9 @@ def test_cgroup_probes_available_and_leave_nothing_behind(name: str) -> None:
 
 def test_other_platform_probes_say_why() -> None:
     if sys.platform != "darwin":
-        assert probes.probe_sandbox_exec().detail == "not macOS"
+        assert darwin_probes.probe_sandbox_exec().detail == "not macOS"
     if sys.platform != "win32":
-        assert probes.probe_job_object().detail == "not Windows"
+        assert windows_probes.probe_job_object().detail == "not Windows"
 
 
 @needs_linux_root
@@ -211,7 +214,7 @@ def test_landlock_probe_explains_landlock_disabled_at_boot() -> None:
 @needs_linux
 def test_cgroup_probe_refuses_a_directory_that_is_not_a_cgroup_hierarchy(tmp_path: Path) -> None:
     fake = {c: str(tmp_path) for c in ("memory", "pids", "cpu", "cpuacct", "freezer")}
-    cap = probes.probe_cgroup("memory", Layout(v1_mounts=fake))
+    cap = linux_probes.probe_cgroup("memory", Layout(v1_mounts=fake))
     assert not cap.available
     assert cap.mechanism == "cgroup v1"
     assert f"{tmp_path} is not a cgroup v1 hierarchy" in cap.detail
@@ -221,14 +224,14 @@ def test_cgroup_probe_refuses_a_directory_that_is_not_a_cgroup_hierarchy(tmp_pat
 @needs_linux
 def test_cgroup_probe_reports_a_v2_mount_without_controllers(tmp_path: Path) -> None:
     layout = Layout(v2_mount=str(tmp_path), v2_controllers=frozenset({"memory", "pids"}))
-    cap = probes.probe_cgroup("pids", layout)
+    cap = linux_probes.probe_cgroup("pids", layout)
     assert not cap.available and cap.mechanism == "cgroup v2"
     assert "not available" in cap.detail
 
 
 @needs_linux
 def test_cgroup_probe_reports_no_hierarchy() -> None:
-    cap = probes.probe_cgroup("memory", Layout())
+    cap = linux_probes.probe_cgroup("memory", Layout())
     assert not cap.available and "no usable cgroup hierarchy" in cap.detail
 
 
@@ -239,15 +242,15 @@ def test_cgroup_probe_fails_on_a_read_only_hierarchy() -> None:
         pytest.skip("needs a cgroup v1 memory hierarchy and util-linux unshare")
     mount = layout.v1_mounts["memory"]
     code = (f"import subprocess; subprocess.run(['mount', '-o', 'remount,bind,ro', {mount!r}], check=True); "
-            "from sandbox_shim import probes; import json; "
-            "print(json.dumps(probes.probe_cgroup('memory').to_dict()))")
+            "from sandbox_shim.platforms.linux import probes as linux_probes; import json; "
+            "print(json.dumps(linux_probes.probe_cgroup('memory').to_dict()))")
     run = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", code],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     cap = json.loads(run.stdout)
     assert not cap["available"]
     assert "Read-only file system" in cap["detail"], cap
-    assert probes.probe_cgroup("memory").available  # the host's own mount is untouched
+    assert linux_probes.probe_cgroup("memory").available  # the host's own mount is untouched
 
 
 # ---- the cross-process cache ----------------------------------------------------------------------

@@ -6,7 +6,7 @@ Used by ``validation.schema_problems`` for the success path only (jsonschema giv
 # ruff: noqa
 # fmt: off
 
-SCHEMA_SHA256 = "7b5b0920920ddd062d2e0743357d8895b295319eade5b55bf2de8e092cc6f3bc"
+SCHEMA_SHA256 = "cd0c8ef61a77343439ef3c07b2f0a0a3f8262feb4f1c0a00e18a8e5f5311ffea"
 GENERATOR = "fastjsonschema 2.22.3"
 
 
@@ -1422,8 +1422,16 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json___defs_anno
             data__sandboxshimallownesteduserns = data['sandbox-shim.allow-nested-userns']
             if not (isinstance(data__sandboxshimallownesteduserns, str) and data__sandboxshimallownesteduserns == 'true' or (isinstance(data__sandboxshimallownesteduserns, str) and data__sandboxshimallownesteduserns == 'false')):
                 raise JsonSchemaValueException('' + (name_prefix or 'data') + ".sandbox-shim.allow-nested-userns must be one of ['true', 'false']", value=data__sandboxshimallownesteduserns, name='' + (name_prefix or 'data') + '.sandbox-shim.allow-nested-userns', definition=None, rule='enum')
+        if 'sandbox-shim.windows.active-process-limit' in data_keys:
+            data_keys.remove('sandbox-shim.windows.active-process-limit')
+            data__sandboxshimwindowsactiveprocesslimit = data['sandbox-shim.windows.active-process-limit']
+            if not isinstance(data__sandboxshimwindowsactiveprocesslimit, str):
+                raise JsonSchemaValueException('' + (name_prefix or 'data') + '.sandbox-shim.windows.active-process-limit must be string', value=data__sandboxshimwindowsactiveprocesslimit, name='' + (name_prefix or 'data') + '.sandbox-shim.windows.active-process-limit', definition=None, rule='type')
+            if isinstance(data__sandboxshimwindowsactiveprocesslimit, str):
+                if not REGEX_PATTERNS['^[0-9]+$'].search(data__sandboxshimwindowsactiveprocesslimit):
+                    raise JsonSchemaValueException('' + (name_prefix or 'data') + '.sandbox-shim.windows.active-process-limit must match pattern ^[0-9]+$', value=data__sandboxshimwindowsactiveprocesslimit, name='' + (name_prefix or 'data') + '.sandbox-shim.windows.active-process-limit', definition=None, rule='pattern')
         for data_key in data_keys:
-            if data_key not in ['sandbox-shim.profile', 'sandbox-shim.network', 'sandbox-shim.wall-clock-seconds', 'sandbox-shim.cpu-time-seconds', 'sandbox-shim.port', 'sandbox-shim.requires', 'sandbox-shim.allow-nested-userns']:
+            if data_key not in ['sandbox-shim.profile', 'sandbox-shim.network', 'sandbox-shim.wall-clock-seconds', 'sandbox-shim.cpu-time-seconds', 'sandbox-shim.port', 'sandbox-shim.requires', 'sandbox-shim.allow-nested-userns', 'sandbox-shim.windows.active-process-limit']:
                 data_value = data.get(data_key)
                 if not isinstance(data_value, str):
                     raise JsonSchemaValueException('' + (name_prefix or 'data') + '.{data_key}'.format(**locals()) + ' must be string', value=data_value, name='' + (name_prefix or 'data') + '.{data_key}'.format(**locals()) + '', definition=None, rule='type')
@@ -1439,8 +1447,8 @@ def validate_https___sandbox_shim_invalid_schemas_config_schema_json___defs_anno
                     except (JsonSchemaValueException, JsonSchemaValuesException):
                         pass
                     else:
-                        if not (isinstance(data_key, str) and data_key == 'sandbox-shim.profile' or (isinstance(data_key, str) and data_key == 'sandbox-shim.network') or (isinstance(data_key, str) and data_key == 'sandbox-shim.wall-clock-seconds') or (isinstance(data_key, str) and data_key == 'sandbox-shim.cpu-time-seconds') or (isinstance(data_key, str) and data_key == 'sandbox-shim.port') or (isinstance(data_key, str) and data_key == 'sandbox-shim.requires') or (isinstance(data_key, str) and data_key == 'sandbox-shim.allow-nested-userns')):
-                            raise JsonSchemaValueException('' + (name_prefix or 'data') + " must be one of ['sandbox-shim.profile', 'sandbox-shim.network', 'sandbox-shim.wall-clock-seconds', 'sandbox-shim.cpu-time-seconds', 'sandbox-shim.port', 'sandbox-shim.requires', 'sandbox-shim.allow-nested-userns']", value=data_key, name='' + (name_prefix or 'data') + '', definition=None, rule='enum')
+                        if not (isinstance(data_key, str) and data_key == 'sandbox-shim.profile' or (isinstance(data_key, str) and data_key == 'sandbox-shim.network') or (isinstance(data_key, str) and data_key == 'sandbox-shim.wall-clock-seconds') or (isinstance(data_key, str) and data_key == 'sandbox-shim.cpu-time-seconds') or (isinstance(data_key, str) and data_key == 'sandbox-shim.port') or (isinstance(data_key, str) and data_key == 'sandbox-shim.requires') or (isinstance(data_key, str) and data_key == 'sandbox-shim.allow-nested-userns') or (isinstance(data_key, str) and data_key == 'sandbox-shim.windows.active-process-limit')):
+                            raise JsonSchemaValueException('' + (name_prefix or 'data') + " must be one of ['sandbox-shim.profile', 'sandbox-shim.network', 'sandbox-shim.wall-clock-seconds', 'sandbox-shim.cpu-time-seconds', 'sandbox-shim.port', 'sandbox-shim.requires', 'sandbox-shim.allow-nested-userns', 'sandbox-shim.windows.active-process-limit']", value=data_key, name='' + (name_prefix or 'data') + '', definition=None, rule='enum')
                 except (JsonSchemaValueException, JsonSchemaValuesException):
                     data_property_names = False
             if not data_property_names:

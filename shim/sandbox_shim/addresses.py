@@ -10,12 +10,15 @@ Source: the sandbox's stored record, ``StateStore(mechanism.root).read(id).priva
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .state import ACTIVE, StateStore
 
+if TYPE_CHECKING:
+    from .mechanism import Mechanism
 
-def address(mechanism: Any, sandbox_id: str) -> str | None:
+
+def address(mechanism: Mechanism, sandbox_id: str) -> str | None:
     """``"10.213.a.c:PORT"`` for an isolated sandbox with a port that is created or running, else None.
 
     Args:

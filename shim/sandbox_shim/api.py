@@ -20,27 +20,15 @@ TYPE_CHECKING = False  # typing is not loaded at run time: the CLI's lifecycle v
 if TYPE_CHECKING:
     from typing import Any
 
+    from .mechanism import Mechanism
 
-def default_mechanism(root: str | None = None) -> Any:
-    """The mechanism for this platform, keeping its sandboxes' state under ``root``."""
-    import sys
 
-    if sys.platform.startswith("linux"):
-        from .platforms.linux.mechanism import LinuxMechanism
+def default_mechanism(root: str | None = None) -> Mechanism:
+    """The mechanism for this platform, keeping its sandboxes' state under ``root`` (picked by the
+    composition point, ``platforms.select.mechanism``).  Raises ``LaunchFailed`` on an OS without one."""
+    from .platforms.select import mechanism
 
-        mech: Any = LinuxMechanism()
-    elif sys.platform == "darwin":
-        from .platforms.darwin.mechanism import DarwinSeatbeltMechanism
-
-        mech = DarwinSeatbeltMechanism()
-    elif sys.platform == "win32":
-        from .platforms.windows.mechanism import WindowsJobMechanism
-
-        mech = WindowsJobMechanism()
-    else:
-        raise LaunchFailed(f"no mechanism for platform {sys.platform} in this build")
-    mech.root = st.resolve_root(root)  # type: ignore[attr-defined]
-    return mech
+    return mechanism(root)
 
 
 def id_of(sandbox: Sandbox | str) -> str:
@@ -48,7 +36,7 @@ def id_of(sandbox: Sandbox | str) -> str:
     return sandbox.id if isinstance(sandbox, Sandbox) else sandbox
 
 
-def store_of(mechanism: Any) -> StateStore:
+def store_of(mechanism: Mechanism) -> StateStore:
     """The state store a mechanism keeps its sandboxes in (its ``root``)."""
     return StateStore(getattr(mechanism, "root", None))
 
@@ -68,7 +56,7 @@ def rfc3339(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1e9):09d}Z"
 
 
-def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
+def provision(mechanism: Mechanism, sandbox: Sandbox, pid_file: str | None = None,
               console_socket: str | None = None, preserve_fds: int = 0,
               stdio: tuple[int, int, int] | None = None) -> Status:
     """OCI create: validate, plan, check capabilities, make resources, hold the process before user code.
@@ -99,7 +87,7 @@ def provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None = None,
     return _provision(mechanism, sandbox, pid_file, console_socket, preserve_fds, stdio)
 
 
-def _provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None, console_socket: str | None,
+def _provision(mechanism: Mechanism, sandbox: Sandbox, pid_file: str | None, console_socket: str | None,
                preserve_fds: int, stdio: tuple[int, int, int]) -> Status:
     import contextlib
 
@@ -109,7 +97,7 @@ def _provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None, console_s
     st.check_id(sandbox.id)
     spec = load(sandbox.bundle)
     plan = mechanism.make_plan(spec, sandbox.id)  # the platform's plan; refusal happens in there
-    required = list(getattr(plan, "required", None) or getattr(plan, "requires", None) or [])
+    required = list(plan.required)
     plan_hooks = getattr(plan, "hooks", None) or {}
     store = store_of(mechanism)
     with store.new(sandbox.id) as d:
@@ -145,7 +133,7 @@ def _provision(mechanism: Any, sandbox: Sandbox, pid_file: str | None, console_s
                 if sandbox.private.get("pid"):
                     mechanism.destroy(sandbox)
             with contextlib.suppress(Exception):
-                _drop_cgroups(store, sandbox.id)
+                _drop_cgroups(mechanism, store, sandbox.id)
             store.remove(sandbox.id)
             if isinstance(e, hooks.HookFailed):
                 hooks.run(plan_hooks, "poststop", hooks.state_doc(sandbox.id, "stopped", 0, spec.bundle,
@@ -183,24 +171,16 @@ class _CgroupRecorder:
             lock.__exit__(None, None, None)
 
 
-def _drop_cgroups(store: StateStore, sandbox_id: str) -> list[str]:
-    """Remove what an id left outside its state dir (cgroups and their parents, network links: each
-    recorded before it was made) and what a crashed create/delete left in the root.  Returns
-    problems, one line each (the record is kept for another try then)."""
-    import sys
-
+def _drop_cgroups(mechanism: Mechanism, store: StateStore, sandbox_id: str) -> list[str]:
+    """Remove what an id left outside its state dir (each recorded before it was made: on Linux the
+    cgroups and their parents and the network links) and what a crashed create/delete left in the
+    root.  The mechanism removes its own residue (``Mechanism.remove_residue``).  Returns problems,
+    one line each (the record is kept for another try then)."""
     store.sweep(sandbox_id)
-    if not sys.platform.startswith("linux"):
-        store.drop_cgroup_index(sandbox_id)
-        return []
-    from .platforms.linux import residue
-
-    problems = residue.remove(store, sandbox_id)
-    residue.sweep_probe_cgroups()  # a prober killed mid-probe (a first create on this root) left these
-    return problems
+    return mechanism.remove_residue(store, sandbox_id)
 
 
-def observed_status(mechanism: Any, rec: Record, store: StateStore) -> str:
+def observed_status(mechanism: Mechanism, rec: Record, store: StateStore) -> str:
     """The OCI status as observed now: the stored one corrected by what the host shows.  A ``start``
     killed after releasing the process but before recording it leaves "created" in the file: the
     mechanism's own view (``status``: the start FIFO gone) says "running"."""
@@ -220,7 +200,7 @@ def observed_status(mechanism: Any, rec: Record, store: StateStore) -> str:
 JOINED_ANNOTATION = "sandbox-shim.joined-namespaces"
 
 
-def _status(mechanism: Any, rec: Record, store: StateStore) -> Status:
+def _status(mechanism: Mechanism, rec: Record, store: StateStore) -> Status:
     now = observed_status(mechanism, rec, store)
     exit_status = mechanism.exit_status(sandbox_of(rec, store)) if now == "stopped" else None
     annotations = dict(rec.annotations or {})
@@ -232,14 +212,14 @@ def _status(mechanism: Any, rec: Record, store: StateStore) -> Status:
                   annotations=annotations, exit_status=exit_status, created=rec.created or None)
 
 
-def status(mechanism: Any, sandbox: Sandbox | str) -> Status:
+def status(mechanism: Mechanism, sandbox: Sandbox | str) -> Status:
     """OCI state of ``sandbox_id``.  Raises ``SandboxNotFound``."""
     sandbox_id = id_of(sandbox)
     store = store_of(mechanism)
     return _status(mechanism, store.read(sandbox_id), store)
 
 
-def start(mechanism: Any, sandbox: Sandbox | str) -> Status:
+def start(mechanism: Mechanism, sandbox: Sandbox | str) -> Status:
     """OCI start: release the process.  Checks capabilities again (it may run on another host).
 
     Raises:
@@ -260,7 +240,7 @@ def start(mechanism: Any, sandbox: Sandbox | str) -> Status:
                                                             rec.annotations), rec.init_pid, rec.bundle)
         except hooks.HookFailed:
             mechanism.destroy(sb)  # runtime.md Lifecycle step 7: stop, destroy, then poststop
-            _drop_cgroups(store, sandbox_id)
+            _drop_cgroups(mechanism, store, sandbox_id)
             store.remove(sandbox_id)
             hooks.run(hk, "poststop", hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations),
                       cwd=rec.bundle)
@@ -273,7 +253,7 @@ def start(mechanism: Any, sandbox: Sandbox | str) -> Status:
         return _status(mechanism, rec, store)
 
 
-def signal(mechanism: Any, sandbox: Sandbox | str, signum: int, all_processes: bool = False) -> None:
+def signal(mechanism: Mechanism, sandbox: Sandbox | str, signum: int, all_processes: bool = False) -> None:
     """Deliver ``signum`` (runtime-spec "kill").  Raises ``InvalidState`` unless created/running/paused."""
     sandbox_id = id_of(sandbox)
     store = store_of(mechanism)
@@ -282,7 +262,7 @@ def signal(mechanism: Any, sandbox: Sandbox | str, signum: int, all_processes: b
         mechanism.signal(sandbox_of(rec, store), signum, all_processes)
 
 
-def stop(mechanism: Any, sandbox: Sandbox | str, grace: float = 10.0) -> Status:
+def stop(mechanism: Mechanism, sandbox: Sandbox | str, grace: float = 10.0) -> Status:
     """SIGTERM, wait up to ``grace`` seconds, then SIGKILL every process of the cgroup; resources stay."""
     sandbox_id = id_of(sandbox)
     import signal as _signal
@@ -291,8 +271,9 @@ def stop(mechanism: Any, sandbox: Sandbox | str, grace: float = 10.0) -> Status:
     rec = store.read(sandbox_id)
     sb = sandbox_of(rec, store)
     if observed_status(mechanism, rec, store) in st.ACTIVE:
-        if mechanism.paused(sb):
-            mechanism.cgroup(sb).freeze(False)
+        cg = mechanism.cgroup(sb)
+        if cg is not None and mechanism.paused(sb):
+            cg.freeze(False)
         mechanism.signal(sb, _signal.SIGTERM)
         deadline = time.monotonic() + grace
         while mechanism.alive(sb) and time.monotonic() < deadline:
@@ -306,7 +287,7 @@ def stop(mechanism: Any, sandbox: Sandbox | str, grace: float = 10.0) -> Status:
     return _status(mechanism, store.read(sandbox_id), store)
 
 
-def destroy(mechanism: Any, sandbox: Sandbox | str, force: bool = False) -> None:
+def destroy(mechanism: Mechanism, sandbox: Sandbox | str, force: bool = False) -> None:
     """OCI delete: kill what is left, remove cgroups and state.  Never capability-gated.
 
     Without ``force`` a created, running or paused sandbox is refused (``InvalidState``).  With it,
@@ -326,9 +307,9 @@ def destroy(mechanism: Any, sandbox: Sandbox | str, force: bool = False) -> None
     except ShimError:
         if not force:
             raise
-        problems = _drop_cgroups(store, sandbox_id)
+        left = _drop_cgroups(mechanism, store, sandbox_id)
         store.remove(sandbox_id)  # a corrupt state file: only a directory the store made is removed
-        _raise_leftovers(sandbox_id, problems)
+        _raise_leftovers(sandbox_id, left)
         return
     problems: list[str] = []
     try:
@@ -342,7 +323,7 @@ def destroy(mechanism: Any, sandbox: Sandbox | str, force: bool = False) -> None
             except (ShimError, OSError) as e:
                 problems.append(str(e))
                 _kill_by_identity(rec)  # a read-only cgroup hierarchy must not keep the processes alive
-        problems += _drop_cgroups(store, sandbox_id)
+        problems += _drop_cgroups(mechanism, store, sandbox_id)
         store.remove(sandbox_id)
     finally:
         cm.__exit__(None, None, None)
@@ -372,14 +353,14 @@ def _raise_leftovers(sandbox_id: str, problems: list[str]) -> None:
                            "the record is kept: run `delete --force` again once that is fixed")
 
 
-def usage(mechanism: Any, sandbox: Sandbox | str) -> Usage:
+def usage(mechanism: Mechanism, sandbox: Sandbox | str) -> Usage:
     """Resource usage from the sandbox's cgroup."""
     sandbox_id = id_of(sandbox)
     store = store_of(mechanism)
     return mechanism.usage(sandbox_of(store.read(sandbox_id), store))
 
 
-def list_sandboxes(mechanism: Any) -> list[Status]:
+def list_sandboxes(mechanism: Mechanism) -> list[Status]:
     """Every sandbox under the state root with its observed status (created, running, paused, stopped),
     plus sandboxes the store has lost but the kernel still shows (``source="observed"``, see
     ``reconcile``), sorted by id.  The CLI's ``list``."""
@@ -392,11 +373,11 @@ def list_sandboxes(mechanism: Any) -> list[Status]:
     for sid in store.ids():
         with contextlib.suppress(ShimError):
             out.append(_status(mechanism, store.read(sid), store))
-    out += lost_sandboxes(store, {s.id for s in out})
+    out += lost_sandboxes(mechanism, store, {s.id for s in out})
     return sorted(out, key=lambda s: s.id)
 
 
-def list_running(mechanism: Any) -> list[Status]:
+def list_running(mechanism: Mechanism) -> list[Status]:
     """The sandboxes whose status is ``running`` now (observed, not as stored), sorted by id;
     ``list_sandboxes`` gives every one."""
     return [s for s in list_sandboxes(mechanism) if s.status == "running"]

@@ -9,7 +9,6 @@ never echoed.  Keys the schema does not describe are warnings, not failures.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,6 +214,7 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
         problems += tenant.check_capabilities(cfg)
         problems += tenant.check_readonly_proc(cfg)
         problems += _requires_problems(settings)
+        problems += _windows_only_problems(cfg.get("annotations") or {})
         problems += _linux_problems(cfg, bundle, settings)
         problems += exposure_problems(cfg, bundle, rootfs)
         host = _host_problems(cfg, bundle)
@@ -242,6 +242,22 @@ def _requires_problems(settings: Settings) -> list[BundleProblem]:
                           f"unknown capability names: {', '.join(n[:64] for n in unknown[:8])}",
                           "sandbox-shim: capability probes",
                           "use names listed by `sandbox-shim capabilities`")]
+
+
+#: annotations only the Windows planner applies (``platforms/windows/plan.py``)
+WINDOWS_ONLY = ("sandbox-shim.windows.active-process-limit",)
+
+
+def _windows_only_problems(ann: dict[str, Any]) -> list[BundleProblem]:
+    """A Windows-only setting on another OS is refused, never accepted and left unapplied."""
+    import sys
+
+    if sys.platform == "win32":
+        return []
+    return [BundleProblem(f"/annotations/{k}", "applies on Windows only (a Job Object limit)",
+                          "sandbox-shim annotations",
+                          "remove it; on this host limit processes with linux.resources.pids.limit")
+            for k in WINDOWS_ONLY if k in ann]
 
 
 def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:
@@ -286,18 +302,6 @@ def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:
                 )
             )
     return out
-
-
-def _credential_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
-    """What bwrap cannot do for ``process.user`` (platforms/linux/credentials.py), at validation: the
-    rule needs only the config, so ``validate`` and ``create`` agree."""
-    from .hardening.capabilities import granted
-    from .platforms.linux.credentials import problems
-
-    proc = cfg.get("process") or {}
-    caps = dict(proc.get("capabilities") or {})
-    caps.setdefault("bounding", caps.get("effective") or [])
-    return problems(cfg, granted(caps, int((proc.get("user") or {}).get("uid", 0))))
 
 
 def _kernel_mount_problems(pointer: str, host: str, table: list[tuple[str, str]] | None
@@ -369,19 +373,9 @@ def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> lis
                     "remove the field",
                 )
             )
-    if sys.platform.startswith("linux"):
-        out += _credential_problems(cfg)
-    if linux.get("sysctl"):
-        from .platforms.linux.namespaces import sysctl_problems
+    from .platforms.select import config_problems
 
-        out += sysctl_problems(cfg)
-    if linux.get("seccomp") is not None:
-        try:
-            from .platforms.linux import seccomp
-        except ImportError:  # pragma: no cover - Linux-only module
-            seccomp = None  # type: ignore[assignment]
-        if seccomp is not None:
-            out += seccomp.validate(linux["seccomp"], "/linux/seccomp")
+    out += config_problems(cfg)  # the Linux sections' rules (platforms/linux/config_checks.py)
     return out
 
 

@@ -32,6 +32,11 @@ class Capability(FrozenValue):
     """
 
     __match_args__ = ("name", "available", "mechanism", "detail", "measured_by")
+    name: str
+    available: bool
+    mechanism: str
+    detail: str
+    measured_by: str
 
     def __init__(self, name: str, available: bool, mechanism: str, detail: str, measured_by: str) -> None:
         self._set(name=name, available=available, mechanism=mechanism, detail=detail,

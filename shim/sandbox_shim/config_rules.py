@@ -49,6 +49,18 @@ ARGV_FLOOR = 600
 HOST_NAME_MAX = 64  # sethostname(2)
 
 
+
+def _obj(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """``parent[key]`` when it is an object, else {} (a wrong type is the schema's to report)."""
+    value = parent.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _list(parent: dict[str, Any], key: str) -> list[Any]:
+    """``parent[key]`` when it is an array, else []."""
+    value = parent.get(key)
+    return value if isinstance(value, list) else []
+
 def _ptr(parts: list[Any]) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
@@ -100,7 +112,7 @@ def string_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
             out.append(BundleProblem("/hostname", f"hostname must be 1-{HOST_NAME_MAX} bytes without '/', "
                                      "spaces or control characters", "sethostname(2); RFC 1123",
                                      "use letters, digits, '-' and '.'"))
-    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+    linux = _obj(cfg, "linux")
     for key, value in (linux.get("sysctl") or {}).items() if isinstance(linux.get("sysctl"), dict) else ():
         if isinstance(value, str) and _CONTROL.search(value.rstrip("\n")):
             out.append(BundleProblem(_ptr(["linux", "sysctl", key]), "sysctl value holds a control character "
@@ -124,14 +136,14 @@ def _path_fields(cfg: dict[str, Any]) -> list[BundleProblem]:
     for i, m in enumerate(cfg.get("mounts") or [] if isinstance(cfg.get("mounts"), list) else []):
         if isinstance(m, dict):
             fields.append((["mounts", i, "destination"], m.get("destination")))
-    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+    linux = _obj(cfg, "linux")
     for key in ("maskedPaths", "readonlyPaths"):
         for i, p in enumerate(linux.get(key) or [] if isinstance(linux.get(key), list) else []):
             fields.append((["linux", key, i], p))
-    proc = cfg.get("process") if isinstance(cfg.get("process"), dict) else {}
+    proc = _obj(cfg, "process")
     if "cwd" in proc:
         fields.append((["process", "cwd"], proc.get("cwd")))
-    hooks = cfg.get("hooks") if isinstance(cfg.get("hooks"), dict) else {}
+    hooks = _obj(cfg, "hooks")
     for phase, entries in hooks.items():
         for i, h in enumerate(entries if isinstance(entries, list) else []):
             if isinstance(h, dict):
@@ -140,7 +152,7 @@ def _path_fields(cfg: dict[str, Any]) -> list[BundleProblem]:
     for i, m in enumerate(cfg.get("mounts") or [] if isinstance(cfg.get("mounts"), list) else []):
         if isinstance(m, dict):
             loose.append((["mounts", i, "source"], m.get("source")))
-    root = cfg.get("root") if isinstance(cfg.get("root"), dict) else {}
+    root = _obj(cfg, "root")
     loose.append((["root", "path"], root.get("path")))
     for key in ("namespaces", "devices"):
         for i, n in enumerate(linux.get(key) or [] if isinstance(linux.get(key), list) else []):
@@ -167,15 +179,15 @@ def _path_fields(cfg: dict[str, Any]) -> list[BundleProblem]:
 def number_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     """Ranges past the schema: rlimit soft <= hard (setrlimit(2) EINVAL); sandbox settings' numbers."""
     out: list[BundleProblem] = []
-    proc = cfg.get("process") if isinstance(cfg.get("process"), dict) else {}
+    proc = _obj(cfg, "process")
     for i, r in enumerate(proc.get("rlimits") or [] if isinstance(proc.get("rlimits"), list) else []):
         if isinstance(r, dict) and isinstance(r.get("soft"), int) and isinstance(r.get("hard"), int) \
                 and r["soft"] > r["hard"]:
             out.append(BundleProblem(_ptr(["process", "rlimits", i, "soft"]), "soft limit exceeds hard limit",
                                      "setrlimit(2) EINVAL", "make soft <= hard"))
-    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
-    res = linux.get("resources") if isinstance(linux.get("resources"), dict) else {}
-    cpu = res.get("cpu") if isinstance(res.get("cpu"), dict) else {}
+    linux = _obj(cfg, "linux")
+    res = _obj(linux, "resources")
+    cpu = _obj(res, "cpu")
     period, quota = cpu.get("period"), cpu.get("quota")
     if isinstance(period, int) and period and not CPU_PERIOD_MIN <= period <= CPU_PERIOD_MAX:
         out.append(BundleProblem("/linux/resources/cpu/period",
@@ -187,7 +199,7 @@ def number_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
                                  f"quota must be at least {CPU_QUOTA_MIN} µs (or -1/0: unlimited)",
                                  "kernel sched-bwc.rst: cpu.cfs_quota_us / cpu.max quota",
                                  f"use a quota of {CPU_QUOTA_MIN} or more"))
-    ann = cfg.get("annotations") if isinstance(cfg.get("annotations"), dict) else {}
+    ann = _obj(cfg, "annotations")
     ranges = {"sandbox-shim.port": (1, 65535), "sandbox-shim.cpu-time-seconds": (0, 2**62),
               "sandbox-shim.wall-clock-seconds": (0, 10**9)}
     for key, (lo, hi) in ranges.items():
@@ -253,8 +265,8 @@ def _match(node: Any, parts: list[str], path: list[Any]) -> Iterator[tuple[list[
 def _uts_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     """hostname/domainname need a new UTS namespace (runtime-spec config.md "hostname"): without one
     they would not be applied (and could only be set on the host's)."""
-    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
-    nss = linux.get("namespaces") if isinstance(linux.get("namespaces"), list) else []
+    linux = _obj(cfg, "linux")
+    nss = _list(linux, "namespaces")
     if any(isinstance(n, dict) and n.get("type") == "uts" for n in nss):
         return []  # new: bwrap --hostname; joined: written as kernel.hostname inside it (as runc does)
     return [BundleProblem(f"/{k}", f"{k} needs a new uts namespace to be applied",
@@ -295,7 +307,7 @@ def mount_option_problems(cfg: dict[str, Any]) -> tuple[list[BundleProblem], lis
     without security effect that bwrap cannot set (``noexec``, atime, devpts ``gid=``) are warnings."""
     errors: list[BundleProblem] = []
     warnings: list[BundleProblem] = []
-    mounts = cfg.get("mounts") if isinstance(cfg.get("mounts"), list) else []
+    mounts = _list(cfg, "mounts")
     for i, m in enumerate(mounts):
         if not isinstance(m, dict) or not isinstance(m.get("options"), list):
             continue
@@ -350,14 +362,14 @@ def problems(cfg: dict[str, Any], schema_valid: bool = True
     if errors or not schema_valid:
         return errors, []
     errors += number_problems(cfg) + unapplied_problems(cfg)
-    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+    linux = _obj(cfg, "linux")
     count = sum(len(x) for x in (cfg.get("mounts"), linux.get("maskedPaths"), linux.get("readonlyPaths"))
                 if isinstance(x, list))
     if count > MAX_PATH_ENTRIES:
         errors.append(BundleProblem("/mounts", f"{count} mounts, masked and read-only paths; at most "
                                     f"{MAX_PATH_ENTRIES} are supported", "sandbox-shim set-up limit (README)",
                                     "merge mounts or mask parent directories"))
-    proc = cfg.get("process") if isinstance(cfg.get("process"), dict) else {}
+    proc = _obj(cfg, "process")
     n_args = len(proc["args"]) if isinstance(proc.get("args"), list) else 0
     n_env = len(proc["env"]) if isinstance(proc.get("env"), list) else 0
     need = n_args + 3 * n_env + 4 * count + ARGV_FLOOR

@@ -1,10 +1,12 @@
 """Controlling a sandbox that runs: pause, resume, update, ps, stats and the events stream.
 
 The library side of ``sandbox-shim pause|resume|update|ps|events``; the CLI (``cli/control.py``) only
-parses and renders.  Everything is read from or written to the sandbox's cgroup through the manager
-(``platforms/linux/cgroups``): ``freeze()`` for pause/resume, ``apply()`` for update, ``pids()`` for ps.
-``facts()`` reads the counters a limit leaves behind (OOM kills, failcnt, pids.max hits) — the facts
-``execute``/``run_bundle`` turn into ``LimitExceeded(kind)``; read them *before* the cgroup is removed.
+parses and renders.  Everything is read from or written to the sandbox's control group through
+``Mechanism.cgroup`` (a ``mechanism.CgroupControl``; on Linux the ``platforms/linux/cgroups`` managers):
+``freeze()`` for pause/resume, ``apply()`` for update, ``pids()`` for ps.  ``facts()`` gives the
+counters a limit leaves behind (OOM kills, failcnt, pids.max hits; the platform reads its own files,
+``platforms/linux/cgroups/facts.py``) — the facts ``execute``/``run_bundle`` turn into
+``LimitExceeded(kind)``; read them *before* the cgroup is removed.
 
 Sources: kernel docs admin-guide/cgroup-v1/{memory,pids,cpuacct,freezer-subsystem}.rst and
 admin-guide/cgroup-v2.rst; runc's ``events`` JSON (libcontainer/types: ``Event``, ``Stats``).
@@ -13,19 +15,17 @@ admin-guide/cgroup-v2.rst; runc's ``events`` JSON (libcontainer/types: ``Event``
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import state as st
 from .api import observed_status, sandbox_of, store_of
 from .errors import InvalidState, LaunchFailed, ShimError, UsageError
 
-#: v1 memory.limit_in_bytes reads this (PAGE_COUNTER_MAX pages, rounded) when there is no limit
-_V1_UNLIMITED = 1 << 62
-
+if TYPE_CHECKING:
+    from .mechanism import CgroupControl, Mechanism, Sandbox
 
 @dataclass
 class Facts:
@@ -60,71 +60,20 @@ class Facts:
     psi: dict[str, Any] | None = None
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
+def facts(cg: CgroupControl) -> Facts:
+    """``Facts`` of a cgroup (``CgroupControl.facts``: the platform reads its own files, with the same
+    parser its manager uses; missing files give None / 0)."""
+    return cg.facts()
 
 
-def _int(path: str) -> int | None:
-    text = _read(path)
-    return int(text) if text and text.lstrip("-").isdigit() else None
-
-
-def _keyed(path: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for line in (_read(path) or "").splitlines():
-        k, _, v = line.partition(" ")
-        if v.strip().lstrip("-").isdigit():
-            out[k] = int(v)
-    return out
-
-
-def facts(cg: Any) -> Facts:
-    """Read ``Facts`` from a v1 or v2 manager's files (missing files give None / 0)."""
-    f = Facts()
-    u = cg.usage()
-    f.memory_usage, f.memory_peak, f.pids_current = u.memory_bytes, u.memory_peak_bytes, u.pids
-    f.io_read_bytes, f.io_write_bytes = u.io_read_bytes, u.io_write_bytes
-    if u.cpu_user_us is not None:
-        f.cpu_user_ns, f.cpu_kernel_ns = u.cpu_user_us * 1000, (u.cpu_system_us or 0) * 1000
-    if cg.version == 2:
-        d = cg.dir
-        mem_ev = _keyed(os.path.join(d, "memory.events"))
-        f.memory_failcnt = mem_ev.get("max")
-        # processes the OOM killer killed, and whole-cgroup kills (memory.oom.group, Linux 5.19)
-        f.oom_kills = mem_ev.get("oom_kill", 0) + mem_ev.get("oom_group_kill", 0)
-        f.psi = cg.pressure()
-        f.memory_limit = _int(os.path.join(d, "memory.max"))
-        f.pids_limit = _int(os.path.join(d, "pids.max"))
-        f.pids_max_hits = _keyed(os.path.join(d, "pids.events")).get("max", 0)
-        usec = _keyed(os.path.join(d, "cpu.stat")).get("usage_usec")
-        f.cpu_total_ns = usec * 1000 if usec is not None else None
-        return f
-
-    def v1(ctl: str, name: str) -> str:
-        return os.path.join(cg.mounts.get(ctl, "/nonexistent"), cg.path.lstrip("/"), name)
-
-    f.memory_failcnt = _int(v1("memory", "memory.failcnt"))
-    f.oom_kills = _keyed(v1("memory", "memory.oom_control")).get("oom_kill", 0)
-    lim = _int(v1("memory", "memory.limit_in_bytes"))
-    f.memory_limit = lim if lim is not None and lim < _V1_UNLIMITED else None
-    f.pids_limit = _int(v1("pids", "pids.max"))
-    f.pids_max_hits = _keyed(v1("pids", "pids.events")).get("max", 0)
-    f.cpu_total_ns = _int(v1("cpuacct", "cpuacct.usage"))
-    return f
-
-
-def _cgroup(mechanism: Any, sb: Any) -> Any:
+def _cgroup(mechanism: Mechanism, sb: Sandbox) -> CgroupControl:
     cg = mechanism.cgroup(sb)
     if cg is None:
         raise LaunchFailed(f"sandbox {sb.id!r} has no cgroup", "it was created without one; recreate it")
     return cg
 
 
-def pause(mechanism: Any, sandbox_id: str) -> None:
+def pause(mechanism: Mechanism, sandbox_id: str) -> None:
     """Freeze every process of a running sandbox (v1 freezer.state / v2 cgroup.freeze).
 
     Raises:
@@ -136,7 +85,7 @@ def pause(mechanism: Any, sandbox_id: str) -> None:
         _cgroup(mechanism, sandbox_of(rec, store)).freeze(True)
 
 
-def resume(mechanism: Any, sandbox_id: str) -> None:
+def resume(mechanism: Mechanism, sandbox_id: str) -> None:
     """Thaw a paused sandbox.  Raises SandboxNotFound; InvalidState unless paused; LaunchFailed."""
     store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
@@ -148,7 +97,7 @@ _UPDATABLE = {"memory": {"limit", "reservation", "swap"}, "pids": {"limit"},
               "cpu": {"shares", "quota", "period", "cpus", "mems"}}
 
 
-def update(mechanism: Any, sandbox_id: str, resources: dict[str, Any]) -> None:
+def update(mechanism: Mechanism, sandbox_id: str, resources: dict[str, Any]) -> None:
     """Apply new limits (OCI ``linux.resources`` shape: memory, pids, cpu) to an active sandbox.
 
     Values are bytes (memory), a count (pids), µs (cpu quota/period); lowering memory below what is in
@@ -157,7 +106,7 @@ def update(mechanism: Any, sandbox_id: str, resources: dict[str, Any]) -> None:
         UsageError: an unknown section or key, or a value that is not a positive integer.
         InvalidState: the sandbox is stopped.  LaunchFailed: the kernel refused a write.
     """
-    from .platforms.linux.cgroups import Limits
+    from .resources import Limits
 
     if not isinstance(resources, dict):
         raise UsageError("resources must be a JSON object", 'e.g. {"memory": {"limit": 33554432}}')
@@ -178,7 +127,7 @@ def update(mechanism: Any, sandbox_id: str, resources: dict[str, Any]) -> None:
         _cgroup(mechanism, sandbox_of(rec, store)).apply(Limits.from_oci(resources))
 
 
-def ps(mechanism: Any, sandbox_id: str) -> list[int]:
+def ps(mechanism: Mechanism, sandbox_id: str) -> list[int]:
     """Host pids of the sandbox's processes (the container process and exec'd ones), sorted: every
     member of its cgroup (no process of the runtime's stays in it once create returns)."""
     store = store_of(mechanism)
@@ -187,7 +136,7 @@ def ps(mechanism: Any, sandbox_id: str) -> list[int]:
     return sorted(cg.pids()) if cg is not None else []
 
 
-def stats(mechanism: Any, sandbox_id: str) -> dict[str, Any]:
+def stats(mechanism: Mechanism, sandbox_id: str) -> dict[str, Any]:
     """One runc-style stats event: ``{"type": "stats", "id", "data": {"cpu", "memory", "pids"}}``.
 
     Units as runc's: cpu usage in nanoseconds, memory in bytes; a limit of 0 means unlimited.
@@ -215,7 +164,7 @@ def _stats_event(sandbox_id: str, f: Facts) -> dict[str, Any]:
     return {"type": "stats", "id": sandbox_id, "data": data}
 
 
-def events(mechanism: Any, sandbox_id: str, interval: float = 5.0) -> Iterator[dict[str, Any]]:
+def events(mechanism: Mechanism, sandbox_id: str, interval: float = 5.0) -> Iterator[dict[str, Any]]:
     """Yield a stats event every ``interval`` seconds, and ``{"type": "oom", "id"}`` when the OOM
     killer acts, until the sandbox stops (runc ``events``).  Raises SandboxNotFound."""
     store = store_of(mechanism)

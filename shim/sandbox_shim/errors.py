@@ -63,6 +63,10 @@ class BundleProblem(FrozenValue):
     """
 
     __match_args__ = ("pointer", "message", "rule", "hint")
+    pointer: str
+    message: str
+    rule: str
+    hint: str
 
     def __init__(self, pointer: str, message: str, rule: str, hint: str = "") -> None:
         self._set(pointer=pointer, message=message, rule=rule, hint=hint)

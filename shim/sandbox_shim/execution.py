@@ -28,7 +28,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import api
 from .capture import MAX_OUTPUT, Collected, collect
@@ -36,6 +36,9 @@ from .control import Facts, facts
 from .errors import CouldNotRun, LimitExceeded
 from .mechanism import Completion, Sandbox, Usage
 from .spawn import Started, spawn
+
+if TYPE_CHECKING:
+    from .mechanism import Mechanism
 
 __all__ = ["Started", "execute", "preflight", "run_bundle", "spawn"]
 
@@ -70,7 +73,8 @@ def _cpu_limit(rlimits: Sequence[Sequence[Any]]) -> int | None:
     return next((int(r[1]) for r in rlimits if r[0] == "RLIMIT_CPU"), None)
 
 
-def execute(mechanism: Any, sandbox: Any, command: tuple[str, Sequence[str]], timeout: float | None = None,
+def execute(mechanism: Mechanism, sandbox: Any, command: tuple[str, Sequence[str]],
+            timeout: float | None = None,
             env: dict[str, str] | None = None, cwd: str | None = None, input: bytes | None = None,
             capture: bool = True, on_start: Callable[[Started], None] | None = None,
             max_output: int = MAX_OUTPUT, **opts: Any) -> Completion:
@@ -150,7 +154,7 @@ _instrument()
 
 # -- a bundle's own process ---------------------------------------------------------------------------
 
-def _wait_exit(mechanism: Any, sb: Sandbox, pid: int, deadline: float | None) -> int | None:
+def _wait_exit(mechanism: Mechanism, sb: Sandbox, pid: int, deadline: float | None) -> int | None:
     """Wait until the container process ``pid`` exits or ``deadline`` (monotonic) passes.
 
     Returns its exit status (128+n for a signal) as the mechanism learns it (on Linux: reaped by this
@@ -216,7 +220,7 @@ def preflight(bundle: str) -> None:
     raise CouldNotRun("permission_denied" if denied else "not_found", prog)
 
 
-def run_bundle(mechanism: Any, sandbox_id: str, bundle: str | os.PathLike[str],
+def run_bundle(mechanism: Mechanism, sandbox_id: str, bundle: str | os.PathLike[str],
                timeout: float | None = None, *, stdio: tuple[int, int, int] | None = None,
                pid_file: str | None = None, keep: bool = False,
                on_start: Callable[[str], None] | None = None, max_output: int = MAX_OUTPUT) -> Completion:

@@ -74,10 +74,11 @@ def seccomp_features(enabled: bool) -> dict[str, Any]:
         return empty
     try:
         import pyseccomp as s
-
-        from .platforms.linux.seccomp import ARCHES
     except (ImportError, OSError, RuntimeError):
         return empty
+    from .platforms.select import seccomp_arches
+
+    ARCHES = seccomp_arches()  # noqa: N806 - the Linux mechanism's list (platforms/linux/seccomp.py)
     archs = []
     for arch in ARCHES:
         value = getattr(s.Arch, arch, None)
@@ -117,16 +118,17 @@ def features(reports: Iterable[Capability] | None = None) -> dict[str, Any]:
     memory = by_name.get("cgroup.memory")
     cgroup_version = memory.mechanism if memory and memory.available else ""
     from .hardening.capabilities import ORCHESTRATOR_DEFAULTS
-    from .probes import bwrap_identity, libseccomp_version
+    from .platforms.select import bwrap_version
+    from .probes.kernel import libseccomp_version
 
     annotations = {"sandbox-shim.version": _package_version(),
                    # granted without a user namespace (contained); any capability inside one
                    "sandbox-shim.capabilities.without-userns": ",".join(sorted(ORCHESTRATOR_DEFAULTS)),
                    # the devices cgroup that contains CAP_MKNOD and applies linux.resources.devices
                    "sandbox-shim.devices-cgroup": "true" if ok("cgroup.devices") else "false"}
-    ident = bwrap_identity()
-    if ident:
-        annotations["sandbox-shim.bwrap.version"] = ident[1]
+    version = bwrap_version()
+    if version:
+        annotations["sandbox-shim.bwrap.version"] = version
     seccomp = seccomp_features(ok("seccomp"))
     if seccomp["enabled"]:
         annotations["io.github.seccomp.libseccomp.version"] = libseccomp_version()

@@ -12,10 +12,14 @@ from .values import Value
 
 TYPE_CHECKING = False  # typing is not imported at run time: every lifecycle verb imports this module
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any, Protocol, runtime_checkable
 
+    from .bundle import Spec
     from .capability import Capability
-    from .plan import Plan
+    from .control import Facts
+    from .resources import Limits
+    from .state import StateStore
 else:
     # ``Mechanism`` below becomes a typing.Protocol on first use (``__getattr__`` at the end)
     Protocol = object
@@ -156,21 +160,67 @@ class Status(Value):
         return d
 
 
+class LaunchPlan(Protocol):
+    """What the library reads of any platform's plan (``plan.Plan``, ``DarwinPlan``, ``JobPlan``).
+
+    ``required``: capability names the plan needs, checked before ``provision`` and again at
+    ``start``.  A plan may also carry ``hooks``, ``wall_clock`` (seconds) and ``network``; the library
+    reads those where present.
+    """
+
+    @property
+    def required(self) -> Sequence[str]: ...
+
+
+class CgroupControl(Protocol):
+    """A sandbox's control group as the library drives it (pause, update, ps, stats), where the
+    platform has one (``Mechanism.cgroup`` returns None otherwise).  Linux: ``platforms/linux/cgroups``
+    managers.  Errors: ``LaunchFailed`` naming the file the kernel refused."""
+
+    def dirs(self) -> list[str]: ...
+
+    def apply(self, limits: Limits) -> None: ...
+
+    def pids(self) -> list[int]: ...
+
+    def freeze(self, frozen: bool) -> None: ...
+
+    def usage(self) -> Usage: ...
+
+    def facts(self) -> Facts: ...
+
+
 @runtime_checkable
 class Mechanism(Protocol):
-    """What a platform must provide.  ``address`` is optional (see ``sandbox_shim.addresses``).
+    """What a platform must provide: every member the library (``api``, ``control``, ``execution``,
+    ``spawn``, ``reconcile``, ``addresses``) calls.  ``platforms.select`` checks the three mechanisms
+    against it for mypy; a mechanism missing a member does not type-check.
 
     Every method raises ``ShimError`` subclasses only (``errors.py``).
     """
 
     name: str
+    #: the state root its sandboxes' records live under (``state.resolve_root``); set by ``select``
+    root: str | None
+    #: runc's ``--systemd-cgroup`` (Linux: systemd makes the scope); other platforms ignore it
+    systemd_cgroup: bool
 
     def capabilities(self) -> list[Capability]:
         """Probe reports for everything this mechanism could enforce on this host."""
         ...
 
-    def provision(self, sandbox: Sandbox, plan: Plan) -> None:
-        """OCI create: resources made, process prepared and held before user code runs."""
+    def make_plan(self, spec: Spec, sandbox_id: str) -> LaunchPlan:
+        """The platform's plan from the loaded bundle; refusal happens here (``BundleInvalid``,
+        ``CapabilityUnavailable``), before anything is made."""
+        ...
+
+    def require(self, names: list[str]) -> None:
+        """Raise ``CapabilityUnavailable`` for each of ``names`` this host does not provide."""
+        ...
+
+    def provision(self, sandbox: Sandbox, plan: LaunchPlan) -> None:
+        """OCI create: resources made, process prepared and held before user code runs.  ``plan`` is
+        what this mechanism's ``make_plan`` returned (another platform's plan: ``LaunchFailed``)."""
         ...
 
     def start(self, sandbox: Sandbox) -> None:
@@ -185,8 +235,47 @@ class Mechanism(Protocol):
         """The observed OCI state."""
         ...
 
+    def alive(self, sandbox: Sandbox) -> bool:
+        """True while the container process (same pid and start time) runs."""
+        ...
+
+    def paused(self, sandbox: Sandbox) -> bool:
+        """True while the sandbox is frozen."""
+        ...
+
+    def exit_status(self, sandbox: Sandbox) -> int | None:
+        """The container process's exit status (128 + n for a signal) once known, else None."""
+        ...
+
+    def termination(self, sandbox: Sandbox) -> tuple[int | None, int | None] | None:
+        """``(exit status, signal)`` from the wait(2) status where the mechanism keeps it, else None."""
+        ...
+
+    def workload_pid(self, sandbox: Sandbox) -> int:
+        """The container process's pid (``state.pid``), 0 once it is gone."""
+        ...
+
+    def usage(self, sandbox: Sandbox) -> Usage:
+        """Resource usage now."""
+        ...
+
+    def cgroup(self, sandbox: Sandbox) -> CgroupControl | None:
+        """The sandbox's control group, or None where the platform has none."""
+        ...
+
     def destroy(self, sandbox: Sandbox) -> None:
         """OCI delete: kill what is left and remove every resource made.  Never capability-gated."""
+        ...
+
+    def remove_residue(self, store: StateStore, sandbox_id: str) -> list[str]:
+        """Remove what the sandbox left outside its state dir, each recorded before it was made (Linux:
+        cgroups and their parents, network links), even with the state gone.  Returns problems, one
+        line each; the record is then kept for another try."""
+        ...
+
+    def lost_pids(self, info: dict[str, Any]) -> list[int] | None:
+        """Live pids of the host object recorded in ``info`` (``ROOT/.cgroups/ID``) for a sandbox whose
+        state is gone, or None when that object no longer exists (``reconcile``)."""
         ...
 
 

@@ -175,7 +175,7 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim",
         resources["devices"] = rules(linux)
     required = ["bwrap", "seccomp", "no_new_privs"]
     required += [NAMESPACE_CAPS[t] for t in unshare if t in NAMESPACE_CAPS]
-    from .platforms.linux.cgroups.base import Limits
+    from .resources import Limits
 
     required += [f"cgroup.{c}" for c in Limits.from_oci(resources).controllers()]
     if spec.settings.requires:

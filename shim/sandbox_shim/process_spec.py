@@ -109,7 +109,7 @@ def parse_process(doc: Any, source: str = "process") -> ExecProcess:
             problems.append(_problem("/capabilities", "capabilities must be an object", "fix the type"))
         else:
             eff = cdoc.get("effective") or []
-            bnd = cdoc.get("bounding") if cdoc.get("bounding") is not None else eff
+            bnd = cdoc.get("bounding") or [] if cdoc.get("bounding") is not None else eff
             if parsed_user.get("uid") is None:
                 caps = sorted(set(eff) & set(bnd))
             else:  # what the process holds after execve(2), as for the sandbox's own process

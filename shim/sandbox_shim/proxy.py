@@ -19,9 +19,12 @@ import socket
 import socketserver
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .errors import ShimError
+
+if TYPE_CHECKING:
+    from .mechanism import Mechanism
 
 #: headers that describe one hop (RFC 9110 section 7.6.1), never forwarded
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
@@ -75,7 +78,7 @@ class Response:
     body: bytes = b""
 
 
-def target(mechanism: Any, sandbox_id: str) -> tuple[str, int]:
+def target(mechanism: Mechanism, sandbox_id: str) -> tuple[str, int]:
     """``(ip, port)`` of the sandbox.  Raises ``NoAddress``, ``SandboxNotFound``."""
     from .addresses import address
 
@@ -96,7 +99,7 @@ def _translate(err: BaseException, where: str) -> ProxyError:
     return ProxyError(f"{where}: {err}")
 
 
-def forward(mechanism: Any, sandbox_id: str, method: str, path: str,
+def forward(mechanism: Mechanism, sandbox_id: str, method: str, path: str,
             headers: dict[str, str] | list[tuple[str, str]] | None = None, body: bytes = b"",
             timeout: float = DEFAULT_TIMEOUT) -> Response:
     """Send one HTTP request to the sandbox and return its response.
@@ -185,7 +188,7 @@ class _Handler(socketserver.BaseRequestHandler):
             back.join()
 
 
-def serve(mechanism: Any, sandbox_id: str, listen: tuple[str, int] = ("127.0.0.1", 0),
+def serve(mechanism: Mechanism, sandbox_id: str, listen: tuple[str, int] = ("127.0.0.1", 0),
           connect_timeout: float = DEFAULT_TIMEOUT) -> Forwarder:
     """A ``Forwarder`` bound to ``listen`` for the sandbox's address (call ``serve_forever`` on it).
 

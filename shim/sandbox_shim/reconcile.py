@@ -3,20 +3,32 @@
 ``observe(mechanism)`` lists every sandbox the state store knows *and* every one it has lost: cgroups
 recorded in ``ROOT/.cgroups/ID`` (kept outside the state dir) whose directories still exist.  For each,
 the processes in its cgroup are reported with their pid and start time (proc(5) field 22), so a caller
-compares them with its own records instead of trusting a pid alone.
+compares them with its own records instead of trusting a pid alone.  What "still exists" means is the
+mechanism's to say (``Mechanism.lost_pids``).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from .mechanism import Status
-from .state import StateStore, proc_start_time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .mechanism import Mechanism
+    from .state import StateStore
 
 
-def lost_sandboxes(store: StateStore, known: set[str]) -> list[Status]:
-    """``source="observed"`` statuses for ids with recorded cgroups that still exist but no state dir."""
+def lost_sandboxes(mechanism: Mechanism, store: StateStore, known: set[str]) -> list[Status]:
+    """``source="observed"`` statuses for ids with recorded cgroups that still exist but no state dir.
+
+    Args:
+        mechanism: asked for the live pids of each recorded cgroup.
+        store: the state root's store.
+        known: ids already reported from the store (skipped).
+    Returns: one ``Status`` per lost id, sorted by id; ``running`` with its pids while any process
+    lives there, else ``stopped``.
+    """
     index = os.path.join(store.root, ".cgroups")
     try:
         lost = sorted({n for n in os.listdir(index) if not n.startswith(".")} - known)
@@ -27,12 +39,9 @@ def lost_sandboxes(store: StateStore, known: set[str]) -> list[Status]:
         info = store.read_cgroup_index(sid)
         if not info or os.path.isdir(store.dir(sid)):
             continue
-        from .platforms.linux.cgroups import manager
-
-        cg = manager(info["path"], info["version"], systemd=bool(info.get("systemd")))
-        if not any(os.path.isdir(d) for d in cg.dirs()):
+        pids = mechanism.lost_pids(info)
+        if pids is None:
             continue
-        pids = [p for p in cg.pids() if proc_start_time(p) is not None]
         out.append(
             Status(
                 id=sid,
@@ -47,7 +56,7 @@ def lost_sandboxes(store: StateStore, known: set[str]) -> list[Status]:
     return out
 
 
-def observe(mechanism: Any) -> list[Status]:
+def observe(mechanism: Mechanism) -> list[Status]:
     """Alias of ``api.list_sandboxes``: the store's sandboxes plus the ones found only in cgroups."""
     from . import api
 

@@ -18,13 +18,16 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from . import api
 from . import state as st
 from .errors import CouldNotRun, InvalidState, LaunchFailed, UsageError
+from .platforms.select import enter_helper
 
-HELPER = os.path.join(os.path.dirname(__file__), "platforms", "linux", "enter.py")
+if TYPE_CHECKING:
+    from .mechanism import Mechanism
+
 _NOT_FOUND = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
 _DENIED = (errno.EACCES, errno.EPERM)
 
@@ -45,7 +48,7 @@ class Started:
     sandbox_id: str
     argv: list[str]
     started: float
-    _status: IO[bytes] = field(repr=False, default=None)  # type: ignore[assignment]
+    _status: IO[bytes] = field(repr=False, default=None)  # type: ignore[arg-type]
 
     def signal(self, signum: int) -> None:
         """Deliver ``signum`` to the program (the helper forwards it)."""
@@ -99,7 +102,7 @@ def _connect_console(path: str) -> socket.socket:
     return sock
 
 
-def spawn(mechanism: Any, sandbox_id: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
+def spawn(mechanism: Mechanism, sandbox_id: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
           cwd: str | None = None, stdin: Any = None, stdout: Any = None, stderr: Any = None,
           detach: bool = False, replace_env: bool = False, user: dict[str, Any] | None = None,
           capabilities: list[str] | None = None, console_socket: str | None = None) -> Started:
@@ -162,7 +165,7 @@ def spawn(mechanism: Any, sandbox_id: str, argv: Sequence[str], *, env: dict[str
         r, w = os.pipe()
         os.set_inheritable(r, False)
         try:
-            helper = subprocess.Popen([sys.executable, "-I", "-S", HELPER, str(spec_fd), str(w)],
+            helper = subprocess.Popen([sys.executable, "-I", "-S", enter_helper(), str(spec_fd), str(w)],
                                       pass_fds=(spec_fd, w) + (() if console_fd is None else (console_fd,)),
                                       stdin=stdin, stdout=stdout, stderr=stderr,
                                       env={}, close_fds=True, start_new_session=True)

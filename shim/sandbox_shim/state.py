@@ -98,8 +98,12 @@ def check_id(sandbox_id: str) -> None:
                          "use 1 to 200 letters, digits, and _ . + - (not starting with a symbol)")
 
 
-def proc_start_time(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (proc(5) field 22), or None if gone."""
+def proc_stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after ``comm`` (proc(5): index 0 is field 3 ``state``, index 19 is
+    field 22 ``starttime``), or None when ``pid`` is gone.  The one reader of that file in the package
+    (``platforms/linux/enter.py`` runs standalone and keeps its own): ``comm`` may hold spaces and
+    parentheses, so the split starts after the *last* ``)``.  Not psutil: the lifecycle verbs read
+    this and psutil costs each ~40 ms to import, and its create_time is rounded seconds, not ticks."""
     if pid <= 0:
         return None
     try:
@@ -107,18 +111,19 @@ def proc_start_time(pid: int) -> int | None:
             data = fh.read()
     except OSError:
         return None
-    fields = data[data.rfind(b")") + 2 :].split()
-    return int(fields[19])
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (proc(5) field 22), or None if gone."""
+    fields = proc_stat(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
 
 
 def proc_state(pid: int) -> str | None:
     """One-letter process state (R, S, Z, ...) from /proc/PID/stat, or None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    return data[data.rfind(b")") + 2 :].split()[0].decode()
+    fields = proc_stat(pid)
+    return fields[0].decode() if fields else None
 
 
 def same_process(pid: int, start: int | None) -> bool:
@@ -322,7 +327,8 @@ class StateStore:
     def read_cgroup_index(self, sandbox_id: str) -> dict[str, Any] | None:
         try:
             with open(self.cgroup_index(sandbox_id), encoding="utf-8") as fh:
-                return json.load(fh)
+                info = json.load(fh)
+            return info if isinstance(info, dict) else None
         except (OSError, ValueError):
             return None
 

@@ -31,11 +31,12 @@ def load_schema(name: str = "config.schema.json") -> dict[str, Any]:
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas", name)
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.loads(fh.read())
+            doc: dict[str, Any] = json.loads(fh.read())
     except FileNotFoundError:
         from importlib import resources
 
-        return json.loads(resources.files("sandbox_shim.schemas").joinpath(name).read_text(encoding="utf-8"))
+        doc = json.loads(resources.files("sandbox_shim.schemas").joinpath(name).read_text(encoding="utf-8"))
+    return doc
 
 
 def _ptr(parts: Any) -> str:
@@ -78,7 +79,7 @@ def schema_problems(cfg: dict[str, Any]) -> tuple[list[BundleProblem], list[Bund
     from . import _validator_generated as fast
 
     try:
-        fast.validate(cfg)
+        fast.validate(cfg)  # type: ignore[no-untyped-call]  # generated code (scripts/gen-validator)
     except fast.JsonSchemaValueException:
         errors = _detailed_errors(cfg)
         if errors:

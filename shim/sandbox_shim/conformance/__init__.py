@@ -7,10 +7,12 @@ Any mechanism can run it — ours or a third party's — through a ``Conformance
 * command line: ``sandbox-shim conformance [--format table|json] [--mechanism module:Class]``;
 * library: ``run_suite(load_target("module:Class"))`` → ``CheckResult`` rows.
 
-Groups: ``Lifecycle`` (``lifecycle.py``), ``Isolation`` (``isolation.py``: file system, environment;
-``isolation_host.py``: network, processes, confinement;
-``isolation_caps.py``: capabilities), ``ResourceLimits`` (``resource_limits.py``),
-``Execution`` (``execution.py``); shared helpers (verdicts, the control/breach judge, host fixtures) in
+Checks live in ``checks/``, one module per group or part of one: ``Lifecycle`` (``lifecycle.py``),
+``Isolation`` (``isolation.py``: file system, environment; ``isolation_host.py``: network, processes,
+confinement; ``isolation_caps.py``: capabilities; ``isolation_kernel.py``: kernel interfaces),
+``ResourceLimits`` (``resource_limits.py``), ``Execution`` (``execution.py``).  A new module there
+registers its checks (``helpers.check``) and runs with the rest: ``helpers.all_checks`` imports every
+module of ``checks/``.  Shared helpers (verdicts, the control/breach judge, host fixtures) are in
 ``helpers.py``.  A control that needs what the profile under test refuses (mount, raw sockets, ptrace,
 a capability) runs through ``ConformanceTarget.run_control``, outside that profile.  Names are loaded on
 first use: importing this package costs nothing.

@@ -18,7 +18,7 @@ import signal as _signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .target import (
     COMPLETED,
@@ -30,6 +30,9 @@ from .target import (
     ToolMissing,
     merge,
 )
+
+if TYPE_CHECKING:
+    from ..mechanism import Mechanism
 
 
 def _run_outside(argv: list[str], timeout: float, **kw: object) -> ProbeResult:
@@ -59,18 +62,19 @@ class ApiTarget(ConformanceTarget):
         super().__init__(workdir)
         self.root = root or os.path.join(self.workdir, "state")
         self.template = os.path.join(self.workdir, "rootfs-template")
-        self._mech: Any = None
+        self._mech: Mechanism | None = None
         self._out: dict[str, str] = {}
         self._pids: set[int] = set()
 
-    def make_mechanism(self, root: str) -> Any:
+    def make_mechanism(self, root: str) -> Mechanism:
         """The mechanism under test, keeping state under ``root``."""
         from .. import api
 
         return api.default_mechanism(root)
 
     @property
-    def mechanism(self) -> Any:
+    def mechanism(self) -> Mechanism:
+        """The mechanism under test (made on first use)."""
         if self._mech is None:
             self._mech = self.make_mechanism(self.root)
         return self._mech
@@ -156,7 +160,7 @@ class ApiTarget(ConformanceTarget):
         Raises:
             ToolMissing: bwrap is missing, or this process is not root (``--cap-add`` needs it: bwrap(1)).
         """
-        from ..platforms.linux.bwrap import bwrap_path
+        from ..platforms.select import bwrap_path
 
         exe = bwrap_path()
         if exe is None or os.geteuid() != 0:

@@ -32,5 +32,5 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         def _getobj(self) -> Any:
             return suite
 
-    mod = _SuiteModule.from_parent(session, path=Path(suite.__file__))
+    mod = _SuiteModule.from_parent(session, path=Path(suite.__file__ or "suite.py"))
     items.extend(session.genitems(mod))

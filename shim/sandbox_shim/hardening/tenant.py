@@ -183,8 +183,10 @@ def check_readonly_proc(cfg: dict[str, Any]) -> list[BundleProblem]:
     """Refuse, at validation, a ``readonlyPaths`` entry in a ``proc`` mount of the config that is
     pid-dependent (``proc_pid_entry``, or through ``/proc/net`` / ``/proc/mounts``, links to ``self/``):
     its read-only bind would have the host's /proc as source.  The same rule holds at create."""
-    procs = [m.get("destination") for m in cfg.get("mounts") or []
-             if isinstance(m, dict) and m.get("type") == "proc" and isinstance(m.get("destination"), str)]
+    procs: list[str] = [
+        m["destination"] for m in cfg.get("mounts") or []
+        if isinstance(m, dict) and m.get("type") == "proc" and isinstance(m.get("destination"), str)
+    ]
     out: list[BundleProblem] = []
     for i, path in enumerate((cfg.get("linux") or {}).get("readonlyPaths") or []):
         if not isinstance(path, str):

@@ -89,7 +89,7 @@ class Applier:
             tf = tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo)  # type: ignore[call-overload]
             n = 0
             while (m := tf.next()) is not None:
-                tf.members.clear()  # stream mode keeps every header otherwise: memory would grow per entry
+                tf.members.clear()  # type: ignore[attr-defined]  # stream mode keeps every header otherwise: memory would grow per entry
                 n += 1
                 if n > self.max_entries:
                     raise ImageInvalid(f"{what}: more than {self.max_entries} entries",

@@ -4,7 +4,8 @@ Modules:
   ``proc``    cheap proc(5) reads (``/proc/self/status`` fields, sysctls) shared by all.
   ``child``   running a trial in a forked child; libc through ctypes.
   ``kernel``  namespaces (unshare(2)), no_new_privs, seccomp, Landlock.
-  ``host``    bwrap, cgroups, and the other platforms' launchers.
+  ``host``    registers the platforms' probes (bwrap, cgroups, sandbox-exec, Job Objects), which live
+              in ``platforms/<os>/probes.py``, through the composition point ``platforms.select``.
   ``cache``   the cross-process cache (``cached_report``, ``cache_key``).
 
 Every report says what was tried (``measured_by``) and, when unavailable, why in words a person can
@@ -21,11 +22,9 @@ _LAZY: dict[str, str] = {
     "NAMESPACES": "kernel", "UNSHARE": "kernel", "probe_namespace": "kernel",
     "probe_no_new_privs": "kernel", "probe_seccomp": "kernel", "probe_landlock": "kernel",
     "libseccomp_version": "kernel",
-    "bwrap_identity": "host", "probe_bwrap": "host", "probe_cgroup": "host",
-    "probe_sandbox_exec": "host", "probe_job_object": "host",
     "in_child": "child", "CHILD_TIMEOUT": "child",
     "PROBES_VERSION": "cache", "CACHE_FILE": "cache", "host_facts": "cache", "cache_key": "cache",
-    "cached_report": "cache", "bwrap_stat_identity": "cache",
+    "cached_report": "cache",
 }
 
 __all__ = sorted(_LAZY)

@@ -3,8 +3,9 @@
 ``cached_report(names, cache_dir)`` returns reports from ``cache_dir/capabilities.json`` while its key
 equals ``cache_key()``, and probes (then rewrites the file) otherwise.  The key holds everything whose
 change may change a probe's answer; it is built from cheap reads only (proc(5) files, ``stat`` of
-bwrap, ``uname``), so a lifecycle verb can check it on every call (well under a millisecond) without
-running a program.  Nothing here imports ctypes or subprocess: a cache hit loads no probe.
+bwrap, ``uname``; the platform's part from ``platforms.select.cache_facts``), so a lifecycle verb
+can check it on every call (well under a millisecond) without running a program.  Nothing here
+imports ctypes or subprocess: a cache hit loads no probe.
 """
 
 from __future__ import annotations
@@ -31,44 +32,6 @@ def host_facts() -> dict[str, str]:
     return {"kernel": platform.release(), "arch": platform.machine(), "platform": sys.platform}
 
 
-def _which(name: str) -> str | None:
-    """``shutil.which`` without importing shutil: the first executable ``name`` on PATH."""
-    for d in (os.environ.get("PATH") or os.defpath).split(os.pathsep):
-        path = os.path.join(d or ".", name)
-        if os.access(path, os.X_OK) and not os.path.isdir(path):
-            return path
-    return None
-
-
-def bwrap_stat_identity() -> str:
-    """The bwrap on PATH as ``"path|realpath|ino|size|mtime_ns|ctime_ns"``, or ``"absent"``.
-
-    A replaced or rewritten binary changes its inode or ctime (stat(2): ctime cannot be set by a user),
-    so this stands for bwrap's version and behaviour without running ``bwrap --version``.
-    """
-    path = _which("bwrap")
-    if path is None:
-        return "absent"
-    try:
-        st = os.stat(path)
-    except OSError:
-        return "absent"
-    return f"{path}|{os.path.realpath(path)}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
-
-
-def cgroup_mounts(mountinfo: str) -> str:
-    """The cgroup mounts as this process sees them: mount point, mount options (``ro``/``rw``...),
-    filesystem type and super options of each ``cgroup``/``cgroup2`` line of /proc/self/mountinfo
-    (proc(5)), mount ids left out.  A hierarchy remounted read-only changes this text."""
-    out = []
-    for line in mountinfo.splitlines():
-        head, sep, tail = line.partition(" - ")
-        fields, rest = head.split(), tail.split()
-        if sep and len(fields) >= 6 and rest and rest[0] in ("cgroup", "cgroup2"):
-            out.append(f"{fields[4]} {fields[5]} {rest[0]} {rest[2] if len(rest) > 2 else ''}")
-    return ";".join(sorted(out))
-
-
 def _ns_inode(kind: str) -> str:
     try:
         return str(os.stat(f"/proc/self/ns/{kind}").st_ino)
@@ -79,21 +42,19 @@ def _ns_inode(kind: str) -> str:
 def cache_key() -> dict[str, str]:
     """Everything whose change may change a probe's answer, as text (cheap reads only).
 
-    Keys: kernel release and build, boot_id (proc(5): new each boot), bwrap's identity
-    (``bwrap_stat_identity``), the cgroup layout (the hierarchies, the v2 ``cgroup.controllers`` and
-    each cgroup mount's options, read fresh from /proc/self/mountinfo), euid and the user namespace,
+    Keys: kernel release and build, boot_id (proc(5): new each boot), the identity of the bwrap
+    create runs (``platforms/linux/locate.bwrap_stat_identity``), the cgroup layout (the
+    hierarchies, the v2 ``cgroup.controllers`` and each cgroup mount's options, read fresh from
+    /proc/self/mountinfo), euid and the user namespace,
     this process's confinement (Seccomp, NoNewPrivs and the effective and bounding capability sets
     of /proc/self/status), the user-namespace sysctls, and ``PROBES_VERSION``.
     """
     key = dict(host_facts())
     key["kernel_build"] = os.uname().version if hasattr(os, "uname") else ""
     key["boot_id"] = _read("/proc/sys/kernel/random/boot_id") or ""
-    key["bwrap"] = bwrap_stat_identity() if sys.platform == "linux" else "absent"
-    if sys.platform == "linux":
-        from ..platforms.linux.cgroups.detect import parse_mountinfo
+    from ..platforms.select import cache_facts
 
-        mountinfo = _read("/proc/self/mountinfo") or ""
-        key["cgroups"] = f"{parse_mountinfo(mountinfo).fingerprint()}|{cgroup_mounts(mountinfo)}"
+    key.update(cache_facts())  # bwrap's identity and the cgroup layout (platforms/linux/hostkey.py)
     key["euid"] = f"{os.geteuid() if hasattr(os, 'geteuid') else ''};userns={_ns_inode('user')}"
     status = _status_fields(("Seccomp", "NoNewPrivs", "CapEff", "CapBnd"))
     key["confinement"] = ";".join(f"{k}={v}" for k, v in status.items())

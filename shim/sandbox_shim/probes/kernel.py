@@ -15,6 +15,7 @@ import socket
 import struct
 import sys
 from collections.abc import Callable
+from functools import partial
 
 from ..capability import Capability, register
 from .child import _call, _libc, _prctl, in_child
@@ -157,7 +158,7 @@ def probe_namespace(kind: str) -> Capability:
 
 
 for _kind in NAMESPACES:
-    register(f"namespace.{_kind}")(lambda _k=_kind: probe_namespace(_k))
+    register(f"namespace.{_kind}")(partial(probe_namespace, _kind))
 
 
 # ---- prctl(2), seccomp(2), landlock(7) ----------------------------------------------------------

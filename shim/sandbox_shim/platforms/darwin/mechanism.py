@@ -27,11 +27,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...capability import Capability
-from ...errors import CannotEnforce, CapabilityUnavailable, LimitExceeded
+from ...errors import CannotEnforce, CapabilityUnavailable, LaunchFailed, LimitExceeded
 from ...mechanism import Sandbox, Status, Usage
 from . import launcher
-from .plan import NOT_ON_MACOS, DarwinPlan, check_requirements, plan_from_config
+from .plan import NOT_ON_MACOS, DarwinPlan, check_requirements, plan_from_config, plan_from_spec
 from .seatbelt import RUNTIME_READ, SANDBOX_EXEC, Profile, build_profile
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ...bundle import Spec
+    from ...mechanism import CgroupControl, LaunchPlan
+    from ...state import StateStore
 
 ENV = "/usr/bin/env"
 TRUE = "/usr/bin/true"
@@ -133,6 +139,8 @@ class DarwinSeatbeltMechanism:
     """
 
     name = "darwin-seatbelt"
+    root: str | None = None  # the state root (``platforms.select.mechanism`` sets it)
+    systemd_cgroup = False  # runc's --systemd-cgroup: no meaning on macOS
 
     def __init__(self, probe: Callable[[], list[Capability]] | None = None,
                  sandbox_exec: str = SANDBOX_EXEC) -> None:
@@ -147,17 +155,17 @@ class DarwinSeatbeltMechanism:
             self._reports = list(self._probe())
         return self._reports
 
-    def make_plan(self, spec: Any, sandbox_id: str) -> DarwinPlan:
+    def make_plan(self, spec: Spec, sandbox_id: str) -> DarwinPlan:
         """The macOS plan for a loaded bundle (``bundle.Spec``); refuses what this host lacks.
 
         Raises:
             BundleInvalid: the bundle cannot be expressed on macOS; CapabilityUnavailable: see ``require``.
         """
-        plan = plan_from_config(spec.config, spec.bundle)
+        plan = plan_from_spec(spec)
         check_requirements(plan, self.capabilities())
         return plan
 
-    def require(self, names: Sequence[str]) -> None:
+    def require(self, names: Sequence[str]) -> None:  # list[str] in the protocol
         """Raise ``CapabilityUnavailable`` for each of ``names`` this host does not provide."""
         by_name = {r.name: r for r in self.capabilities()}
         missing = [by_name.get(n) or Capability(n, False, "sandbox-exec", "not provided on macOS",
@@ -166,7 +174,7 @@ class DarwinSeatbeltMechanism:
         if missing:
             raise CapabilityUnavailable(missing)
 
-    def provision(self, sandbox: Sandbox, plan: DarwinPlan | dict[str, Any],
+    def provision(self, sandbox: Sandbox, plan: LaunchPlan | dict[str, Any],
                   stdio: tuple[Any, Any, Any] = (None, None, None)) -> None:
         """OCI create: profile written and compile-checked, monitor held on the FIFO.
 
@@ -178,8 +186,11 @@ class DarwinSeatbeltMechanism:
             BundleInvalid, CouldNotRun: from planning.  CapabilityUnavailable: before anything is made.
             CannotEnforce: sandbox-exec rejected the profile.  LaunchFailed: the monitor did not start.
         """
-        if not isinstance(plan, DarwinPlan):
+        if isinstance(plan, dict):
             plan = plan_from_config(plan, sandbox.bundle)
+        if not isinstance(plan, DarwinPlan):
+            raise LaunchFailed(f"{type(plan).__name__} is not a macOS plan",
+                               "plan with this mechanism's make_plan")
         check_requirements(plan, self.capabilities())
         d = sandbox.private["dir"]
         profile = tenant_profile(plan)
@@ -226,6 +237,23 @@ class DarwinSeatbeltMechanism:
     def paused(self, sandbox: Sandbox) -> bool:
         """Always False: this mechanism has no pause (no freezer on macOS; SIGSTOP is not offered)."""
         return False
+
+    def cgroup(self, sandbox: Sandbox) -> CgroupControl | None:
+        """None: macOS has no control groups (pause, update and stats refuse)."""
+        return None
+
+    def termination(self, sandbox: Sandbox) -> tuple[int | None, int | None] | None:
+        """None: the monitor records a shell status only (``exit_status``)."""
+        return None
+
+    def remove_residue(self, store: StateStore, sandbox_id: str) -> list[str]:
+        """Nothing lives outside the state dir here: drops the (empty) cgroup record.  Returns []."""
+        store.drop_cgroup_index(sandbox_id)
+        return []
+
+    def lost_pids(self, info: dict[str, Any]) -> list[int] | None:
+        """None: no host object outlives a macOS sandbox's state."""
+        return None
 
     def status(self, sandbox: Sandbox) -> Status:
         """created (held), running, or stopped with the recorded exit status."""

@@ -56,6 +56,10 @@ from ...errors import BundleInvalid, BundleProblem, CapabilityUnavailable, Could
 from ...hardening import tenant
 from ...paths import canonical, resolve_in_root
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ...bundle import Settings, Spec
+
 PREFIX = "sandbox-shim."
 _SPEC = "OCI runtime-spec config.md"
 _LINUX = "OCI runtime-spec config-linux.md"
@@ -113,6 +117,11 @@ class DarwinPlan:
     wall_clock: float | None
     requires: tuple[str, ...]
     warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        """``requires`` under the name every platform's plan has (``mechanism.LaunchPlan``)."""
+        return self.requires
 
 
 class _Mapper:
@@ -182,7 +191,7 @@ def _limit(problems: list[BundleProblem], value: Any, ptr: str) -> int | None:
 
 
 def _rlimits(cfg: dict[str, Any], problems: list[BundleProblem], requires: set[str],
-             warnings: list[str]) -> tuple[tuple[str, int, int], ...]:
+             warnings: list[str], cpu_s: object = None) -> tuple[tuple[str, int, int], ...]:
     proc = cfg.get("process") or {}
     res = (cfg.get("linux") or {}).get("resources") or {}
     out: dict[str, tuple[int, int]] = {}
@@ -205,10 +214,9 @@ def _rlimits(cfg: dict[str, Any], problems: list[BundleProblem], requires: set[s
     pids = _limit(problems, (res.get("pids") or {}).get("limit"), "/linux/resources/pids/limit")
     if pids is not None:
         put("RLIMIT_NPROC", pids, pids)
-    cpu_s = (cfg.get("annotations") or {}).get(PREFIX + "cpu-time-seconds")
     if cpu_s:
-        if str(cpu_s).isdigit() and int(cpu_s) > 0:
-            put("RLIMIT_CPU", int(cpu_s), int(cpu_s) + 1)
+        if str(cpu_s).isdigit() and int(str(cpu_s)) > 0:
+            put("RLIMIT_CPU", int(str(cpu_s)), int(str(cpu_s)) + 1)
         else:
             problems.append(BundleProblem(f"/annotations/{PREFIX}cpu-time-seconds",
                                           "must be a positive integer", "sandbox-shim annotations"))
@@ -245,7 +253,15 @@ def _linux_section(cfg: dict[str, Any], requires: set[str], warnings: list[str])
         warnings.append("/hostname ignored on macOS (no uts namespace)")
 
 
-def plan_from_config(config: dict[str, Any], bundle: str, *, caller_uid: int | None = None) -> DarwinPlan:
+def plan_from_spec(spec: Spec, *, caller_uid: int | None = None) -> DarwinPlan:
+    """The macOS plan of a loaded bundle: its config, with the sandbox settings the ``Spec`` already
+    parsed (``spec.settings``: network, wall clock, CPU time, requires).  Raises as
+    ``plan_from_config``."""
+    return plan_from_config(spec.config, spec.bundle, caller_uid=caller_uid, settings=spec.settings)
+
+
+def plan_from_config(config: dict[str, Any], bundle: str, *, caller_uid: int | None = None,
+                     settings: Settings | None = None) -> DarwinPlan:
     """Interpret an OCI config for ``sandbox-exec`` (rules in the module docstring).
 
     Args:
@@ -273,14 +289,15 @@ def plan_from_config(config: dict[str, Any], bundle: str, *, caller_uid: int | N
     if not rootfs or not os.path.isdir(rootfs):
         problems.append(BundleProblem("/root/path", "root filesystem does not exist", _SPEC + " root.path"))
     ann = config.get("annotations") or {}
-    network = ann.get(PREFIX + "network") or "none"
+    network = settings.network if settings is not None else (ann.get(PREFIX + "network") or "none")
     problems += tenant.check_network(config, network)
     if network == "isolated":
         requires.add("network.isolated")
     elif network != "host":
         network = "none"
     storage, dest, storage_ro = _storage(config, bundle, problems, warnings)
-    rlimits = _rlimits(config, problems, requires, warnings)
+    cpu_s = (settings.cpu_time if settings is not None else ann.get(PREFIX + "cpu-time-seconds"))
+    rlimits = _rlimits(config, problems, requires, warnings, cpu_s)
     _linux_section(config, requires, warnings)
     if network == "host":
         requires.discard("network.deny")
@@ -299,17 +316,20 @@ def plan_from_config(config: dict[str, Any], bundle: str, *, caller_uid: int | N
         warnings.append("/process/capabilities ignored on macOS (no Linux capabilities; none are granted)")
     wall_clock = None
     try:
-        wall_clock = float(ann.get(PREFIX + "wall-clock-seconds") or 0) or None
+        wall_clock = settings.wall_clock if settings is not None else (
+            float(ann.get(PREFIX + "wall-clock-seconds") or 0) or None)
     except ValueError:
         problems.append(BundleProblem(f"/annotations/{PREFIX}wall-clock-seconds",
                                       "must be a number of seconds", "sandbox-shim annotations"))
     if wall_clock is not None and wall_clock <= 0:
         wall_clock = None
-    raw_req = ann.get(PREFIX + "requires")
+    raw_req = (",".join(settings.requires or ()) if settings is not None
+               else ann.get(PREFIX + "requires"))
     if raw_req:
         requires |= {n.strip() for n in str(raw_req).split(",") if n.strip()}
     if problems:
         raise BundleInvalid(problems)
+    assert isinstance(args, list)  # checked above: a non-empty list of strings
     env = tenant.build_env(proc.get("env"))
     mapper = _Mapper(rootfs, storage, dest)
     cwd_in = proc.get("cwd") or "/"

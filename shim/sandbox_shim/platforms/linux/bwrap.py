@@ -11,7 +11,6 @@ symlink-free: bwrap resolves its destinations while the host's root is still rea
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 
 from ...errors import BundleInvalid, BundleProblem
@@ -19,6 +18,7 @@ from ...hardening import tenant
 from ...hardening.tenant import pid_problem
 from ...paths import Layer, View
 from ...plan import Plan
+from .locate import bwrap_path as bwrap_path  # re-exported: one lookup (locate.py)
 
 #: kernel filesystems mounted by bwrap itself; paths under them are never created in the rootfs
 _KERNEL_FS = ("proc", "dev", "sysfs", "mqueue", "cgroup")
@@ -31,12 +31,6 @@ UNSHARE_FLAGS = {
     "cgroup": "--unshare-cgroup",
     "user": "--unshare-user",
 }
-
-
-def bwrap_path() -> str | None:
-    """The bwrap executable (``SANDBOX_SHIM_BWRAP`` overrides the PATH lookup), or None."""
-    return os.environ.get("SANDBOX_SHIM_BWRAP") or shutil.which("bwrap") or (
-        "/usr/bin/bwrap" if os.path.exists("/usr/bin/bwrap") else None)
 
 
 @dataclass

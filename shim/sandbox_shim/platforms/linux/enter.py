@@ -336,8 +336,8 @@ def main(spec_fd: int, status_fd: int) -> int:
         for path in spec.get("seccomp_files") or []:
             with open(path, "rb") as fh:
                 bpfs.append(fh.read())
-        with open("/proc/sys/kernel/cap_last_cap") as fh:
-            last_cap = int(fh.read())
+        with open("/proc/sys/kernel/cap_last_cap") as cap_fh:
+            last_cap = int(cap_fh.read())
         if start_time(pid) != spec.get("start"):
             raise StepFailed("identity", errno.ESRCH, "the sandbox's process is gone")
         for flag, fd in ns_fds:

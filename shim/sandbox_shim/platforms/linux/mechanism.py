@@ -36,12 +36,16 @@ if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load
 
     from ...bundle import Spec
     from ...capability import Capability
+    from ...mechanism import LaunchPlan
     from ...plan import Plan
+    from ...state import StateStore
+    from .cgroups.base import CgroupManager
 
 class LinuxMechanism:
     """bubblewrap + cgroups.  ``state_dir`` of each sandbox is given in ``sandbox.private['dir']``."""
 
     name = "linux"
+    root: str | None = None  # the state root (``platforms.select.mechanism`` sets it)
     #: runc's ``--systemd-cgroup``: ``cgroupsPath`` is ``slice:prefix:name`` and systemd makes the scope
     systemd_cgroup = False
 
@@ -86,13 +90,18 @@ class LinuxMechanism:
         require(names, cache_dir=os.path.join(root, ".capabilities") if root else None)
 
     # -- create ---------------------------------------------------------------------------------
-    def provision(self, sandbox: Sandbox, plan: Plan) -> None:
+    def provision(self, sandbox: Sandbox, plan: LaunchPlan) -> None:
         """Launch bwrap held before user code; fill ``sandbox.private`` with pids, cgroup, files.
 
         Raises:
-            LaunchFailed: bwrap or a cgroup write failed; everything made so far is undone.
+            LaunchFailed: bwrap or a cgroup write failed; everything made so far is undone; ``plan``
+                is not a ``plan.Plan`` (another platform's).
             BundleInvalid: a path cannot be placed safely inside the rootfs.
         """
+        from ...plan import Plan
+
+        if not isinstance(plan, Plan):
+            raise LaunchFailed(f"{type(plan).__name__} is not a Linux plan", "plan with make_plan")
         from .bwrap import Fds, build_args, bwrap_path
         from .launch import (
             check_sysctl_plan,
@@ -320,7 +329,7 @@ class LinuxMechanism:
         p = sandbox.private
         return same_process(p.get("pid", 0), p.get("pid_start"))
 
-    def cgroup(self, sandbox: Sandbox) -> Any:
+    def cgroup(self, sandbox: Sandbox) -> CgroupManager | None:
         cg = sandbox.private.get("cgroup")
         return manager(cg["path"], cg["version"], systemd=bool(cg.get("systemd"))) if cg else None
 
@@ -379,6 +388,25 @@ class LinuxMechanism:
             from . import network
 
             network.teardown(p["network"])
+
+
+    # -- what outlives the state dir ----------------------------------------------------------
+    def remove_residue(self, store: StateStore, sandbox_id: str) -> list[str]:
+        """Remove the cgroups, parents and network links recorded for ``sandbox_id`` (``residue.py``)
+        and probe cgroups a killed prober left.  Returns problems, one line each."""
+        from . import residue
+
+        problems = residue.remove(store, sandbox_id)
+        residue.sweep_probe_cgroups()  # a prober killed mid-probe (a first create on this root) left these
+        return problems
+
+    def lost_pids(self, info: dict[str, Any]) -> list[int] | None:
+        """Live pids (pid + start time readable) of the cgroup recorded in ``info`` (``ROOT/.cgroups/ID``),
+        or None when none of its directories exists any more."""
+        cg = manager(info["path"], info["version"], systemd=bool(info.get("systemd")))
+        if not any(os.path.isdir(d) for d in cg.dirs()):
+            return None
+        return [p for p in cg.pids() if proc_start_time(p) is not None]
 
 
 def _kill_child(pid: int, start: int | None) -> None:

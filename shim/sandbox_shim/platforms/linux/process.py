@@ -72,12 +72,9 @@ def become_subreaper() -> None:
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    return data[data.rfind(b")") + 2:].split()
+    from ...state import proc_stat
+
+    return proc_stat(pid)
 
 
 def parent_of(pid: int) -> int:

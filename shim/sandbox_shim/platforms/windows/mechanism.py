@@ -18,11 +18,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...capability import Capability
-from ...errors import CapabilityUnavailable, CouldNotRun, UsageError
+from ...errors import CapabilityUnavailable, CouldNotRun, LaunchFailed, UsageError
 from ...mechanism import Sandbox, Status, Usage
 from . import job_object as jo
 from .capabilities import windows_capabilities
-from .plan import JobLimits, JobPlan, check_requirements, plan_from_config
+from .plan import JobLimits, JobPlan, check_requirements, plan_from_config, plan_from_spec
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ...bundle import Spec
+    from ...mechanism import CgroupControl, LaunchPlan
+    from ...state import StateStore
 
 SIGKILL = 9  # POSIX numbers; Python's signal module has no SIGKILL on Windows
 SIGTERM = 15
@@ -89,6 +95,8 @@ class WindowsJobMechanism:
     """
 
     name = "windows-job-object"
+    root: str | None = None  # the state root (``platforms.select.mechanism`` sets it)
+    systemd_cgroup = False  # runc's --systemd-cgroup: no meaning on Windows
 
     def __init__(self, probe: Any = windows_capabilities) -> None:
         self._probe = probe
@@ -101,13 +109,13 @@ class WindowsJobMechanism:
             self._reports = list(self._probe())
         return self._reports
 
-    def make_plan(self, spec: Any, sandbox_id: str) -> JobPlan:
+    def make_plan(self, spec: Spec, sandbox_id: str) -> JobPlan:
         """The Job Object plan for a loaded bundle (``bundle.Spec``); refuses what this host lacks.
 
         Raises:
             BundleInvalid: a field cannot be expressed with Job Objects; CapabilityUnavailable.
         """
-        plan = plan_from_config(spec.config)
+        plan = plan_from_spec(spec)
         check_requirements(plan, self.capabilities())
         return plan
 
@@ -120,7 +128,7 @@ class WindowsJobMechanism:
         if missing:
             raise CapabilityUnavailable(missing)
 
-    def provision(self, sandbox: Sandbox, plan: JobPlan | dict[str, Any]) -> None:
+    def provision(self, sandbox: Sandbox, plan: LaunchPlan | dict[str, Any]) -> None:
         """OCI create: a job with the plan's limits holding the suspended process.
 
         Args:
@@ -132,8 +140,11 @@ class WindowsJobMechanism:
             CouldNotRun: CreateProcessW could not find or execute the program (cause: JobObjectError).
             JobObjectError: any other failing call; nothing is left behind.
         """
-        if not isinstance(plan, JobPlan):
+        if isinstance(plan, dict):
             plan = plan_from_config(plan)
+        if not isinstance(plan, JobPlan):
+            raise LaunchFailed(f"{type(plan).__name__} is not a Job Object plan",
+                               "plan with this mechanism's make_plan")
         check_requirements(plan, self.capabilities())
         name = job_name(sandbox.id)
         with ExitStack() as undo:
@@ -242,6 +253,40 @@ class WindowsJobMechanism:
             return Status(sandbox.id, "stopped", 0, sandbox.bundle, {}, exit_status=code)
         state = "running" if sandbox.private.get("started") else "created"
         return Status(sandbox.id, state, int(sandbox.private["pid"]), sandbox.bundle, {})
+
+    def alive(self, sandbox: Sandbox) -> bool:
+        """True until the primary process ended (or the job is gone)."""
+        return self.status(sandbox).status != "stopped"
+
+    def paused(self, sandbox: Sandbox) -> bool:
+        """Always False: Job Objects have no freeze."""
+        return False
+
+    def exit_status(self, sandbox: Sandbox) -> int | None:
+        """The primary process's exit code once it ended (128 + n after a signal), else None."""
+        now = self.status(sandbox)
+        return now.exit_status if now.status == "stopped" else None
+
+    def termination(self, sandbox: Sandbox) -> tuple[int | None, int | None] | None:
+        """None: a Windows exit code does not tell a signal from an exit status."""
+        return None
+
+    def workload_pid(self, sandbox: Sandbox) -> int:
+        """The primary process's pid while it runs, else 0."""
+        return int(sandbox.private.get("pid") or 0) if self.alive(sandbox) else 0
+
+    def cgroup(self, sandbox: Sandbox) -> CgroupControl | None:
+        """None: Windows has no control groups (pause, update and stats refuse)."""
+        return None
+
+    def remove_residue(self, store: StateStore, sandbox_id: str) -> list[str]:
+        """Nothing outlives the job's handles: drops the (empty) cgroup record.  Returns []."""
+        store.drop_cgroup_index(sandbox_id)
+        return []
+
+    def lost_pids(self, info: dict[str, Any]) -> list[int] | None:
+        """None: a Job Object does not outlive the process holding its handle."""
+        return None
 
     def usage(self, sandbox: Sandbox) -> Usage:
         """Job accounting: CPU from 100-ns ticks to microseconds, I/O bytes (all I/O, not only block),

@@ -41,6 +41,10 @@ from typing import Any
 from ...capability import Capability
 from ...errors import BundleInvalid, BundleProblem, CapabilityUnavailable
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ...bundle import Settings, Spec
+
 REQUIRES_ANNOTATION = "sandbox-shim.requires"
 PROCESS_LIMIT_ANNOTATION = "sandbox-shim.windows.active-process-limit"
 
@@ -98,6 +102,11 @@ class JobPlan:
     requires: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
 
+    @property
+    def required(self) -> tuple[str, ...]:
+        """``requires`` under the name every platform's plan has (``mechanism.LaunchPlan``)."""
+        return self.requires
+
 
 def _int(
     problems: list[BundleProblem], obj: dict[str, Any], key: str, pointer: str, lo: int, hi: int
@@ -151,8 +160,12 @@ def _limits(
     return JobLimits(job_memory_bytes=mem, active_processes=procs, cpu_rate=rate, cpu_weight=weight)
 
 
-def _requires(config: dict[str, Any], limits: JobLimits, problems: list[BundleProblem]) -> tuple[str, ...]:
-    raw = (config.get("annotations") or {}).get(REQUIRES_ANNOTATION)
+def _requires(config: dict[str, Any], limits: JobLimits, problems: list[BundleProblem],
+              settings: Settings | None = None) -> tuple[str, ...]:
+    if settings is not None:  # the Spec's, parsed once by bundle.Settings
+        raw: object = ",".join(settings.requires) if settings.requires else None
+    else:
+        raw = (config.get("annotations") or {}).get(REQUIRES_ANNOTATION)
     if raw is None:
         names = set(TENANT_REQUIREMENTS)
     else:
@@ -177,12 +190,21 @@ def _requires(config: dict[str, Any], limits: JobLimits, problems: list[BundlePr
     return tuple(sorted(names))
 
 
-def plan_from_config(config: dict[str, Any], host_cpus: int | None = None) -> JobPlan:
+def plan_from_spec(spec: Spec, host_cpus: int | None = None) -> JobPlan:
+    """The ``JobPlan`` of a loaded bundle: its config, with the sandbox settings the ``Spec`` already
+    parsed (``spec.settings``: ``requires``).  Raises ``BundleInvalid`` as ``plan_from_config``."""
+    return plan_from_config(spec.config, host_cpus, settings=spec.settings)
+
+
+def plan_from_config(config: dict[str, Any], host_cpus: int | None = None,
+                     settings: Settings | None = None) -> JobPlan:
     """Derive a ``JobPlan`` from an OCI config dict (``process.args/cwd/env``, ``windows.resources``).
 
     Args:
         config: the parsed config.json.
         host_cpus: logical processors on the host (for ``cpu.count``); default ``os.cpu_count()``.
+        settings: the sandbox settings already parsed from the annotations (``plan_from_spec``), or
+            None to read them from ``config``.
     Returns:
         The plan; see the module docstring for each mapping and its source.
     Raises:
@@ -211,7 +233,7 @@ def plan_from_config(config: dict[str, Any], host_cpus: int | None = None) -> Jo
         name, value = item.split("=", 1)
         env[name] = value
     limits = _limits(config, host_cpus or os.cpu_count() or 1, problems, notes)
-    requires = _requires(config, limits, problems)
+    requires = _requires(config, limits, problems, settings)
     if problems:
         raise BundleInvalid(problems)
     return JobPlan(tuple(args), cwd, env, limits, requires, tuple(notes))

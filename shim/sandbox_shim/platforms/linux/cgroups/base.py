@@ -21,6 +21,8 @@ TYPE_CHECKING = False  # no typing at run time: the lifecycle verbs load this mo
 if TYPE_CHECKING:
     from typing import Any
 
+    from ....control import Facts
+
 __all__ = ["CgroupManager", "Limits", "keyed", "read", "read_int", "rmdir_retry", "write"]
 
 
@@ -136,6 +138,12 @@ class CgroupManager(ABC):
     """One cgroup across the hierarchies of one version."""
 
     version: int
+
+    def facts(self) -> Facts:
+        """The counters a limit leaves behind here (``facts.read_facts``: OOM kills, failcnt, ...)."""
+        from .facts import read_facts
+
+        return read_facts(self)
 
     @abstractmethod
     def dirs(self) -> list[str]:

@@ -29,6 +29,9 @@ class Layout(FrozenValue):
     """
 
     __match_args__ = ("v2_mount", "v2_controllers", "v1_mounts")
+    v2_mount: str | None
+    v2_controllers: frozenset[str]
+    v1_mounts: dict[str, str]
 
     def __init__(self, v2_mount: str | None = None, v2_controllers: frozenset[str] = frozenset(),
                  v1_mounts: dict[str, str] | None = None) -> None:

@@ -10,7 +10,7 @@ import shutil
 import socket
 import uuid
 
-from .helpers import (
+from ..helpers import (
     FAIL,
     PASS,
     Outcome,
@@ -28,7 +28,7 @@ from .helpers import (
     ptrace_tool,
     split,
 )
-from .target import ConformanceTarget
+from ..target import ConformanceTarget
 
 G = "Isolation"
 

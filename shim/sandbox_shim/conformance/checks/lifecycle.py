@@ -13,8 +13,8 @@ import signal
 import time
 from collections.abc import Callable
 
-from .helpers import ERROR, FAIL, PASS, Outcome, check, marker, split
-from .target import BundleHandle, ConformanceTarget
+from ..helpers import ERROR, FAIL, PASS, Outcome, check, marker, split
+from ..target import BundleHandle, ConformanceTarget
 
 G = "Lifecycle"
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .helpers import ERROR, FAIL, PASS, Outcome, check, control_failed, split
-from .target import COMPLETED, LIMIT_EXCEEDED, ConformanceTarget, ProbeResult
+from ..helpers import ERROR, FAIL, PASS, Outcome, check, control_failed, split
+from ..target import COMPLETED, LIMIT_EXCEEDED, ConformanceTarget, ProbeResult
 
 G = "ResourceLimits"
 MiB = 1 << 20

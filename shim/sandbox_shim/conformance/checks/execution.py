@@ -7,8 +7,8 @@
 
 from __future__ import annotations
 
-from .helpers import FAIL, PASS, Outcome, check, control_failed, marker, split
-from .target import COMPLETED, COULD_NOT_RUN, LIMIT_EXCEEDED, ConformanceTarget
+from ..helpers import FAIL, PASS, Outcome, check, control_failed, marker, split
+from ..target import COMPLETED, COULD_NOT_RUN, LIMIT_EXCEEDED, ConformanceTarget
 
 G = "Execution"
 

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from typing import Any
 
-from .helpers import (
+from ..helpers import (
     ERROR,
     FAIL,
     PASS,
@@ -28,7 +28,7 @@ from .helpers import (
     static_tool,
     tail,
 )
-from .target import COMPLETED, COULD_NOT_RUN, ConformanceTarget, ProbeResult, ToolMissing, merge
+from ..target import COMPLETED, COULD_NOT_RUN, ConformanceTarget, ProbeResult, ToolMissing, merge
 
 G = "Isolation"
 
@@ -70,7 +70,7 @@ _ERRNO = {"operation not permitted": "EPERM", "stale file handle": "ESTALE"}
 
 def _with_user_namespace(over: dict[str, Any]) -> dict[str, Any]:
     """``over`` plus a user namespace in ``linux.namespaces`` (the tenant defaults' namespaces kept)."""
-    from ..template import default_config
+    from ...template import default_config
 
     nss = [n for n in default_config()["linux"]["namespaces"] if n["type"] != "user"]
     return merge(over, {"linux": {"namespaces": [*nss, {"type": "user"}]}})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 
-from .helpers import (
+from ..helpers import (
     FAIL,
     PASS,
     Outcome,
@@ -24,7 +24,7 @@ from .helpers import (
     probe,
     split,
 )
-from .target import COMPLETED, BundleHandle, ConformanceTarget, ProbeResult, ToolMissing
+from ..target import COMPLETED, BundleHandle, ConformanceTarget, ProbeResult, ToolMissing
 
 G = "Isolation"
 
@@ -237,7 +237,7 @@ def masked_paths(t: ConformanceTarget) -> Outcome:
     /proc/timer_list.  Breach: a tenant bundle whose ``maskedPaths`` is empty reads it: the kernel-file
     floor masks it whatever the config lists (README "Security")."""
     m = "Timer List Version"
-    empty = {"linux": {"maskedPaths": []}}
+    empty: dict[str, dict[str, list[str]]] = {"linux": {"maskedPaths": []}}
     control = t.run_control(empty, "head -c 200 /proc/timer_list")
     if bad := control_failed(control, m):
         return bad

@@ -15,7 +15,7 @@ import os
 import shutil
 from typing import Any
 
-from .helpers import (
+from ..helpers import (
     ERROR,
     FAIL,
     PASS,
@@ -28,7 +28,7 @@ from .helpers import (
     probe,
     static_tool,
 )
-from .target import COMPLETED, ConformanceTarget, merge
+from ..target import COMPLETED, ConformanceTarget, merge
 
 G = "Isolation"
 
@@ -76,7 +76,7 @@ def mount_api_tool(t: ConformanceTarget) -> str:
 
 
 def _own_userns_admin() -> dict[str, Any]:
-    from ..template import default_config
+    from ...template import default_config
 
     nss = [n for n in default_config()["linux"]["namespaces"] if n["type"] != "user"]
     caps = ["CAP_SYS_ADMIN"]
@@ -124,7 +124,7 @@ def proc_sys_floor(t: ConformanceTarget) -> Outcome:
     file: the floor keeps /proc/sys read-only (EROFS) whatever the config lists."""
     m = marker()
     script = probe(f"echo sandbox > /proc/sys/kernel/hostname && echo {m}")
-    empty = {"linux": {"readonlyPaths": [], "maskedPaths": []}}
+    empty: dict[str, dict[str, list[str]]] = {"linux": {"readonlyPaths": [], "maskedPaths": []}}
     control = t.run_control(empty, script)
     breach = t.run_probe(empty, script)
     return judge(control, m, breach, m, expect=("read_only", "denied"), what="/proc/sys written")

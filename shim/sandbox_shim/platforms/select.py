@@ -1,0 +1,132 @@
+"""The composition point: the one place platform-neutral code reaches a platform package.
+
+Everything here picks the implementation for this OS (``sys.platform``) and imports it on first use,
+so importing this module costs nothing.  The layer contract (``[tool.importlinter]`` in pyproject.toml,
+``tests/test_layers.py``) names this module as the only exception to "the core never imports a
+platform"; a new platform is a new folder under ``platforms/`` plus one branch in ``mechanism``.
+
+What the core asks of a platform beyond the ``Mechanism`` protocol is host facts that exist before
+any mechanism does: the probes to register, the capability cache's key, config rules that need only
+the config (``bundle.load``), the seccomp architectures of the features document, and where bwrap is.
+"""
+
+from __future__ import annotations
+
+import sys
+
+TYPE_CHECKING = False  # typing is not imported at run time: the lifecycle verbs import this module
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ..errors import BundleProblem
+    from ..mechanism import Mechanism
+    from .darwin.mechanism import DarwinSeatbeltMechanism
+    from .linux.mechanism import LinuxMechanism
+    from .windows.mechanism import WindowsJobMechanism
+
+    def _contract(
+        linux: LinuxMechanism, darwin: DarwinSeatbeltMechanism, windows: WindowsJobMechanism
+    ) -> tuple[Mechanism, Mechanism, Mechanism]:
+        """Never called: mypy checks every platform's mechanism against the ``Mechanism`` protocol
+        here, on any OS (the branches of ``mechanism`` below are per-platform, and mypy skips the
+        other platforms' branches).  A mechanism missing a member fails ``mypy``."""
+        return linux, darwin, windows
+
+
+def _linux() -> bool:
+    return sys.platform.startswith("linux")
+
+
+def mechanism(root: str | None = None) -> Mechanism:
+    """A new mechanism for this OS, keeping its sandboxes' state under ``root`` (``state.resolve_root``).
+
+    Raises: ``LaunchFailed`` on an OS this build has no mechanism for.
+    """
+    from ..state import resolve_root
+
+    mech: Mechanism
+    if _linux():
+        from .linux.mechanism import LinuxMechanism
+
+        mech = LinuxMechanism()
+    elif sys.platform == "darwin":
+        from .darwin.mechanism import DarwinSeatbeltMechanism
+
+        mech = DarwinSeatbeltMechanism()
+    elif sys.platform == "win32":
+        from .windows.mechanism import WindowsJobMechanism
+
+        mech = WindowsJobMechanism()
+    else:
+        from ..errors import LaunchFailed
+
+        raise LaunchFailed(f"no mechanism for platform {sys.platform} in this build")
+    mech.root = resolve_root(root)
+    return mech
+
+
+def register_probes() -> None:
+    """Import every platform's probe module (each registers its names with ``capability.register``).
+
+    All three are imported on every OS: a name is known everywhere (``sandbox-shim.requires`` is
+    checked against the registry) and reports unavailable where it does not apply."""
+    from .darwin import probes as _darwin  # noqa: F401
+    from .linux import probes as _linux_probes  # noqa: F401
+    from .windows import probes as _windows  # noqa: F401
+
+
+def cache_facts() -> dict[str, str]:
+    """The platform's part of the capability cache key (``probes.cache.cache_key``): cheap reads only.
+
+    Linux: ``{"bwrap": the identity of the bwrap create runs, "cgroups": the cgroup layout}``;
+    elsewhere ``{"bwrap": "absent"}``."""
+    if not _linux():
+        return {"bwrap": "absent"}
+    from .linux.hostkey import cache_facts as linux_facts
+
+    return linux_facts()
+
+
+def config_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """Rules of the config's Linux sections that need only the config (``process.user`` against what
+    bwrap can do, ``linux.sysctl``, ``linux.seccomp``), so ``validate`` and ``create`` agree.  The
+    ``linux`` section's rules hold on every OS; the credential rule only where bwrap runs."""
+    from .linux.config_checks import problems
+
+    return problems(cfg, credentials=_linux())
+
+
+def seccomp_arches() -> tuple[str, ...]:
+    """libseccomp architecture names (``X86_64``, ...) the Linux mechanism may add to a filter; empty
+    where pyseccomp cannot be loaded."""
+    try:
+        from .linux.seccomp import ARCHES
+    except (ImportError, OSError, RuntimeError):
+        return ()
+    return tuple(ARCHES)
+
+
+def bwrap_path() -> str | None:
+    """The bwrap binary create runs (``$SANDBOX_SHIM_BWRAP``, PATH, ``/usr/bin/bwrap``), or None."""
+    from .linux.locate import bwrap_path as find
+
+    return find()
+
+
+def bwrap_version() -> str | None:
+    """The version of that bwrap (``bwrap --version``, e.g. ``"0.8.0"``), or None when absent or it
+    will not run.  Linux only (None elsewhere)."""
+    if not _linux():
+        return None
+    from .linux.probes import bwrap_identity
+
+    ident = bwrap_identity()
+    return ident[1] if ident else None
+
+
+def enter_helper() -> str:
+    """The path of the Linux exec helper (``platforms/linux/enter.py``), a script run standalone as
+    ``python -I -S PATH SPEC_FD STATUS_FD`` by ``spawn`` (never imported)."""
+    import os
+
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "linux", "enter.py")
