@@ -90,22 +90,41 @@ def remove(store: StateStore, sandbox_id: str) -> list[str]:
 
     Idempotent; a record that is missing or unreadable removes nothing.  Returns problems, one line
     each (e.g. a read-only cgroup hierarchy): processes are killed by their recorded identity
-    elsewhere (``LinuxMechanism.destroy``).
+    elsewhere (``LinuxMechanism.destroy``).  The host objects go first and every one is tried: a
+    state root that refuses the bookkeeping (read-only, full) is reported only after them.
+
+    Raises:
+        StateUnwritable: the state root refused a change of the records (they are kept as they
+        were, so ``delete --force`` again, once it is writable, finishes the job).
     """
+    from ...errors import StateUnwritable
+
     problems: list[str] = []
-    if os.path.exists(os.path.join(store.root, ".network", sandbox_id)):
+    refused: StateUnwritable | None = None
+    marker = os.path.join(store.root, ".network", sandbox_id)
+    if os.path.exists(marker):
         from ...errors import ShimError
         from . import network
 
         try:
             network.teardown_orphan(store.root, sandbox_id)
-        except (ShimError, OSError) as e:
+        except OSError as e:
+            if e.filename == marker:  # the link is gone; its marker could not be removed
+                refused = StateUnwritable(marker, e.errno or 0, e.strerror or str(e))
+            else:
+                problems.append(f"network: {e}")
+        except ShimError as e:
             problems.append(f"network: {e}")
     info = store.read_cgroup_index(sandbox_id)
     if info:
-        problems += _remove_cgroups(store, info)
-    if not problems:
+        try:
+            problems += _remove_cgroups(store, info)
+        except StateUnwritable as e:
+            refused = refused or e
+    if not problems and refused is None:
         store.drop_cgroup_index(sandbox_id)
+    if refused is not None:
+        raise refused
     return problems
 
 
