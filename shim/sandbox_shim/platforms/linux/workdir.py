@@ -33,12 +33,14 @@ def _searchable(st: os.stat_result, uid: int, gids: set[int]) -> bool:
     return bool(st.st_mode & 0o001)
 
 
-def problem(root: str, cwd: str, uid: int, gids: set[int], bypass: bool) -> str | None:
+def problem(root: str, cwd: str, uid: int, gids: set[int], bypass: bool, userns: bool = False) -> str | None:
     """Why chdir(2) to sandbox path ``cwd`` inside ``root`` would fail for ``uid``/``gids``, or None.
 
     Args:
         root: the sandbox's root as the host sees it (``/proc/CHILD/root``).
-        bypass: the process holds CAP_DAC_OVERRIDE or CAP_DAC_READ_SEARCH (or is root).
+        bypass: the process holds CAP_DAC_OVERRIDE or CAP_DAC_READ_SEARCH.
+        userns: it runs in bwrap's user namespace, where those capabilities apply only to a file whose
+            owner and group are mapped into it (the runtime's uid and gid 0; capabilities(7)).
     Returns:
         an errno text (``No such file or directory``, ``Not a directory``, ``Permission denied``).
     """
@@ -56,7 +58,8 @@ def problem(root: str, cwd: str, uid: int, gids: set[int], bypass: bool) -> str 
             return e.strerror or str(e)
         if not stat.S_ISDIR(st.st_mode):
             return os.strerror(20)  # ENOTDIR
-        if not bypass and not _searchable(st, uid, gids):
+        bypassed = bypass and (not userns or (st.st_uid == 0 and st.st_gid == 0))
+        if not bypassed and not _searchable(st, uid, gids):
             return os.strerror(13)  # EACCES
     return None
 
@@ -78,7 +81,7 @@ def check(child: int, plan: Plan) -> None:
     userns = "user" in plan.unshare
     gids = {0} if userns or plan.uid or plan.gid else {0, *plan.additional_gids}
     uid = 0
-    why = problem(f"/proc/{child}/root", plan.cwd, uid, gids, bypass)
+    why = problem(f"/proc/{child}/root", plan.cwd, uid, gids, bypass, userns)
     if why:
         name = plan.args[0] if plan.args else ""
         raise CouldNotRun("exec_failed", f'exec: "{name}"',
