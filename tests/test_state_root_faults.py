@@ -260,3 +260,27 @@ def test_read_only_cgroups(make_bundle: Any, state_root: Path) -> None:
         assert run_shim(state_root, "delete", "--force", sid).returncode == 0
         assert cgroups_of(state_root, sid) == []
     assert os.listdir(state_root / ".cgroups") == []
+
+
+def test_create_with_a_few_pages_left_is_whole_or_unwritable(make_bundle: Any, small_root: Path) -> None:
+    """Each file create writes in the state root (state.json, the cgroup record and parents, the BPF
+    filters, bwrap's --info-fd file) meets ENOSPC in turn as the free space grows page by page: the
+    answer is exit 11 with nothing left, or a whole sandbox (never a bwrap failure or a traceback)."""
+    b = make_bundle(args=["sleep", "1000"])
+    assert run_shim(small_root, "create", "--bundle", str(b), "warm").returncode == 0  # parents exist
+    answers = []
+    for pages in range(8):
+        _fill(small_root)
+        filler = small_root / "filler"
+        os.truncate(filler, max(0, filler.stat().st_size - pages * 4096))
+        r = run_shim(small_root, "create", "--bundle", str(b), "x")
+        answers.append(r.returncode)
+        _one_line(r, f"create with {pages} pages free")
+        filler.unlink()
+        if r.returncode:
+            assert r.returncode == 11 and "No space left" in r.stderr, r.stderr
+            assert not (small_root / "x").exists() and cgroups_of(small_root, "x") == []
+        else:
+            assert _status(small_root, "x") == "created"
+            assert run_shim(small_root, "delete", "--force", "x").returncode == 0
+    assert answers[0] == 11 and answers[-1] == 0, answers  # control: the fault, and enough space

@@ -27,6 +27,36 @@ if TYPE_CHECKING:
 
 PROBE_PREFIX = ".probe-"
 
+#: bytes reserved in the --info-fd file: bwrap writes one JSON object there (child pid, namespace ids),
+#: a few hundred bytes; whitespace after it is skipped by ``process.read_status_file``
+INFO_RESERVE = 4096
+
+
+def _unwritable(path: str, e: OSError) -> Exception:
+    from ...errors import StateUnwritable
+
+    return StateUnwritable(path, e.errno or 0, e.strerror or str(e))
+
+
+def write_state_file(path: str, data: bytes) -> None:
+    """Write a file of the sandbox's state dir in full.  Raises ``StateUnwritable`` (no space, read-only)."""
+    try:
+        with open(path, "wb") as fh:
+            fh.write(data)
+    except OSError as e:
+        raise _unwritable(path, e) from e
+
+
+def reserve_state_files(fifo: str, info: str) -> None:
+    """Make the start FIFO and the --info-fd file, the latter filled with ``INFO_RESERVE`` spaces so
+    bwrap's own write there cannot meet a full state root (it would die with "Write to info_fd"
+    after the sandbox was half set up).  Raises ``StateUnwritable``."""
+    try:
+        os.mkfifo(fifo, 0o600)
+    except OSError as e:
+        raise _unwritable(fifo, e) from e
+    write_state_file(info, b" " * INFO_RESERVE)
+
 
 def sweep_probe_cgroups(layout: Layout | None = None) -> list[str]:
     """Remove throwaway probe cgroups (``/sandbox-shim/.probe-<pid>-<controller>``) whose prober is gone.
