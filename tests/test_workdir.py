@@ -64,7 +64,10 @@ def test_cwd_below_a_config_tmpfs_is_made(make_bundle: Any, state_root: Path) ->
 
 
 def test_cwd_below_a_read_only_tmpfs_is_refused(make_bundle: Any, state_root: Path) -> None:
-    r = run_shim(state_root, "run", "--bundle", str(make_bundle(_config("/work/sub", "ro"))), "ro")
+    b = make_bundle(_config("/work/sub", "ro"))
+    r = run_shim(state_root, "validate", "--bundle", str(b))  # validate and create agree
+    assert r.returncode == 3 and "/process/cwd" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = run_shim(state_root, "run", "--bundle", str(b), "ro")
     assert r.returncode == 3 and "/process/cwd" in r.stderr and "read-only tmpfs" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     _nothing_left(state_root, "ro")
