@@ -347,11 +347,9 @@ def cwd_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     """A ``process.cwd`` below the root of a read-only tmpfs mount cannot exist (the tmpfs is empty and
     nothing can be made in it); create refuses it too, after symlinks (``bwrap._cwd``).  The mount
     that shows the cwd is the last one whose destination is a prefix of it (mounts are made in order)."""
-    proc = cfg.get("process") if isinstance(cfg.get("process"), dict) else {}
-    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
-    cwd = proc.get("cwd")
-    mounts = cfg.get("mounts") if isinstance(cfg.get("mounts"), list) else []
-    if not isinstance(cwd, str) or not cwd.startswith("/"):
+    proc, linux, mounts = cfg.get("process"), cfg.get("linux"), cfg.get("mounts")
+    cwd = proc.get("cwd") if isinstance(proc, dict) else None
+    if not isinstance(mounts, list) or not isinstance(cwd, str) or not cwd.startswith("/"):
         return []
     cwd = os.path.normpath(cwd)
     last = None
@@ -364,7 +362,8 @@ def cwd_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     if last is None or last[0] == cwd or last[1].get("type") != "tmpfs":
         return []
     opts = last[1].get("options") if isinstance(last[1].get("options"), list) else []
-    ro_paths = linux.get("readonlyPaths") if isinstance(linux.get("readonlyPaths"), list) else []
+    ro_paths = linux.get("readonlyPaths") if isinstance(linux, dict) else None
+    ro_paths = ro_paths if isinstance(ro_paths, list) else []
     if "ro" in opts or any(isinstance(p, str) and os.path.normpath(p) == last[0] for p in ro_paths):
         return [BundleProblem("/process/cwd", f"cwd {cwd} lies below the root of an empty read-only tmpfs "
                               f"at {last[0]}: it cannot exist", "path safety: the cwd must be inside the "
