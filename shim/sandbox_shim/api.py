@@ -245,9 +245,9 @@ def start(mechanism: Mechanism, sandbox: Sandbox | str) -> Status:
             hooks.run(hk, "poststop", hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations),
                       cwd=rec.bundle)
             raise
-        mechanism.start(sb)
         rec.status = "running"
-        store.write(rec)
+        with store.staged(rec):  # space taken before the release: a refused write releases nothing
+            mechanism.start(sb)
         hooks.run(hk, "poststart", hooks.state_doc(rec.id, "running", rec.init_pid, rec.bundle,
                                                    rec.annotations), cwd=rec.bundle)
         return _status(mechanism, rec, store)

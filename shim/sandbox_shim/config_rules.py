@@ -23,6 +23,7 @@ One walk, at validation (``bundle.load``, so ``sandbox-shim validate`` says "inv
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -354,6 +355,35 @@ def mount_option_problems(cfg: dict[str, Any]) -> tuple[list[BundleProblem], lis
     return errors, warnings
 
 
+def cwd_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """A ``process.cwd`` below the root of a read-only tmpfs mount cannot exist (the tmpfs is empty and
+    nothing can be made in it); create refuses it too, after symlinks (``bwrap._cwd``).  The mount
+    that shows the cwd is the last one whose destination is a prefix of it (mounts are made in order)."""
+    proc, linux, mounts = cfg.get("process"), cfg.get("linux"), cfg.get("mounts")
+    cwd = proc.get("cwd") if isinstance(proc, dict) else None
+    if not isinstance(mounts, list) or not isinstance(cwd, str) or not cwd.startswith("/"):
+        return []
+    cwd = os.path.normpath(cwd)
+    last = None
+    for m in mounts:
+        dest = m.get("destination") if isinstance(m, dict) else None
+        if isinstance(dest, str) and dest.startswith("/"):
+            d = os.path.normpath(dest)
+            if d == "/" or cwd == d or cwd.startswith(d + "/"):
+                last = (d, m)
+    if last is None or last[0] == cwd or last[1].get("type") != "tmpfs":
+        return []
+    opts = last[1].get("options") if isinstance(last[1].get("options"), list) else []
+    ro_paths = linux.get("readonlyPaths") if isinstance(linux, dict) else None
+    ro_paths = ro_paths if isinstance(ro_paths, list) else []
+    if "ro" in opts or any(isinstance(p, str) and os.path.normpath(p) == last[0] for p in ro_paths):
+        return [BundleProblem("/process/cwd", f"cwd {cwd} lies below the root of an empty read-only tmpfs "
+                              f"at {last[0]}: it cannot exist", "path safety: the cwd must be inside the "
+                              "sandbox's files", "use the mount's root, a writable tmpfs, or a directory of "
+                              "the rootfs or a bind")]
+    return []
+
+
 def problems(cfg: dict[str, Any], schema_valid: bool = True
              ) -> tuple[list[BundleProblem], list[BundleProblem]]:
     """(errors, warnings): strings, then (for a config the schema accepted) numbers, unapplied fields
@@ -361,7 +391,7 @@ def problems(cfg: dict[str, Any], schema_valid: bool = True
     errors = string_problems(cfg)
     if errors or not schema_valid:
         return errors, []
-    errors += number_problems(cfg) + unapplied_problems(cfg)
+    errors += number_problems(cfg) + unapplied_problems(cfg) + cwd_problems(cfg)
     linux = _obj(cfg, "linux")
     count = sum(len(x) for x in (cfg.get("mounts"), linux.get("maskedPaths"), linux.get("readonlyPaths"))
                 if isinstance(x, list))

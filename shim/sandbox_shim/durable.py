@@ -61,6 +61,17 @@ def write_atomic(path: str, text: str, mode: int = 0o600) -> None:
     Raises:
         StateUnwritable: the file system refused it.
     """
+    commit(path, prepare(path, text, mode))
+
+
+def prepare(path: str, text: str, mode: int = 0o600) -> str:
+    """The first half of ``write_atomic``: ``text`` written in full and fsync'd to a hidden temporary
+    file beside ``path``; returns its name, for ``commit`` (or ``discard``).  Taking the space first
+    lets a verb find out that the state root refuses the write *before* its side effect.
+
+    Raises:
+        StateUnwritable: the file system refused it (nothing is left).
+    """
     head, tail = os.path.split(path)
     tmp = os.path.join(head, f".{tail}.tmp.{os.getpid()}")  # hidden: never listed as an id
     data = text.encode()
@@ -73,9 +84,27 @@ def write_atomic(path: str, text: str, mode: int = 0o600) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+    except OSError as e:
+        discard(tmp)
+        raise StateUnwritable(path, e.errno or 0, e.strerror or str(e)) from e
+    return tmp
+
+
+def commit(path: str, tmp: str) -> None:
+    """The second half of ``write_atomic``: rename(2) ``tmp`` over ``path``, then fsync the directory.
+
+    Raises:
+        StateUnwritable: the rename was refused (``tmp`` is removed, ``path`` untouched).
+    """
+    try:
         os.rename(tmp, path)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        discard(tmp)
         raise StateUnwritable(path, e.errno or 0, e.strerror or str(e)) from e
     fsync_dir(os.path.dirname(path) or ".")
+
+
+def discard(tmp: str) -> None:
+    """Remove a temporary file of ``prepare`` (missing is fine)."""
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)

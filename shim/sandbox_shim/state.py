@@ -26,6 +26,7 @@ import json
 import os
 import re
 
+from . import durable as _durable
 from .durable import MARKER, write_atomic
 from .durable import fsync_dir as _fsync_dir
 from .durable import rmtree as _rmtree
@@ -265,20 +266,48 @@ class StateStore:
         doc = {k: getattr(rec, k) for k in rec.FIELDS}
         write_atomic(os.path.join(self.dir(rec.id), "state.json"), json.dumps(doc))
 
+    @contextlib.contextmanager
+    def staged(self, rec: Record) -> Iterator[None]:
+        """``write(rec)`` split around a side effect: the new ``state.json`` is written (in full,
+        fsync'd) before the block runs and renamed into place after it; if the block raises, the
+        old state stays and the new one is dropped.
+
+        Raises:
+            StateUnwritable: before the block, when the state root refuses the write (the block does
+            not run); after it, when the rename is refused.
+        """
+        doc = {k: getattr(rec, k) for k in rec.FIELDS}
+        path = os.path.join(self.dir(rec.id), "state.json")
+        tmp = _durable.prepare(path, json.dumps(doc))
+        try:
+            yield
+        except BaseException:
+            _durable.discard(tmp)
+            raise
+        _durable.commit(path, tmp)
+
     def remove(self, sandbox_id: str) -> None:
         """Remove ``ROOT/ID`` entirely (idempotent) — only a directory this store made, or an empty one.
 
         The directory is renamed out of the way first (``ROOT/.dead-ID.PID``), so the id is free at
-        once even if this process is killed while removing the rest."""
+        once even if this process is killed while removing the rest.
+
+        Raises:
+            StateUnwritable: the state root refused it (read-only); ``ROOT/ID`` is left as it was.
+        """
         d = self.dir(sandbox_id)
         if self.is_ours(sandbox_id):
             dead = os.path.join(self.root, f".dead-{sandbox_id}.{os.getpid()}")
             _rmtree(dead)
+            refused: OSError | None = None
             try:
                 os.rename(d, dead)
-            except OSError:
-                dead = d
+            except OSError as e:
+                refused, dead = e, d
             _rmtree(dead)
+            if dead == d and self.is_ours(sandbox_id):  # still there: the id stays taken, and says so
+                err = refused.errno if refused is not None and refused.errno else errno.EROFS
+                raise StateUnwritable(d, err, os.strerror(err))
         else:
             with contextlib.suppress(OSError):
                 os.rmdir(d)  # an empty directory of anyone's: blocks nothing, holds nothing
@@ -333,16 +362,23 @@ class StateStore:
             return None
 
     def drop_cgroup_index(self, sandbox_id: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.cgroup_index(sandbox_id))
+        """Remove the record of ``sandbox_id``'s cgroups.  Raises ``StateUnwritable`` (record kept)."""
+        _unlink(self.cgroup_index(sandbox_id))
 
     @contextlib.contextmanager
     def cgroup_lock(self) -> Iterator[None]:
         """Exclusive lock over the shared parent-cgroup list (``ROOT/.cgroups``) of this root."""
         d = os.path.join(self.root, ".cgroups")
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        with self._flock(d):
+        try:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            lock = self._flock(d)
+            lock.__enter__()
+        except OSError as e:
+            raise StateUnwritable(d, e.errno or 0, e.strerror or str(e)) from e
+        try:
             yield
+        finally:
+            lock.__exit__(None, None, None)
 
     def read_cgroup_parents(self) -> list[str]:
         """Parent cgroup directories made by sandboxes of this root (removed when empty)."""
@@ -354,12 +390,23 @@ class StateStore:
             return []
 
     def write_cgroup_parents(self, parents: list[str]) -> None:
+        """Replace the list of parent cgroups (removed when empty).  Raises ``StateUnwritable``."""
         path = os.path.join(self.root, ".cgroups", PARENTS)
         if parents:
             write_atomic(path, json.dumps(parents))
         else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            _unlink(path)
 
 
 PARENTS = ".parents"
+
+
+def _unlink(path: str) -> None:
+    """unlink(2) ``path`` if it exists.  Raises ``StateUnwritable`` when the state root refuses it."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if os.path.lexists(path):  # a read-only file system says EROFS even for a missing name
+            raise StateUnwritable(path, e.errno or 0, e.strerror or str(e)) from e

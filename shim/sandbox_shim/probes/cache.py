@@ -128,7 +128,7 @@ def cached_report(names: list[str], cache_dir: str, key: dict[str, str] | None =
         cache_dir: existing or creatable directory for the cache file.
         key: the key to use (default ``cache_key()``); tests pass a changed one.
     Returns: one ``Capability`` per name, in order.
-    Raises: KeyError for a name no probe has; OSError only if ``cache_dir`` cannot be written.
+    Raises: KeyError for a name no probe has (a ``cache_dir`` that cannot be written is not cached in).
     """
     key = key if key is not None else cache_key()
     cached = _load(os.path.join(cache_dir, CACHE_FILE), key)
@@ -143,5 +143,8 @@ def cached_report(names: list[str], cache_dir: str, key: dict[str, str] | None =
                 cached[n] = probe().to_dict()
             except Exception as e:  # a crashing probe is "unavailable", as in capability.probe
                 cached[n] = Capability(n, False, "", f"probe failed: {e}", "probe raised").to_dict()
-        _store(cache_dir, key, cached)
+        try:
+            _store(cache_dir, key, cached)
+        except OSError:
+            pass  # a full or read-only state root: the reports stand, uncached (the state write reports it)
     return [Capability(**cached[n]) for n in names]  # type: ignore[arg-type]

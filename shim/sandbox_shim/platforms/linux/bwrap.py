@@ -179,7 +179,7 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
     if plan.terminal:
         _check_helper_dir(view)
 
-    a += ["--chdir", _cwd(plan, view)]
+    a += _cwd(plan, view)
     a += ["--cap-drop", "ALL"]
     from .credentials import helper_capabilities
 
@@ -344,10 +344,14 @@ def _check_helper_dir(view: View) -> None:
                                            'add {"destination": "/dev", "type": "tmpfs"} to mounts')])
 
 
-def _cwd(plan: Plan, view: View) -> str:
-    """``process.cwd`` resolved inside the sandbox (made in the rootfs / a rw bind when missing).
+def _cwd(plan: Plan, view: View) -> list[str]:
+    """``--chdir`` to ``process.cwd`` resolved inside the sandbox, and the directory made when missing:
+    in the rootfs / a rw bind here (``View.ensure``); in a config tmpfs by bwrap (``--dir``, after
+    every mount, as runc makes the cwd of an image inside its mounts).
 
-    A cwd in a kernel file system (``/proc/self/fd/N``: CVE-2024-21626) is refused.
+    Refused (``BundleInvalid`` at /process/cwd): a cwd in a kernel file system (``/proc/self/fd/N``:
+    CVE-2024-21626); below the root of a masked path, of a read-only tmpfs or of an mqueue mount
+    (nothing exists there, and nothing can be made).
     """
     try:
         cwd, layer = view.resolve(plan.cwd)
@@ -359,8 +363,30 @@ def _cwd(plan: Plan, view: View) -> str:
                                            f"({layer.fs} at {layer.dest})",
                                            "path safety: the cwd must be inside the sandbox's files",
                                            "use a directory of the rootfs or of a bind/tmpfs mount")])
+    if view.host_of(cwd) is None and cwd != layer.dest:  # an empty fs bwrap mounts: nothing is there yet
+        if layer.fs == "tmpfs" and not view.masked_at(cwd) and not _readonly_tmpfs(plan, view, layer.dest):
+            return ["--dir", cwd, "--chdir", cwd]
+        raise BundleInvalid([BundleProblem("/process/cwd", f"cwd {plan.cwd} lies below the root of an "
+                                           f"empty read-only {layer.fs} at {layer.dest}: it cannot exist",
+                                           "path safety: the cwd must be inside the sandbox's files",
+                                           "use the mount's root, a writable tmpfs, or a directory of "
+                                           "the rootfs or a bind")])
     try:
-        return view.ensure(cwd, True)[0]
+        return ["--chdir", view.ensure(cwd, True)[0]]
     except OSError as e:
         raise _refuse("/process/cwd", f"cwd {plan.cwd} cannot be made inside the sandbox", e,
                       "use an existing directory") from e
+
+
+def _readonly_tmpfs(plan: Plan, view: View, dest: str) -> bool:
+    """Whether the tmpfs at ``dest`` ends read-only: its (last) mount is ``ro``, or a
+    ``linux.readonlyPaths`` entry names it (bwrap applies ``--remount-ro`` in order: a ``--dir``
+    after it fails with EROFS)."""
+    def at(path: str) -> bool:
+        try:
+            return view.resolve(path)[0] == dest
+        except OSError:
+            return False
+
+    last = next((mt for mt in reversed(plan.mounts) if mt.kind == "tmpfs" and at(mt.destination)), None)
+    return bool(last is not None and last.readonly) or any(at(p) for p in plan.readonly_paths)

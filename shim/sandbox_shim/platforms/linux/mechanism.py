@@ -29,6 +29,7 @@ from ...mechanism import Sandbox, Status, Usage
 from ...state import proc_start_time, same_process
 from . import process as procs
 from .cgroups import Limits, manager
+from .residue import reserve_state_files, write_state_file
 
 TYPE_CHECKING = False  # typing is not loaded at run time: the lifecycle verbs stay cheap
 if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load them
@@ -164,15 +165,17 @@ class LinuxMechanism:
             cg.apply(limits)
 
             fifo = os.path.join(d, "exec.fifo")
-            os.mkfifo(fifo, 0o600)
             status_file = os.path.join(d, "bwrap-info.json")
+            # the state dir's files, with the page bwrap's --info-fd write needs, before anything runs:
+            # a full state root is StateUnwritable here, not a bwrap failure later
+            reserve_state_files(fifo, status_file)
             priv.update(fifo=fifo, pidns="pid" in plan.unshare)
             # bwrap inherits these with the same numbers; the block fd's number is unique in its
             # child, which makes the /proc/PID/syscall readiness check unambiguous.
             fds: dict[str, int] = {}
             fds["block"] = os.open(fifo, os.O_RDWR | os.O_CLOEXEC)
             undo.callback(os.close, fds["block"])
-            fds["status"] = os.open(status_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            fds["status"] = os.open(status_file, os.O_WRONLY | os.O_CLOEXEC)  # bwrap writes from offset 0
             undo.callback(os.close, fds["status"])
             # The tenant filter is always loaded; a bundle's own linux.seccomp is stacked on top of it
             # (the kernel applies every filter, the most restrictive answer wins: seccomp(2)), so a
@@ -180,8 +183,7 @@ class LinuxMechanism:
             seccomp_files = []
             for i, bpf in enumerate(seccomp_programs(plan)):
                 path = os.path.join(d, f"seccomp-{i}.bpf")  # exec'd processes load the same filters
-                with open(path, "wb") as fh:
-                    fh.write(bpf)
+                write_state_file(path, bpf)
                 seccomp_files.append(path)
                 fds[f"seccomp{i}"] = memfd("seccomp", bpf)
                 undo.callback(os.close, fds[f"seccomp{i}"])

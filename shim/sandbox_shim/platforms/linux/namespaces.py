@@ -251,8 +251,12 @@ def check_program(child: int, plan: Plan) -> None:
     "permission denied" (EACCES, execve(2)); none at all is "executable file not found".
 
     Raises:
-        CouldNotRun: ``not_found`` (clients map it to 127) or ``permission_denied`` (126).
+        CouldNotRun: ``not_found`` (clients map it to 127) or ``permission_denied`` (126);
+        ``exec_failed`` (126) for a ``process.cwd`` bwrap could not enter (``workdir.check``).
     """
+    from .workdir import check as check_cwd
+
+    check_cwd(child, plan)  # bwrap enters the cwd first: a cwd it cannot enter never runs the program
     name = plan.args[0] if plan.args else ""
     root = f"/proc/{child}/root"
     if "/" in name:

@@ -27,6 +27,36 @@ if TYPE_CHECKING:
 
 PROBE_PREFIX = ".probe-"
 
+#: bytes reserved in the --info-fd file: bwrap writes one JSON object there (child pid, namespace ids),
+#: a few hundred bytes; whitespace after it is skipped by ``process.read_status_file``
+INFO_RESERVE = 4096
+
+
+def _unwritable(path: str, e: OSError) -> Exception:
+    from ...errors import StateUnwritable
+
+    return StateUnwritable(path, e.errno or 0, e.strerror or str(e))
+
+
+def write_state_file(path: str, data: bytes) -> None:
+    """Write a file of the sandbox's state dir in full.  Raises ``StateUnwritable`` (no space, read-only)."""
+    try:
+        with open(path, "wb") as fh:
+            fh.write(data)
+    except OSError as e:
+        raise _unwritable(path, e) from e
+
+
+def reserve_state_files(fifo: str, info: str) -> None:
+    """Make the start FIFO and the --info-fd file, the latter filled with ``INFO_RESERVE`` spaces so
+    bwrap's own write there cannot meet a full state root (it would die with "Write to info_fd"
+    after the sandbox was half set up).  Raises ``StateUnwritable``."""
+    try:
+        os.mkfifo(fifo, 0o600)
+    except OSError as e:
+        raise _unwritable(fifo, e) from e
+    write_state_file(info, b" " * INFO_RESERVE)
+
 
 def sweep_probe_cgroups(layout: Layout | None = None) -> list[str]:
     """Remove throwaway probe cgroups (``/sandbox-shim/.probe-<pid>-<controller>``) whose prober is gone.
@@ -90,22 +120,41 @@ def remove(store: StateStore, sandbox_id: str) -> list[str]:
 
     Idempotent; a record that is missing or unreadable removes nothing.  Returns problems, one line
     each (e.g. a read-only cgroup hierarchy): processes are killed by their recorded identity
-    elsewhere (``LinuxMechanism.destroy``).
+    elsewhere (``LinuxMechanism.destroy``).  The host objects go first and every one is tried: a
+    state root that refuses the bookkeeping (read-only, full) is reported only after them.
+
+    Raises:
+        StateUnwritable: the state root refused a change of the records (they are kept as they
+        were, so ``delete --force`` again, once it is writable, finishes the job).
     """
+    from ...errors import StateUnwritable
+
     problems: list[str] = []
-    if os.path.exists(os.path.join(store.root, ".network", sandbox_id)):
+    refused: StateUnwritable | None = None
+    marker = os.path.join(store.root, ".network", sandbox_id)
+    if os.path.exists(marker):
         from ...errors import ShimError
         from . import network
 
         try:
             network.teardown_orphan(store.root, sandbox_id)
-        except (ShimError, OSError) as e:
+        except OSError as e:
+            if e.filename == marker:  # the link is gone; its marker could not be removed
+                refused = StateUnwritable(marker, e.errno or 0, e.strerror or str(e))
+            else:
+                problems.append(f"network: {e}")
+        except ShimError as e:
             problems.append(f"network: {e}")
     info = store.read_cgroup_index(sandbox_id)
     if info:
-        problems += _remove_cgroups(store, info)
-    if not problems:
+        try:
+            problems += _remove_cgroups(store, info)
+        except StateUnwritable as e:
+            refused = refused or e
+    if not problems and refused is None:
         store.drop_cgroup_index(sandbox_id)
+    if refused is not None:
+        raise refused
     return problems
 
 
