@@ -1,14 +1,15 @@
-"""The lifecycle verbs load nothing heavy: no click, jsonschema, psutil, pyroute2, pyseccomp, ctypes.
+"""The lifecycle verbs load nothing heavy: no click, jsonschema, psutil, pyroute2, pyseccomp, ctypes;
+nor json, re, enum or signal (``fastjson`` and ``_signal`` do their part at no import cost).
 
 Orchestrators call state/start/kill/delete three or four times per container, and each is a new
 process: on this VM click costs ~60 ms, jsonschema ~140, psutil ~40, pyroute2 ~290 against ~11 ms for
 the bare interpreter (ARCHITECTURE §1).  Each verb runs here through the real CLI entry point on a
-real sandbox; a small wrapper prints ``sys.modules`` at exit.
+real sandbox; a small wrapper records ``sys.modules`` when the verb exits (the CLI ends lifecycle verbs
+with ``os._exit``, so the wrapper hooks that as well as ``atexit``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -24,12 +25,22 @@ HEAVY = ("click", "jsonschema", "fastjsonschema", "psutil", "pyroute2", "pysecco
 # standard-library modules that cost milliseconds and that no lifecycle verb needs on its own path:
 # typing, dataclasses (with inspect, ast, dis, tokenize under it), shutil (with bz2, lzma), and
 # subprocess and tempfile (running hooks only)
-STDLIB_UNUSED = ("typing", "dataclasses", "inspect", "ast", "shutil", "bz2", "lzma", "subprocess", "tempfile")
+STDLIB_UNUSED = ("typing", "dataclasses", "inspect", "ast", "shutil", "bz2", "lzma", "subprocess", "tempfile",
+                 "json", "re", "enum", "signal", "hashlib", "threading")
 
 WRAPPER = """
-import atexit, json, sys
+import atexit, os, sys
 out = sys.argv.pop(1)
-atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+real_exit = os._exit
+def record():
+    names = sorted(sys.modules)
+    with open(out, "w") as fh:
+        fh.write("\\n".join(names))
+def fast_exit(code):
+    record()
+    real_exit(code)
+os._exit = fast_exit
+atexit.register(record)
 from sandbox_shim.cli import main
 sys.argv[0] = "sandbox-shim"
 main()
@@ -41,7 +52,7 @@ def loaded(tmp_path: Path, root: Path, *args: str) -> set[str]:
     run = subprocess.run([sys.executable, "-c", WRAPPER, str(out), "--root", str(root), *args],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    return set(json.loads(out.read_text()))
+    return set(out.read_text().split("\n"))
 
 
 def heavy(mods: set[str], allowed: tuple[str, ...] = ()) -> list[str]:
@@ -78,8 +89,8 @@ def test_lifecycle_verbs_skip_costly_stdlib_modules(tmp_path: Path, state_root: 
     mods["delete"] = loaded(tmp_path, state_root, "delete", "s3")
     found = {verb: sorted(m for m in names if m in STDLIB_UNUSED) for verb, names in mods.items()}
     assert found == {"state": [], "start": [], "kill": [], "delete": []}
-    # the control: the wrapper does see what a verb imports (our own modules, and json for state.json)
-    assert {"sandbox_shim.api", "sandbox_shim.state", "json"} <= mods["state"]
+    # the control: the wrapper does see what a verb imports (our own modules, the C parts fastjson uses)
+    assert {"sandbox_shim.api", "sandbox_shim.state", "sandbox_shim.fastjson", "_json"} <= mods["state"]
     assert not (state_root / "s3").exists()  # delete removed the state directory all the same
 
 
