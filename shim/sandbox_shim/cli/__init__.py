@@ -104,7 +104,8 @@ def _exit_code(code: object) -> int:
 def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # None: the fd was closed when the interpreter started
+                stream.flush()
         except (OSError, ValueError):  # a closed pipe (podman reads state's stderr never): nothing to do
             pass
 
