@@ -10,6 +10,7 @@ with ``os._exit``, so the wrapper hooks that as well as ``atexit``).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -49,9 +50,11 @@ main()
 
 def loaded(tmp_path: Path, root: Path, *args: str) -> set[str]:
     out = tmp_path / "modules.json"
-    run = subprocess.run([sys.executable, "-c", WRAPPER, str(out), "--root", str(root), *args],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
+    err = tmp_path / "stderr.txt"
+    with open(err, "w") as fh:  # a file, not a pipe: a sandbox made by create keeps its stderr open
+        run = subprocess.run([sys.executable, "-c", WRAPPER, str(out), "--root", str(root), *args],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=fh, timeout=60)
+    assert run.returncode == 0, err.read_text()
     return set(out.read_text().split("\n"))
 
 
@@ -105,3 +108,27 @@ def test_start_reads_the_capability_cache_and_loads_no_ctypes(tmp_path: Path, st
     finally:
         run_shim(state_root, "delete", "--force", "s2")
         wait_pid(int(pid_file.read_text()))
+
+
+def test_create_loads_no_cli_framework_schema_library_or_netlink(tmp_path: Path, state_root: Path,
+                                                                 make_bundle: BundleFactory) -> None:
+    """create needs the seccomp binding (and ctypes under it) to compile the filter; nothing else heavy."""
+    bundle = make_bundle(args=["sleep", "30"])
+    mods = loaded(tmp_path, state_root, "create", "--bundle", str(bundle), "c1")
+    try:
+        assert heavy(mods, allowed=("pyseccomp", "ctypes")) == []
+        assert "sandbox_shim.plan" in mods  # the control: the wrapper saw create's own path
+    finally:
+        run_shim(state_root, "delete", "--force", "c1")
+
+
+def test_an_error_on_a_verbs_path_loads_no_json_either(tmp_path: Path, state_root: Path) -> None:
+    """The one-line JSON error (``--log-format json``) is written by fastjson too."""
+    out = tmp_path / "modules.txt"
+    argv = [sys.executable, "-c", WRAPPER, str(out), "--root", str(state_root), "--log-format", "json",
+            "state", "nope"]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 6 and json.loads(run.stderr)["level"] == "error", run.stderr
+    mods = set(out.read_text().split("\n"))
+    assert sorted(m for m in mods if m in ("json", "re", "enum", "signal", "click")) == []
+    assert "sandbox_shim.cli.output" in mods

@@ -116,8 +116,10 @@ def run(mechanism: Any, sandbox: Sandbox | str, req: ExecRequest, *, detach: boo
         CouldNotRun (127 not found, 126 permission denied), LimitExceeded, SandboxNotFound,
         InvalidState, BundleInvalid (credentials beyond the sandbox's), LaunchFailed.
     """
+    from .api import id_of
     from .execution import Started, execute, spawn
 
+    sandbox = id_of(sandbox)
     opts = req.spawn_options()
     args = req.process.args
     if detach:

@@ -53,7 +53,7 @@ def _no_default(obj: object) -> Any:
 
 
 if _json is not None:
-    _scan = _json.make_scanner(_Context())
+    _scan = _json.make_scanner(_Context())  # type: ignore[arg-type]
     _encode_str = _json.encode_basestring_ascii
     _encode = _json.make_encoder({}, _no_default, _encode_str, None, ": ", ", ", False, False, False)
 

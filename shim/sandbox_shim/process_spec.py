@@ -121,7 +121,7 @@ def parse_process(doc: Any, source: str = "process") -> ExecProcess:
                 problems.append(_problem(f"/capabilities/{k}", f"capabilities.{k} must be a list of "
                                          "capability names", 'write ["CAP_KILL", ...], not "CAP_KILL"'))
             eff = cdoc.get("effective") or []
-            bnd = cdoc.get("bounding") if cdoc.get("bounding") is not None else eff
+            bnd: list[Any] = cdoc["bounding"] if cdoc.get("bounding") is not None else eff
             if not bad and parsed_user.get("uid") is None:
                 caps = sorted(set(eff) & set(bnd))
             elif not bad:  # what the process holds after execve(2), as for the sandbox's own process

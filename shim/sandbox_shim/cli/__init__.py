@@ -18,9 +18,16 @@ left to finalise — state files are written, fsync'd and closed before a verb r
 
 from __future__ import annotations
 
-import _signal
 import os
 import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import signal as _signal
+
+    from ..errors import ShimError
+else:
+    import _signal  # the C module: ``signal`` would load enum (its Signals is an IntEnum)
 
 FAST_VERBS = frozenset({"create", "start", "state", "kill", "delete"})
 INTERNAL_ERROR = 70
@@ -73,7 +80,7 @@ def _run(args: list[str]) -> tuple[int, bool]:
         return report(g, e if isinstance(e, ShimError) else internal_error(e, g.debug)), fast
 
 
-def internal_error(e: BaseException, debug: bool) -> Exception:
+def internal_error(e: BaseException, debug: bool) -> ShimError:
     """A ``ShimError`` standing for an unexpected exception (with ``debug``: traceback on stderr first)."""
     from ..errors import ShimError
 

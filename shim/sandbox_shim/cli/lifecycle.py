@@ -12,11 +12,16 @@ Flags may come before or after the id.  A missing id fails (the OCI validation s
 
 from __future__ import annotations
 
-import _signal  # the C module: ``signal`` would load enum (Signals is an IntEnum) on every verb
 import sys
 
 from ..errors import UsageError
 from .output import Globals, attach_telemetry, log
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import signal as _signal
+else:
+    import _signal  # the C module: ``signal`` would load enum (Signals is an IntEnum) on every verb
 
 _VALUE_FLAGS = {
     "create": {"-b": "bundle", "--bundle": "bundle", "--pid-file": "pid_file",

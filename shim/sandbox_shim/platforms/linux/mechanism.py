@@ -19,7 +19,7 @@ delete: kill the cgroup, remove what was made.
 
 from __future__ import annotations
 
-import _signal  # the C module: ``signal`` loads enum on every lifecycle verb
+import _signal  # type: ignore[import-not-found]  # the C module: ``signal`` loads enum on every verb
 import contextlib
 import os
 import time
