@@ -52,7 +52,10 @@ def test_values_json_cannot_hold_are_refused(value: object) -> None:
 
 def test_importing_it_loads_neither_json_nor_re() -> None:
     code = ("import sys; from sandbox_shim import fastjson; fastjson.loads(fastjson.dumps({'a': [1]}, 2)); "
-            "print(sorted(m for m in ('json', 're', 'enum') if m in sys.modules))")
+            "print(sorted(m for m in ('json', 're', 'enum') if m in sys.modules))\n"
+            "for bad in ('{not json', '[1,', '\"\\x01\"', 'NaN', ''):\n"
+            "    try:\n        fastjson.loads(bad)\n    except ValueError:\n        pass\n"
+            "    else:\n        raise SystemExit('accepted ' + bad)")
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
                          env={"PYTHONPATH": fastjson.__file__.rsplit("/sandbox_shim/", 1)[0]})
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
