@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import base_config, run_shim, shim_cmd
+from conftest import base_config, cgroup_dirs, run_shim, shim_cmd
 
 linux_root = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
                                 reason="needs Linux, root, bwrap and cgroups")
@@ -143,3 +143,143 @@ def test_delete_force_with_read_only_cgroups_kills_the_sandbox(make_bundle: Any,
     again = run_shim(state_root, "delete", "--force", "rocg")  # writable again: finishes the job
     assert again.returncode == 0, again.stderr
     assert not (state_root / ".cgroups" / "rocg").exists()
+
+
+# -- every verb takes the same global flags, in runc's position (before the verb) ---------------------
+ALL_GLOBALS = ["--rootless", "true", "--systemd-cgroup", "--criu=x", "--log-format", "json", "--debug",
+               "--rootless=auto"]
+#: each verb on a sandbox that does not exist (or with a missing bundle): one documented status each
+VERBS: list[tuple[list[str], int]] = [
+    (["list"], 0), (["state", "nope"], 6), (["start", "nope"], 6), (["kill", "nope", "KILL"], 6),
+    (["delete", "nope"], 6), (["create", "--bundle", "/nonexistent", "nope"], 3), (["ps", "nope"], 6),
+    (["pause", "nope"], 6), (["resume", "nope"], 6), (["exec", "nope", "true"], 6),
+    (["events", "--stats", "nope"], 6), (["update", "--memory", "1048576", "nope"], 6),
+    (["run", "--bundle", "/nonexistent", "nope"], 3), (["run", "-d", "--bundle", "/nonexistent", "nope"], 3),
+    (["proxy", "nope"], 6), (["validate", "--bundle", "/nonexistent"], 3), (["features"], 0),
+    (["checkpoint", "nope"], 4), (["restore", "nope"], 4), (["--version"], 0), (["--help"], 0),
+]
+
+
+@pytest.mark.parametrize(("verb", "status"), VERBS, ids=[" ".join(v) for v, _ in VERBS])
+def test_every_verb_takes_every_global_flag(tmp_path: Path, verb: list[str], status: int) -> None:
+    log = tmp_path / "log.json"
+    plain = run_shim(tmp_path / "s", *verb)
+    assert plain.returncode == status, plain.stderr
+    flagged = run_shim(tmp_path / "s", *ALL_GLOBALS, "--log", str(log), *verb)
+    assert flagged.returncode == status, flagged.stderr
+    assert "Traceback" not in plain.stderr + flagged.stderr
+    if status:
+        assert len(plain.stderr.strip().splitlines()) == 1, plain.stderr
+        rec = json.loads(log.read_text().strip().splitlines()[-1])  # runc's record shape, for podman
+        assert rec["level"] == "error" and rec["msg"] and rec["time"].endswith("Z"), rec
+        j = run_shim(tmp_path / "s", "--log-format=json", *verb)
+        assert j.returncode == status and json.loads(j.stderr)["level"] == "error", j.stderr
+    if verb[0] not in ("--version", "--help", "checkpoint", "restore"):  # those take any arguments
+        # after the verb a global flag is that verb's unknown flag, as with runc: a usage error
+        late = run_shim(tmp_path / "s", *verb[:1], "--rootless", "true", *verb[1:])
+        assert late.returncode == 2 and len(late.stderr.strip().splitlines()) == 1, late.stderr
+
+
+INJECT = """
+import sys
+from sandbox_shim import api
+target, exc = sys.argv.pop(1), sys.argv.pop(1)
+def broken(*a, **k):
+    raise {"KeyError": KeyError, "RuntimeError": RuntimeError, "OSError": OSError}[exc]("injected")
+setattr(api, target, broken)
+from sandbox_shim.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize(("target", "exc", "verb"), [
+    ("status", "KeyError", ["state", "x"]), ("list_sandboxes", "RuntimeError", ["list"]),
+    ("default_mechanism", "OSError", ["ps", "x"]), ("default_mechanism", "KeyError", ["exec", "x", "true"]),
+    ("signal", "RuntimeError", ["kill", "x", "KILL"]), ("destroy", "KeyError", ["delete", "x"]),
+])
+def test_the_catch_all_turns_an_injected_failure_into_status_70(tmp_path: Path, target: str, exc: str,
+                                                               verb: list[str]) -> None:
+    base = [sys.executable, "-c", INJECT, target, exc, "--root", str(tmp_path / "s")]
+
+    def shim(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*base, *args], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+
+    r = shim(*verb)
+    assert r.returncode == 70, r.stderr
+    assert r.stderr.count("\n") == 1 and "injected" in r.stderr and "--debug" in r.stderr
+    assert "Traceback" not in r.stderr
+    d = shim("--debug", *verb)
+    assert d.returncode == 70 and "Traceback" in d.stderr and "injected" in d.stderr
+    j = shim("--log-format", "json", *verb)
+    rec = json.loads(j.stderr)
+    assert j.returncode == 70 and rec["error"] == "internal" and rec["level"] == "error", j.stderr
+    log = tmp_path / "log.json"
+    lg = shim("--log", str(log), "--log-format", "json", *verb)
+    assert lg.returncode == 70 and json.loads(log.read_text())["error"] == "internal"
+
+
+def test_exec_capabilities_as_a_string_are_refused_with_their_pointer(tmp_path: Path) -> None:
+    proc = tmp_path / "process.json"
+    proc.write_text(json.dumps({"args": ["true"], "cwd": "/",
+                                "capabilities": {"effective": "CAP_KILL", "bounding": ["CAP_KILL"]}}))
+    r = run_shim(tmp_path / "s", "exec", "--process", str(proc), "--detach", "nope")
+    assert r.returncode == 3, r.stderr  # refused before the sandbox is looked up: the request is wrong
+    assert "/process/capabilities/effective" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    proc.write_text(json.dumps({"args": ["true"], "capabilities": {"effective": ["CAP_KILL"]}}))
+    control = run_shim(tmp_path / "s", "exec", "--process", str(proc), "--detach", "nope")
+    assert control.returncode == 6, control.stderr  # the same request with a list gets to the lookup
+
+
+def test_the_loopback_rule_is_the_librarys(tmp_path: Path) -> None:
+    from sandbox_shim import api, proxy
+    from sandbox_shim.errors import UsageError
+
+    mech = api.default_mechanism(str(tmp_path / "s"))
+    for listen in (("0.0.0.0", 0), "192.0.2.1:80", "[::]:0", "localhost:80", "127.0.0.1:70000"):
+        with pytest.raises(UsageError):
+            proxy.serve(mech, "nope", listen)
+    assert proxy.loopback_listen("[::1]:0") == ("::1", 0)
+    assert proxy.loopback_listen(("127.0.0.2", 8080)) == ("127.0.0.2", 8080)
+    r = run_shim(tmp_path / "s", "proxy", "nope", "--listen", "0.0.0.0:8080")
+    assert r.returncode == 2 and "loopback" in r.stderr, r.stderr
+    control = run_shim(tmp_path / "s", "proxy", "nope", "--listen", "127.0.0.1:0")
+    assert control.returncode == 6, control.stderr
+
+
+@linux_root
+def test_run_honours_the_wall_clock_and_detach_refuses_it(make_bundle: Any, state_root: Path) -> None:
+    cfg = base_config(["sleep", "30"])
+    cfg.setdefault("annotations", {})["sandbox-shim.wall-clock-seconds"] = "1"
+    bundle = make_bundle(cfg)
+    import time
+
+    t0 = time.monotonic()
+    r = run_shim(state_root, "run", "--bundle", str(bundle), "wall", stdin=subprocess.DEVNULL)
+    assert r.returncode == 10 and "wall_clock" in r.stderr, r.stderr  # LimitExceeded, as the library's
+    assert time.monotonic() - t0 < 20 and not (state_root / "wall").exists()
+    d = run_shim(state_root, "run", "-d", "--bundle", str(bundle), "wall-d", stdin=subprocess.DEVNULL)
+    assert d.returncode == 3 and "/annotations/sandbox-shim.wall-clock-seconds" in d.stderr, d.stderr
+    assert not (state_root / "wall-d").exists() and cgroup_dirs("wall-d") == []
+    del cfg["annotations"]["sandbox-shim.wall-clock-seconds"]
+    (bundle / "config.json").write_text(json.dumps(cfg))
+    ok = run_shim(state_root, "run", "-d", "--bundle", str(bundle), "wall-d", stdin=subprocess.DEVNULL)
+    assert ok.returncode == 0, ok.stderr  # the control: the same bundle without the limit runs detached
+    assert json.loads(run_shim(state_root, "state", "wall-d").stdout)["status"] == "running"
+    assert run_shim(state_root, "delete", "--force", "wall-d").returncode == 0
+
+
+@linux_root
+def test_lifecycle_output_survives_the_fast_exit(make_bundle: Any, state_root: Path) -> None:
+    """The verbs end with os._exit: what they print must still arrive whole, through a pipe too."""
+    bundle = make_bundle(base_config(["sleep", "30"]))
+    made = run_shim(state_root, "create", "--bundle", str(bundle), "fx", stdin=subprocess.DEVNULL)
+    assert made.returncode == 0, made.stderr
+    for _ in range(3):
+        p = subprocess.run(shim_cmd(state_root, "state", "fx"), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and json.loads(p.stdout)["status"] == "created", p.stderr
+    closed = subprocess.run(shim_cmd(state_root, "state", "fx"), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, timeout=60, preexec_fn=lambda: os.close(2))
+    assert closed.returncode == 0 and json.loads(closed.stdout)["id"] == "fx"  # podman closes state's stderr
+    assert run_shim(state_root, "delete", "--force", "fx").returncode == 0
+    assert not (state_root / "fx").exists()

@@ -1,9 +1,11 @@
-"""The lifecycle verbs load nothing heavy: no click, jsonschema, psutil, pyroute2, pyseccomp, ctypes.
+"""The lifecycle verbs load nothing heavy: no click, jsonschema, psutil, pyroute2, pyseccomp, ctypes;
+nor json, re, enum or signal (``fastjson`` and ``_signal`` do their part at no import cost).
 
 Orchestrators call state/start/kill/delete three or four times per container, and each is a new
 process: on this VM click costs ~60 ms, jsonschema ~140, psutil ~40, pyroute2 ~290 against ~11 ms for
 the bare interpreter (ARCHITECTURE §1).  Each verb runs here through the real CLI entry point on a
-real sandbox; a small wrapper prints ``sys.modules`` at exit.
+real sandbox; a small wrapper records ``sys.modules`` when the verb exits (the CLI ends lifecycle verbs
+with ``os._exit``, so the wrapper hooks that as well as ``atexit``).
 """
 
 from __future__ import annotations
@@ -24,12 +26,22 @@ HEAVY = ("click", "jsonschema", "fastjsonschema", "psutil", "pyroute2", "pysecco
 # standard-library modules that cost milliseconds and that no lifecycle verb needs on its own path:
 # typing, dataclasses (with inspect, ast, dis, tokenize under it), shutil (with bz2, lzma), and
 # subprocess and tempfile (running hooks only)
-STDLIB_UNUSED = ("typing", "dataclasses", "inspect", "ast", "shutil", "bz2", "lzma", "subprocess", "tempfile")
+STDLIB_UNUSED = ("typing", "dataclasses", "inspect", "ast", "shutil", "bz2", "lzma", "subprocess", "tempfile",
+                 "json", "re", "enum", "signal", "hashlib", "threading")
 
 WRAPPER = """
-import atexit, json, sys
+import atexit, os, sys
 out = sys.argv.pop(1)
-atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+real_exit = os._exit
+def record():
+    names = sorted(sys.modules)
+    with open(out, "w") as fh:
+        fh.write("\\n".join(names))
+def fast_exit(code):
+    record()
+    real_exit(code)
+os._exit = fast_exit
+atexit.register(record)
 from sandbox_shim.cli import main
 sys.argv[0] = "sandbox-shim"
 main()
@@ -38,10 +50,12 @@ main()
 
 def loaded(tmp_path: Path, root: Path, *args: str) -> set[str]:
     out = tmp_path / "modules.json"
-    run = subprocess.run([sys.executable, "-c", WRAPPER, str(out), "--root", str(root), *args],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    return set(json.loads(out.read_text()))
+    err = tmp_path / "stderr.txt"
+    with open(err, "w") as fh:  # a file, not a pipe: a sandbox made by create keeps its stderr open
+        run = subprocess.run([sys.executable, "-c", WRAPPER, str(out), "--root", str(root), *args],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=fh, timeout=60)
+    assert run.returncode == 0, err.read_text()
+    return set(out.read_text().split("\n"))
 
 
 def heavy(mods: set[str], allowed: tuple[str, ...] = ()) -> list[str]:
@@ -78,8 +92,8 @@ def test_lifecycle_verbs_skip_costly_stdlib_modules(tmp_path: Path, state_root: 
     mods["delete"] = loaded(tmp_path, state_root, "delete", "s3")
     found = {verb: sorted(m for m in names if m in STDLIB_UNUSED) for verb, names in mods.items()}
     assert found == {"state": [], "start": [], "kill": [], "delete": []}
-    # the control: the wrapper does see what a verb imports (our own modules, and json for state.json)
-    assert {"sandbox_shim.api", "sandbox_shim.state", "json"} <= mods["state"]
+    # the control: the wrapper does see what a verb imports (our own modules, the C parts fastjson uses)
+    assert {"sandbox_shim.api", "sandbox_shim.state", "sandbox_shim.fastjson", "_json"} <= mods["state"]
     assert not (state_root / "s3").exists()  # delete removed the state directory all the same
 
 
@@ -94,3 +108,27 @@ def test_start_reads_the_capability_cache_and_loads_no_ctypes(tmp_path: Path, st
     finally:
         run_shim(state_root, "delete", "--force", "s2")
         wait_pid(int(pid_file.read_text()))
+
+
+def test_create_loads_no_cli_framework_schema_library_or_netlink(tmp_path: Path, state_root: Path,
+                                                                 make_bundle: BundleFactory) -> None:
+    """create needs the seccomp binding (and ctypes under it) to compile the filter; nothing else heavy."""
+    bundle = make_bundle(args=["sleep", "30"])
+    mods = loaded(tmp_path, state_root, "create", "--bundle", str(bundle), "c1")
+    try:
+        assert heavy(mods, allowed=("pyseccomp", "ctypes")) == []
+        assert "sandbox_shim.plan" in mods  # the control: the wrapper saw create's own path
+    finally:
+        run_shim(state_root, "delete", "--force", "c1")
+
+
+def test_an_error_on_a_verbs_path_loads_no_json_either(tmp_path: Path, state_root: Path) -> None:
+    """The one-line JSON error (``--log-format json``) is written by fastjson too."""
+    out = tmp_path / "modules.txt"
+    argv = [sys.executable, "-c", WRAPPER, str(out), "--root", str(state_root), "--log-format", "json",
+            "state", "nope"]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 6 and json.loads(run.stderr)["level"] == "error", run.stderr
+    mods = set(out.read_text().split("\n"))
+    assert sorted(m for m in mods if m in ("json", "re", "enum", "signal", "click")) == []
+    assert "sandbox_shim.cli.output" in mods

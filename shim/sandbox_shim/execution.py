@@ -40,7 +40,7 @@ from .spawn import Started, spawn
 if TYPE_CHECKING:
     from .mechanism import Mechanism
 
-__all__ = ["Started", "execute", "preflight", "run_bundle", "spawn"]
+__all__ = ["Started", "execute", "preflight", "run_bundle", "run_detached", "spawn"]
 
 
 def _limit_kind(end: dict[str, Any], before: Facts, after: Facts, cpu_limit: int | None,
@@ -294,3 +294,33 @@ def run_bundle(mechanism: Mechanism, sandbox_id: str, bundle: str | os.PathLike[
     if kind:
         raise LimitExceeded(kind, _detail(kind, after, cpu_limit, cpu_used, limit), done)
     return done
+
+
+def run_detached(mechanism: Any, sandbox_id: str, bundle: str | os.PathLike[str], *,
+                 stdio: tuple[int, int, int] | None = None, pid_file: str | None = None) -> None:
+    """Provision and start a bundle's process and return while it runs (``runc run --detach``).
+
+    Nothing waits for it here, so nothing could enforce a wall-clock limit: a bundle that sets
+    ``sandbox-shim.wall-clock-seconds`` is refused (run it with ``run_bundle``, which keeps the timer),
+    before anything is made.  Every other setting applies as for ``api.provision``.
+    Raises:
+        BundleInvalid (the wall-clock setting, with its pointer; or as ``api.provision``); CouldNotRun
+        (``preflight``); CapabilityUnavailable, SandboxExists, LaunchFailed (as ``api.provision``).
+    """
+    from .bundle import SETTINGS_PREFIX, load
+    from .errors import BundleInvalid, BundleProblem
+
+    if load(os.fspath(bundle)).settings.wall_clock is not None:
+        raise BundleInvalid([BundleProblem(
+            f"/annotations/{SETTINGS_PREFIX}wall-clock-seconds",
+            "a wall-clock limit needs a caller that waits, and a detached run has none",
+            "sandbox-shim.wall-clock-seconds is enforced by the waiting shim",
+            "run without --detach, or remove the setting")])
+    preflight(os.fspath(bundle))
+    sb = Sandbox(sandbox_id, os.fspath(bundle))
+    api.provision(mechanism, sb, pid_file=pid_file, stdio=stdio)
+    try:
+        api.start(mechanism, sandbox_id)
+    except BaseException:
+        api.destroy(mechanism, sandbox_id, force=True)  # nothing half-made: the failed start's sandbox goes
+        raise

@@ -24,10 +24,10 @@ Hooks run through nsenter lose a custom ``args[0]`` (nsenter passes ``path`` as 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 
+from . import fastjson as json  # the state JSON hooks read, without loading json and re
 from .errors import LaunchFailed
 
 TYPE_CHECKING = False  # start and delete import this module: typing and subprocess load only to run a hook

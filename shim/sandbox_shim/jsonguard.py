@@ -158,3 +158,28 @@ def loads(data: bytes | str, what: str = "config.json") -> tuple[Any, list[Bundl
     except ValueError as e:  # e.g. a float literal the parser refuses
         return None, [BundleProblem("", f"{what} cannot be parsed: {e}", "RFC 8259", "fix the value")]
     return doc, check_tree(doc)
+
+
+def read_file(source: str, what: str = "") -> Any:
+    """The JSON document in file ``source`` (``-``: stdin), read and parsed under these limits; for a
+    command-line argument such as ``exec --process FILE`` or ``update --resources FILE``.
+
+    Raises:
+        UsageError: unreadable, or not JSON within the limits (one line naming where).
+    """
+    import sys
+
+    from .errors import UsageError
+
+    try:
+        if source == "-":
+            data = sys.stdin.buffer.read(MAX_BYTES + 1)
+        else:
+            with open(source, "rb") as fh:
+                data = fh.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise UsageError(f"cannot read JSON from {source}: {e.strerror}") from e
+    doc, problems = loads(data, what or source)
+    if problems:
+        raise UsageError(f"{what or source}: {problems[0].line()}")
+    return doc

@@ -48,6 +48,14 @@ class ExecProcess:
     capabilities: list[str] | None = None
 
 
+#: the capability sets of runtime-spec config.md "process" (each a list of ``CAP_*`` names)
+CAP_SETS = ("effective", "bounding", "inheritable", "permitted", "ambient")
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
 def _problem(ptr: str, msg: str, hint: str) -> BundleProblem:
     return BundleProblem("/process" + ptr, msg, "exec: an exec'd process stays within its sandbox", hint)
 
@@ -108,11 +116,15 @@ def parse_process(doc: Any, source: str = "process") -> ExecProcess:
         if not isinstance(cdoc, dict):
             problems.append(_problem("/capabilities", "capabilities must be an object", "fix the type"))
         else:
+            bad = [k for k in CAP_SETS if cdoc.get(k) is not None and not _names(cdoc[k])]
+            for k in bad:  # a string would otherwise be taken letter by letter
+                problems.append(_problem(f"/capabilities/{k}", f"capabilities.{k} must be a list of "
+                                         "capability names", 'write ["CAP_KILL", ...], not "CAP_KILL"'))
             eff = cdoc.get("effective") or []
-            bnd = cdoc.get("bounding") or [] if cdoc.get("bounding") is not None else eff
-            if parsed_user.get("uid") is None:
+            bnd: list[Any] = cdoc["bounding"] if cdoc.get("bounding") is not None else eff
+            if not bad and parsed_user.get("uid") is None:
                 caps = sorted(set(eff) & set(bnd))
-            else:  # what the process holds after execve(2), as for the sandbox's own process
+            elif not bad:  # what the process holds after execve(2), as for the sandbox's own process
                 from .hardening.capabilities import granted
 
                 caps = granted({**cdoc, "bounding": bnd}, int(parsed_user["uid"]))

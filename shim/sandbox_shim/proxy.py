@@ -3,6 +3,8 @@
 ``forward`` sends one HTTP/1.1 request (http.client, stdlib) to the sandbox and returns the whole
 response.  ``serve`` listens on a host loopback port and copies bytes both ways between each
 accepted connection and the sandbox's address, one thread pair per connection, until shut down.
+It listens on loopback only (``loopback_listen``): a sandbox's server is meant for this host, not for
+the network around it; another address is refused before anything is bound.
 
 Errors (all ``ShimError``):
     NoAddress: the sandbox has nothing to reach (mode none/host, no port, stopped).
@@ -15,13 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import ipaddress
 import socket
 import socketserver
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .errors import ShimError
+from .errors import ShimError, UsageError
 
 if TYPE_CHECKING:
     from .mechanism import Mechanism
@@ -162,6 +165,8 @@ class Forwarder(socketserver.ThreadingTCPServer):
                  connect_timeout: float = DEFAULT_TIMEOUT) -> None:
         self.upstream = upstream
         self.connect_timeout = connect_timeout
+        if ":" in listen[0]:
+            self.address_family = socket.AF_INET6
         super().__init__(listen, _Handler)
 
     @property
@@ -188,11 +193,42 @@ class _Handler(socketserver.BaseRequestHandler):
             back.join()
 
 
-def serve(mechanism: Mechanism, sandbox_id: str, listen: tuple[str, int] = ("127.0.0.1", 0),
-          connect_timeout: float = DEFAULT_TIMEOUT) -> Forwarder:
-    """A ``Forwarder`` bound to ``listen`` for the sandbox's address (call ``serve_forever`` on it).
+def loopback_listen(listen: str | tuple[str, int]) -> tuple[str, int]:
+    """``"HOST:PORT"`` (``"[::1]:PORT"`` for IPv6) or ``(host, port)`` → ``(host, port)``, the host a
+    loopback address (RFC 5735 127.0.0.0/8, RFC 4291 ::1); port 0 lets the kernel pick one.
 
     Raises:
-        NoAddress, SandboxNotFound; OSError when ``listen`` cannot be bound.
+        UsageError: malformed, port outside 0..65535, or not a loopback address.
     """
-    return Forwarder(listen, target(mechanism, sandbox_id), connect_timeout)
+    text = listen if isinstance(listen, str) else f"[{listen[0]}]:{listen[1]}"
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    try:
+        if not sep or not host:
+            raise ValueError("expected HOST:PORT")
+        num = int(port)
+        if not 0 <= num < 65536:
+            raise ValueError("port out of range")
+        ip = ipaddress.ip_address(host)
+    except ValueError as e:
+        raise UsageError(f"--listen {text!r}: {e}", "use e.g. 127.0.0.1:8080 (port 0: any free port)") from e
+    if not ip.is_loopback:
+        raise UsageError(f"--listen {text!r} is not a loopback address", "use 127.0.0.1 or ::1")
+    return str(ip), num
+
+
+def serve(mechanism: Mechanism, sandbox_id: str, listen: str | tuple[str, int] = ("127.0.0.1", 0),
+          connect_timeout: float = DEFAULT_TIMEOUT) -> Forwarder:
+    """A ``Forwarder`` bound to ``listen`` (loopback only) for the sandbox's address (call
+    ``serve_forever`` on it).
+
+    Raises:
+        UsageError: ``listen`` is not a loopback ``HOST:PORT`` (``loopback_listen``), or cannot be bound;
+        NoAddress, SandboxNotFound.
+    """
+    host, port = loopback_listen(listen)
+    upstream = target(mechanism, sandbox_id)
+    try:
+        return Forwarder((host, port), upstream, connect_timeout)
+    except OSError as e:
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}", "choose another port") from e

@@ -22,11 +22,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
-import re
 
 from . import durable as _durable
+from . import fastjson as json  # the standard library's text, without loading json, re and enum
 from .durable import MARKER, write_atomic
 from .durable import fsync_dir as _fsync_dir
 from .durable import rmtree as _rmtree
@@ -36,7 +35,14 @@ from .values import Value
 __all__ = ["MARKER", "Record", "StateStore", "write_atomic"]
 
 DEFAULT_ROOT = "/run/sandbox-shim"
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}$")  # one file name, with room for suffixes
+_ID_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_ID_CHARS = _ID_FIRST | frozenset("_.+-")
+
+
+def valid_id(sandbox_id: str) -> bool:
+    """``[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}``: one file name, with room for suffixes (no ``re``)."""
+    return (0 < len(sandbox_id) <= 200 and sandbox_id[0] in _ID_FIRST
+            and all(c in _ID_CHARS for c in sandbox_id))
 
 ACTIVE = ("created", "running", "paused")
 
@@ -93,7 +99,7 @@ def resolve_root(root: str | None) -> str:
 
 def check_id(sandbox_id: str) -> None:
     """Ids are one path component of safe characters (runc's rule)."""
-    if not sandbox_id or not ID_RE.match(sandbox_id):
+    if not sandbox_id or not valid_id(sandbox_id):
         shown = sandbox_id if len(sandbox_id) <= 64 else sandbox_id[:64] + "..."
         raise UsageError(f"invalid container id {shown!r}",
                          "use 1 to 200 letters, digits, and _ . + - (not starting with a symbol)")
@@ -341,7 +347,7 @@ class StateStore:
         """Ids with a state directory, sorted."""
         try:
             return sorted(e for e in os.listdir(self.root)
-                          if not e.startswith(".") and ID_RE.match(e) and self.is_ours(e))
+                          if not e.startswith(".") and valid_id(e) and self.is_ours(e))
         except FileNotFoundError:
             return []
 

@@ -1,19 +1,33 @@
 """Command-line entry point and its one error boundary.
 
-The global flags are parsed once (``cli.flags``).  Lifecycle verbs (create/start/state/kill/delete)
-then take a fast path without click (``cli.lifecycle``, runc grammar, no heavy imports); everything
-else goes to the click group in ``cli.app``.
+The global flags are parsed once (``cli.flags``, the only definition).  Lifecycle verbs
+(create/start/state/kill/delete) then take a fast path without click (``cli.lifecycle``, runc
+grammar, no heavy imports); everything else goes to the click group in ``cli.app``.  Commands hold
+no error handling of their own: they raise, and ``run`` below turns what they raise into a status.
 
-Every path ends here in a documented exit status (README "Exit statuses") and at most one line on
-stderr (a JSON record with ``--log-format json``): a ``ShimError`` gives its own status; an
+Every path ends in ``run`` with a documented exit status (README "Exit statuses") and at most one
+line on stderr (a JSON record with ``--log-format json``): a ``ShimError`` gives its own status; an
 unexpected exception gives ``INTERNAL_ERROR`` (70, EX_SOFTWARE in sysexits.h) with a hint to rerun
 with ``--debug``, which adds the traceback.
+
+The lifecycle verbs end with ``os._exit`` once stdout and stderr are flushed: interpreter teardown
+(module and object finalisation) costs them about as much as their work, and nothing of theirs is
+left to finalise — state files are written, fsync'd and closed before a verb returns (``durable``),
+``--log`` records are closed as they are written, and locks go with the process.
 """
 
 from __future__ import annotations
 
-import _signal as signal  # type: ignore[import-not-found]  # C module: no enum (signal.py) at start-up
+import os
 import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import signal as _signal
+
+    from ..errors import ShimError
+else:
+    import _signal  # the C module: ``signal`` would load enum (its Signals is an IntEnum)
 
 FAST_VERBS = frozenset({"create", "start", "state", "kill", "delete"})
 INTERNAL_ERROR = 70
@@ -21,9 +35,7 @@ INTERRUPTED = 130
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); exits the process."""
-    import os
-
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); exits the process with the status."""
     if os.environ.get("SANDBOX_SHIM_CRASH_AT"):  # tests only: kill -9 at a chosen side effect
         from .. import crashpoints
 
@@ -31,29 +43,44 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     # A parent that ignores SIGCHLD or blocks signals passes that on to us and to bwrap, whose monitor
     # would then lose the sandbox's exit status (auto-reaped children): start from the defaults.
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    from .output import Globals, fail
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
+    status, fast = _run(args)
+    if fast:
+        _flush()
+        os._exit(status)
+    sys.exit(status)
+
+
+def run(args: list[str]) -> int:
+    """The boundary: run one command line (global flags, command, its arguments); return the exit
+    status.  Never raises: every exception becomes a status and one line (``output.report``)."""
+    return _run(args)[0]
+
+
+def _run(args: list[str]) -> tuple[int, bool]:
+    """``(status, fast)``: fast when the command was a lifecycle verb (or the global flags were wrong)."""
+    from .output import Globals, report
 
     g = Globals()
+    fast = True
     try:
         from .flags import parse_globals
 
         g, rest = parse_globals(args)
-        sys.exit(_dispatch(g, rest))
-    except SystemExit:
-        raise
+        fast = bool(rest) and rest[0] in FAST_VERBS
+        return _dispatch(g, rest), fast
+    except SystemExit as e:  # a command that ends with a status of its own (run, exec, validate)
+        return _exit_code(e.code), fast
     except KeyboardInterrupt:
-        sys.exit(INTERRUPTED)
-    except BaseException as e:  # the boundary: nothing escapes as a bare traceback
+        return INTERRUPTED, fast
+    except BaseException as e:  # the catch-all: nothing escapes as a bare traceback
         from ..errors import ShimError
 
-        if isinstance(e, ShimError):
-            fail(g, e)
-        fail(g, internal_error(e, g.debug))
+        return report(g, e if isinstance(e, ShimError) else internal_error(e, g.debug)), fast
 
 
-def internal_error(e: BaseException, debug: bool) -> Exception:
+def internal_error(e: BaseException, debug: bool) -> ShimError:
     """A ``ShimError`` standing for an unexpected exception (with ``debug``: traceback on stderr first)."""
     from ..errors import ShimError
 
@@ -66,6 +93,28 @@ def internal_error(e: BaseException, debug: bool) -> Exception:
     err.exit_status = INTERNAL_ERROR
     err.kind = "internal"
     return err
+
+
+def _exit_code(code: object) -> int:
+    """``SystemExit.code`` as a status, as the interpreter maps it (None: 0; text: printed, 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        sys.stderr.write(f"{code}\n")
+    except (OSError, ValueError):
+        pass
+    return 1
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:  # None: the fd was closed when the interpreter started
+                stream.flush()
+        except (OSError, ValueError):  # a closed pipe (podman reads state's stderr never): nothing to do
+            pass
 
 
 def _dispatch(g: object, rest: list[str]) -> int:

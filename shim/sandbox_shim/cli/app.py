@@ -10,6 +10,7 @@ import importlib
 
 import click
 
+from .flags import HELP as GLOBAL_FLAGS_HELP
 from .output import Globals, attach_telemetry
 
 #: module name under sandbox_shim.cli -> attribute holding the click command
@@ -34,10 +35,7 @@ COMMANDS: list[str] = [
     "unsupported:restore",
 ]
 
-LIFECYCLE_HELP = """\b
-Global flags (before the command):
-  --root DIR  --log FILE  --log-format text|json  --debug
-  --systemd-cgroup  --rootless VALUE  --criu PATH   (accepted for runc compatibility)
+LIFECYCLE_HELP = "\b\nGlobal flags (before the command):\n" + GLOBAL_FLAGS_HELP + """
 
 \b
 Lifecycle verbs (runc grammar, parsed without click for speed):

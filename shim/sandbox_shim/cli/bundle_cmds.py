@@ -8,8 +8,8 @@ import sys
 
 import click
 
-from ..errors import BundleInvalid, ShimError, UsageError
-from .output import Globals, fail
+from ..errors import BundleInvalid, UsageError
+from .output import Globals, log
 
 
 @click.command("spec")
@@ -23,15 +23,15 @@ def spec(g: Globals, bundle: str, force: bool) -> None:
     from ..template import default_config
 
     path = os.path.join(bundle, "config.json")
+    if os.path.exists(path) and not force:
+        raise UsageError(f"{path} already exists", "pass --force to overwrite it")
     try:
-        if os.path.exists(path) and not force:
-            raise UsageError(f"{path} already exists", "pass --force to overwrite it")
         os.makedirs(bundle, exist_ok=True)
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(default_config(), fh, indent=2)
             fh.write("\n")
-    except ShimError as e:
-        fail(g, e)
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror}", "give a bundle directory you can write") from e
     click.echo(f"wrote {path}")
 
 
@@ -45,15 +45,16 @@ def validate(g: Globals, bundle: str, fmt: str) -> None:
 
     try:
         s = load(bundle, launch=False)
-    except BundleInvalid as e:
+    except BundleInvalid as e:  # the answer validate exists to give: every problem, then its status
+        if fmt == "text" and g.log_format == "json":
+            raise  # the boundary writes it as one JSON record (problems included)
+        log(g, "error", e.line(), **{k: v for k, v in e.to_dict().items() if k != "msg"})
         if fmt == "json":
             click.echo(json.dumps({"valid": False, "errors": [p.__dict__ for p in e.problems]}, indent=2))
         else:
             for p in e.problems:
                 click.echo(f"error: {p.line()}", err=True)
         sys.exit(e.exit_status)
-    except ShimError as e:
-        fail(g, e)
     if fmt == "json":
         click.echo(json.dumps({"valid": True, "warnings": [p.__dict__ for p in s.warnings]}, indent=2))
     else:

@@ -238,13 +238,3 @@ def run(argv: list[str], g: Globals | None = None) -> int:
         fail(g, CouldNotRun(why, spec["cmd"], e.strerror or ""))
     return 126  # not reached
 
-
-def main(args: list[str]) -> int:
-    """Fast-path entry from ``cli.main``: ``args`` is the whole command line (global flags, then
-    ``confine``, then its own arguments)."""
-    i = args.index("confine")
-    head = args[:i]
-    g = Globals(debug="--debug" in head, log_format="json" if "--log-format=json" in head or (
-        "--log-format" in head and head[head.index("--log-format") + 1:][:1] == ["json"]) else "text",
-        log=head[head.index("--log") + 1] if "--log" in head[:-1] else None)
-    return run(args[i + 1:], g)

@@ -36,9 +36,11 @@ def command(fmt: str, mechanism: str | None, groups: tuple[str, ...], name_conta
 
     try:
         target = load_target(mechanism)
-    except (ValueError, ImportError, AttributeError, TypeError) as e:
-        click.echo(f"sandbox-shim: cannot load the conformance target: {e}", err=True)
-        sys.exit(2)
+    except (ValueError, ImportError, AttributeError, TypeError) as e:  # the documented status 2
+        from ..errors import UsageError
+
+        raise UsageError(f"cannot load the conformance target: {e}",
+                         "give --mechanism MODULE:CLASS naming a ConformanceTarget") from e
     try:
         progress = (lambda r: click.echo(f"  {r.verdict:5} {r.group} / {r.check}", err=True)) \
             if fmt == "table" and sys.stderr.isatty() else None

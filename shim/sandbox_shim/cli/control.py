@@ -1,41 +1,20 @@
 """``exec``, ``ps``, ``pause``, ``resume``, ``update``, ``events``: click commands over the library.
 
-runc's grammar.  Each command parses, calls ``sandbox_shim.execution`` / ``sandbox_shim.control``, renders;
-errors go through ``output.fail`` (one line, the error class's exit status: "executable file not
-found" 127, "permission denied" 126).
+runc's grammar.  Each command parses, makes one library call (``exec_request.exec_command``,
+``process_list``, ``control``), renders; what it raises goes to the boundary in ``cli/__init__.py``
+(one line, the error class's exit status: "executable file not found" 127, "permission denied" 126).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal as _signal
 import sys
 from typing import Any
 
 import click
 
-from ..errors import ShimError, UsageError
-from .output import Globals, emit_json, fail
-
-
-def _load_json(source: str) -> Any:
-    """JSON from a file, or from stdin when ``source`` is ``-``.  Raises UsageError."""
-    from ..jsonguard import MAX_BYTES, loads
-
-    try:
-        if source == "-":
-            data = sys.stdin.buffer.read(MAX_BYTES + 1)
-        else:
-            with open(source, "rb") as fh:
-                data = fh.read(MAX_BYTES + 1)
-    except OSError as e:
-        raise UsageError(f"cannot read JSON from {source}: {e.strerror}") from e
-    doc, problems = loads(data, source)
-    if problems:
-        raise UsageError(f"{source}: {problems[0].line()}")
-    return doc
+from ..errors import UsageError
+from .output import Globals, emit_json
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -62,56 +41,11 @@ def exec_cmd(g: Globals, process_file: str | None, detach: bool, pid_file: str |
     126 "permission denied" when it never ran.
     """
     from .. import api
-    from ..execution import Started, execute, spawn
-    from ..process_spec import ExecProcess, parse_process
+    from ..exec_request import exec_command
 
-    try:
-        argv = list(command[1:] if command[:1] == ("--",) else command)
-        req = ExecProcess(args=argv)
-        if process_file:
-            if argv:
-                raise UsageError("give either --process or a command, not both")
-            req = parse_process(_load_json(process_file), process_file)
-            cwd = cwd or req.cwd
-        terminal = tty or req.terminal
-        if terminal and not console_socket:
-            raise UsageError("exec with a terminal is not supported without --console-socket",
-                             "pass --console-socket SOCKET, or run without a terminal")
-        if console_socket and not terminal:
-            raise UsageError("--console-socket was given but no terminal was asked",
-                             "add --tty (or process.terminal), or drop --console-socket")
-        if not req.args:
-            raise UsageError("exec needs a command", "usage: sandbox-shim exec [flags] ID CMD [ARGS...]")
-        env = dict(req.env)
-        for pair in env_pairs:
-            k, eq, v = pair.partition("=")
-            if not eq or not k:
-                raise UsageError(f"-e {pair!r}: expected K=V")
-            env[k] = v
-        mech = api.default_mechanism(g.root)
-        opts: dict[str, Any] = {"env": env, "cwd": cwd, "replace_env": req.env_given, "user": req.user,
-                                "capabilities": req.capabilities, "console_socket": console_socket}
-        if detach:
-            s = spawn(mech, container_id, req.args, detach=True, **opts)
-            s.helper.wait()
-            if pid_file:
-                from ..state import write_atomic
-
-                write_atomic(os.path.abspath(pid_file), str(s.pid), 0o644)
-            return
-        def on_start(started: Started) -> None:
-            if pid_file:
-                from ..state import write_atomic
-
-                write_atomic(os.path.abspath(pid_file), str(started.pid), 0o644)
-            for sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT):
-                _signal.signal(sig, lambda n, _f: started.signal(n))
-
-        done = execute(mech, container_id, (req.args[0], req.args[1:]), capture=False, on_start=on_start,
-                       **opts)
-    except ShimError as e:
-        fail(g, e)
-    sys.exit(done.shell_status)
+    sys.exit(exec_command(api.default_mechanism(g.root), container_id, process_file=process_file,
+                          args=command, env_pairs=env_pairs, cwd=cwd, tty=tty, console_socket=console_socket,
+                          detach=detach, pid_file=pid_file))
 
 
 @click.command("ps")
@@ -121,22 +55,15 @@ def exec_cmd(g: Globals, process_file: str | None, detach: bool, pid_file: str |
 @click.pass_obj
 def ps_cmd(g: Globals, fmt: str, container_id: str) -> None:
     """List the processes of sandbox ID (host pids in its cgroup); json: a list of pids, as runc."""
-    from .. import api, control
+    from .. import api, process_list
 
-    try:
-        pids = control.ps(api.default_mechanism(g.root), container_id)
-    except ShimError as e:
-        fail(g, e)
+    mech = api.default_mechanism(g.root)
     if fmt == "json":
-        click.echo(json.dumps(pids))
+        click.echo(json.dumps(process_list.pids(mech, container_id)))
         return
     click.echo(f"{'PID':>8} CMD")
-    for pid in pids:
-        cmd = b""
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as fh:
-            cmd = fh.read()
-        text = cmd.replace(b"\0", b" ").decode(errors="replace").strip()
-        click.echo(f"{pid:>8} {text}")
+    for pid, cmd in process_list.processes(mech, container_id):
+        click.echo(f"{pid:>8} {cmd}")
 
 
 @click.command("pause")
@@ -146,10 +73,7 @@ def pause_cmd(g: Globals, container_id: str) -> None:
     """Freeze every process of the running sandbox ID."""
     from .. import api, control
 
-    try:
-        control.pause(api.default_mechanism(g.root), container_id)
-    except ShimError as e:
-        fail(g, e)
+    control.pause(api.default_mechanism(g.root), container_id)
 
 
 @click.command("resume")
@@ -159,10 +83,7 @@ def resume_cmd(g: Globals, container_id: str) -> None:
     """Thaw the paused sandbox ID."""
     from .. import api, control
 
-    try:
-        control.resume(api.default_mechanism(g.root), container_id)
-    except ShimError as e:
-        fail(g, e)
+    control.resume(api.default_mechanism(g.root), container_id)
 
 
 @click.command("update")
@@ -180,21 +101,19 @@ def update_cmd(g: Globals, resources_file: str | None, memory: int | None, pids_
                container_id: str) -> None:
     """Change the resource limits of sandbox ID while it runs."""
     from .. import api, control
+    from ..jsonguard import read_file
 
-    try:
-        res: dict[str, Any] = _load_json(resources_file) if resources_file else {}
-        if not isinstance(res, dict):
-            raise UsageError("--resources must hold a JSON object")
-        for section, key, val in (("memory", "limit", memory), ("pids", "limit", pids_limit),
-                                  ("cpu", "quota", cpu_quota), ("cpu", "period", cpu_period),
-                                  ("cpu", "shares", cpu_shares)):
-            if val is not None:
-                res.setdefault(section, {})[key] = val
-        if not res:
-            raise UsageError("nothing to update", "give --resources FILE or a limit flag")
-        control.update(api.default_mechanism(g.root), container_id, res)
-    except ShimError as e:
-        fail(g, e)
+    res: dict[str, Any] = read_file(resources_file) if resources_file else {}
+    if not isinstance(res, dict):
+        raise UsageError("--resources must hold a JSON object")
+    for section, key, val in (("memory", "limit", memory), ("pids", "limit", pids_limit),
+                              ("cpu", "quota", cpu_quota), ("cpu", "period", cpu_period),
+                              ("cpu", "shares", cpu_shares)):
+        if val is not None:
+            res.setdefault(section, {})[key] = val
+    if not res:
+        raise UsageError("nothing to update", "give --resources FILE or a limit flag")
+    control.update(api.default_mechanism(g.root), container_id, res)
 
 
 def _seconds(text: str) -> float:
@@ -224,15 +143,13 @@ def events_cmd(g: Globals, stats: bool, interval: str, container_id: str) -> Non
     """Stats of sandbox ID as runc's JSON events (one per line), until it stops; --stats: one."""
     from .. import api, control
 
+    mech = api.default_mechanism(g.root)
+    if stats:
+        emit_json(control.stats(mech, container_id))
+        return
     try:
-        mech = api.default_mechanism(g.root)
-        if stats:
-            emit_json(control.stats(mech, container_id))
-            return
         for ev in control.events(mech, container_id, _seconds(interval)):
             sys.stdout.write(json.dumps(ev) + "\n")
             sys.stdout.flush()
-    except ShimError as e:
-        fail(g, e)
     except (KeyboardInterrupt, BrokenPipeError):
-        pass
+        pass  # the reader went away or asked to stop: the stream ends

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..errors import ShimError
-from .output import Globals, fail
+from .output import Globals
 
 
 @click.group("bundle")
@@ -46,13 +45,7 @@ def create(g: Globals, reference: str, args: str | None, env: tuple[str, ...], r
     opts = Options(args=args, env=list(env), readonly=readonly,
                    storage=os.path.abspath(storage) if storage else None, keep_setuid=keep_setuid,
                    limits=limits)
-    try:
-        res = create_bundle(reference, directory, resolve_root(g.root), opts,
-                            None if quiet else stderr_progress)
-    except ShimError as e:
-        fail(g, e)
-    except OSError as e:
-        fail(g, ShimError(f"bundle create: {e.strerror}: {e.filename}", "check the paths and permissions"))
+    res = create_bundle(reference, directory, resolve_root(g.root), opts, None if quiet else stderr_progress)
     if not quiet:
         for w in res.warnings:
             click.echo(f"warning: {w}", err=True)

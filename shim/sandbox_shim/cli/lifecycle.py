@@ -12,12 +12,16 @@ Flags may come before or after the id.  A missing id fails (the OCI validation s
 
 from __future__ import annotations
 
-import json
-import signal as _signal
 import sys
 
 from ..errors import UsageError
 from .output import Globals, attach_telemetry, log
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import signal as _signal
+else:
+    import _signal  # the C module: ``signal`` would load enum (Signals is an IntEnum) on every verb
 
 _VALUE_FLAGS = {
     "create": {"-b": "bundle", "--bundle": "bundle", "--pid-file": "pid_file",
@@ -45,9 +49,9 @@ def parse_signal(text: str) -> int:
             return n
     else:
         name = t if t.startswith("SIG") else "SIG" + t
-        sig = getattr(_signal.Signals, name, None) if hasattr(_signal.Signals, name) else None
-        if sig is not None:
-            return int(sig)
+        sig = getattr(_signal, name, None) if "_" not in name else None  # not SIG_DFL, SIG_BLOCK, ...
+        if isinstance(sig, int) and 0 < sig < 65:
+            return sig
     raise UsageError(f"unknown signal {text!r}", "use a name such as TERM or KILL, or a number")
 
 
@@ -140,7 +144,9 @@ def main(argv: list[str], g: Globals | None = None) -> int:
         doc = s.to_oci()
         if s.exit_status is not None:
             doc["exitStatus"] = s.exit_status
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        from .. import fastjson
+
+        sys.stdout.write(fastjson.dumps(doc, indent=2) + "\n")
     elif verb == "kill":
         signum = parse_signal(pos[1]) if len(pos) > 1 else int(_signal.SIGTERM)
         api.signal(mech, sid, signum, bool(opts.get("all")))

@@ -10,7 +10,7 @@ import sys
 import click
 
 from ..errors import ShimError
-from .output import Globals, fail
+from .output import Globals
 
 
 @click.command("run")
@@ -24,18 +24,17 @@ def run(g: Globals, bundle: str, detach: bool, pid_file: str | None, keep: bool,
     """Create and start a sandbox; wait for it and delete it (runc run).  Exits with its status.
 
     The library's ``execution.run_bundle`` with this process's stdio: the bundle's wall-clock
-    setting and every limit apply exactly as for a library caller."""
+    setting and every limit apply exactly as for a library caller.  ``--detach`` is
+    ``execution.run_detached`` (a bundle with a wall-clock limit is refused: nothing would wait).
+    Signals received while it runs (INT, TERM, HUP) are passed on to the sandbox."""
     from .. import api
-    from ..mechanism import Sandbox
+    from ..execution import run_bundle, run_detached
 
     mech = api.default_mechanism(g.root)
     mech.systemd_cgroup = g.systemd_cgroup  # create makes a systemd scope; the others read the record
     if detach:
-        api.provision(mech, Sandbox(container_id, bundle), pid_file=pid_file, stdio=(0, 1, 2))
-        api.start(mech, container_id)
+        run_detached(mech, container_id, bundle, pid_file=pid_file, stdio=(0, 1, 2))
         return
-    from ..errors import LimitExceeded
-    from ..execution import run_bundle
 
     def forward(signum: int, _frame: object) -> None:
         with contextlib.suppress(ShimError):
@@ -45,11 +44,8 @@ def run(g: Globals, bundle: str, detach: bool, pid_file: str | None, keep: bool,
         for s in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
             _signal.signal(s, forward)
 
-    try:
-        done = run_bundle(mech, container_id, bundle, stdio=(0, 1, 2), pid_file=pid_file, keep=keep,
-                          on_start=on_start)
-    except LimitExceeded as e:
-        fail(g, e)
+    done = run_bundle(mech, container_id, bundle, stdio=(0, 1, 2), pid_file=pid_file, keep=keep,
+                      on_start=on_start)
     sys.exit(done.shell_status)
 
 

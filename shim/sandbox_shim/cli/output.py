@@ -1,6 +1,7 @@
 """Rendering shared by every command: the ``--log`` file, one-line errors, exit statuses.
 
-Kept free of click and of anything heavy: the lifecycle verbs import this on every call.
+Kept free of click and of anything heavy (not even ``json``: ``fastjson`` writes the same text):
+the lifecycle verbs import this on every call.
 Log records follow runc's shape (``level``, ``msg``, ``time`` in RFC 3339), which podman and
 containerd read from ``--log`` when ``--log-format json`` is given.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import sys
 import time
 
+from .. import fastjson as json
 from ..errors import ShimError
 from ..values import Value
 
@@ -60,7 +62,13 @@ def log(g: Globals, level: str, msg: str, **fields: Any) -> None:
 
 
 def fail(g: Globals, err: ShimError) -> NoReturn:
-    """Report ``err`` (stderr line, plus a log record) and exit with its status."""
+    """Report ``err`` (``report``) and exit with its status."""
+    sys.exit(report(g, err))
+
+
+def report(g: Globals, err: ShimError) -> int:
+    """Write ``err`` as one line on stderr (a JSON record with ``--log-format json`` and no ``--log``)
+    and as a log record; return its exit status.  A closed stderr is not an error of its own."""
     log(g, "error", err.line(), **{k: v for k, v in err.to_dict().items() if k != "msg"})
     try:
         if g.log_format == "json" and not g.log:
@@ -75,9 +83,9 @@ def fail(g: Globals, err: ShimError) -> NoReturn:
                 for p in problems[1:]:
                     sys.stderr.write(f"  {p.line()}\n")
         sys.stderr.flush()
-    except (BrokenPipeError, OSError):
+    except (BrokenPipeError, OSError, ValueError):
         pass
-    sys.exit(err.exit_status)
+    return err.exit_status
 
 
 def emit_json(obj: Any) -> None:

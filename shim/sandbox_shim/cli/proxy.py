@@ -1,43 +1,19 @@
 """``sandbox-shim proxy ID --listen 127.0.0.1:PORT``: forward a host loopback port to a sandbox.
 
 Parses, calls ``sandbox_shim.proxy.serve``, prints one line naming both ends, forwards until
-interrupted (SIGINT or SIGTERM).  Only loopback listen addresses are accepted: the sandbox's server
-is meant for this host, not for the network around it.
+interrupted (SIGINT or SIGTERM).  ``serve`` accepts loopback listen addresses only (the rule lives in
+the library, ``proxy.loopback_listen``).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import signal
 import sys
 import threading
 
 import click
 
-from ..errors import ShimError, UsageError
-from .output import Globals, fail
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) → ``(host, port)``; the host must be loopback.
-
-    Raises:
-        UsageError: malformed, port out of 0..65535, or not a loopback address.
-    """
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    try:
-        if not sep or not host:
-            raise ValueError("expected HOST:PORT")
-        num = int(port)
-        if not 0 <= num < 65536:
-            raise ValueError("port out of range")
-        ip = ipaddress.ip_address(host)
-    except ValueError as e:
-        raise UsageError(f"--listen {text!r}: {e}", "use e.g. 127.0.0.1:8080 (port 0: any free port)") from e
-    if not ip.is_loopback:
-        raise UsageError(f"--listen {text!r} is not a loopback address", "use 127.0.0.1 or ::1")
-    return str(ip), num
+from .output import Globals
 
 
 @click.command("proxy")
@@ -56,12 +32,7 @@ def command(ctx: click.Context, container_id: str, listen: str, timeout: float) 
     from .. import api, proxy
 
     g = ctx.obj if isinstance(ctx.obj, Globals) else Globals()
-    try:
-        server = proxy.serve(api.default_mechanism(g.root), container_id, parse_listen(listen), timeout)
-    except ShimError as e:
-        fail(g, e)
-    except OSError as e:
-        fail(g, UsageError(f"cannot listen on {listen}: {e.strerror}", "choose another port"))
+    server = proxy.serve(api.default_mechanism(g.root), container_id, listen, timeout)
     host, port = server.listen_address
     up_host, up_port = server.upstream
     click.echo(f"listening on {host}:{port} -> {up_host}:{up_port}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from .output import Globals, fail
+from .output import Globals
 
 _ANY = {"ignore_unknown_options": True, "allow_extra_args": True}
 
@@ -17,9 +17,9 @@ def _refuse(g: Globals, verb: str) -> None:
     from ..capability import Capability
     from ..errors import CapabilityUnavailable
 
-    fail(g, CapabilityUnavailable([Capability(
+    raise CapabilityUnavailable([Capability(
         verb, False, "none", f"{verb} is not supported by sandbox-shim (no CRIU integration)",
-        "not implemented")]))
+        "not implemented")])
 
 
 @click.command("checkpoint", context_settings=_ANY)

@@ -57,8 +57,19 @@ def create_bundle(reference: str, bundle_dir: str, state_root: str, opts: Option
     ``state_root`` and shared (``cache.py``).  The config.json is validated as ``sandbox-shim
     validate`` would; on any error nothing of the bundle is left behind.
     Raises ImageInvalid (image, limits, hostile entries), BundleInvalid (the generated config),
-    UsageError (``bundle_dir`` not empty).
+    UsageError (``bundle_dir`` not empty), ShimError (the host refused a read or write: path and why).
     """
+    from ..errors import ShimError
+
+    try:
+        return _create_bundle(reference, bundle_dir, state_root, opts, progress)
+    except OSError as e:
+        raise ShimError(f"bundle create: {e.strerror or e}: {e.filename or bundle_dir}",
+                        "check the paths and permissions") from e
+
+
+def _create_bundle(reference: str, bundle_dir: str, state_root: str, opts: Options,
+                   progress: Callable[[str], None] | None) -> Result:
     from ..errors import UsageError
 
     if not hasattr(os, "O_DIRECTORY"):

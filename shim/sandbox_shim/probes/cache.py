@@ -10,10 +10,10 @@ imports ctypes or subprocess: a cache hit loads no probe.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
+from .. import fastjson as json  # start reads the cache on every call: no json, re, enum
 from ..capability import Capability
 from .proc import read as _read
 

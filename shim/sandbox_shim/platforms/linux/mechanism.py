@@ -19,9 +19,9 @@ delete: kill the cgroup, remove what was made.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # the C module: ``signal`` loads enum on every verb
 import contextlib
 import os
-import signal as _signal
 import time
 
 from ...errors import LaunchFailed

@@ -11,9 +11,10 @@ process has reaped it the status is that process's alone, as with runc.
 
 from __future__ import annotations
 
-import json
 import os
 import time
+
+from ...fastjson import raw_decode
 
 TYPE_CHECKING = False  # typing is not loaded at run time: the lifecycle verbs import this module
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ def read_status_file(path: str) -> list[dict[str, Any]]:
     except OSError:
         return []
     out: list[dict[str, Any]] = []
-    dec = json.JSONDecoder()
     i = 0
     while i < len(text):
         while i < len(text) and text[i].isspace():
@@ -36,7 +36,7 @@ def read_status_file(path: str) -> list[dict[str, Any]]:
         if i >= len(text):
             break
         try:
-            obj, i = dec.raw_decode(text, i)
+            obj, i = raw_decode(text, i)
         except ValueError:
             break  # a record still being written
         if isinstance(obj, dict):
