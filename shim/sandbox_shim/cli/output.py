@@ -50,8 +50,6 @@ def log(g: Globals, level: str, msg: str, **fields: Any) -> None:
     try:
         with open(g.log, "a", encoding="utf-8") as fh:
             if g.log_format == "json":
-                import json  # json (re, enum) only when asked: the confine path measures start-up
-
                 rec = {"level": level, "msg": msg, "time": rfc3339_now(), **fields}
                 fh.write(json.dumps(rec) + "\n")
             else:
@@ -90,8 +88,6 @@ def report(g: Globals, err: ShimError) -> int:
 
 def emit_json(obj: Any) -> None:
     """Print ``obj`` as indented JSON on stdout."""
-    import json
-
     sys.stdout.write(json.dumps(obj, indent=2) + "\n")
     sys.stdout.flush()
 
