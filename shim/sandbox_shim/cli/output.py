@@ -70,8 +70,6 @@ def report(g: Globals, err: ShimError) -> int:
     log(g, "error", err.line(), **{k: v for k, v in err.to_dict().items() if k != "msg"})
     try:
         if g.log_format == "json" and not g.log:
-            import json
-
             sys.stderr.write(json.dumps({"level": "error", "msg": err.line(), "time": rfc3339_now(),
                                          **err.to_dict()}) + "\n")
         else:
