@@ -66,7 +66,8 @@ def spawn_bwrap(argv: list[str], fds: list[int], stdio_fds: tuple[int, ...] | No
         stdio_fds: (stdin, stdout, stderr) for bwrap and so the sandbox — a pty slave thrice for a
             terminal sandbox, the library caller's choice, or None for this process's own.
         joins: ``(type, fd)`` namespaces to setns(2) into in the child before exec (namespaces.enter).
-        cgroup_procs: ``cgroup.procs`` files the child writes itself into before exec (cgroups(7)).
+        cgroup_procs: the files the child writes ``0`` into before exec, to place itself in the
+            sandbox's cgroups (``CgroupManager.join_files``: v1 ``tasks``, v2 ``cgroup.procs``).
         groups: the supplementary groups bwrap (so the sandbox) gets — exactly these, never the
             caller's (setgroups(2) in the child; bwrap has no option for it and keeps its own).
         umask: umask(2) for bwrap and so the sandbox (``process.user.umask``), None: the caller's.
@@ -92,7 +93,7 @@ def spawn_bwrap(argv: list[str], fds: list[int], stdio_fds: tuple[int, ...] | No
         for path in procs:
             fd = os.open(path, os.O_WRONLY)
             try:
-                os.write(fd, b"0")  # "0" moves the writing process (cgroup-v2.rst, cgroup-v1 tasks)
+                os.write(fd, b"0")  # "0": the writer itself (this child has one thread: fork(2))
             finally:
                 os.close(fd)
         if joins:

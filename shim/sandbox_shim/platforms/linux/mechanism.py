@@ -215,7 +215,7 @@ class LinuxMechanism:
             try:
                 # bwrap starts inside the sandbox's cgroup, so the cgroup namespace it makes is rooted
                 # there and its child never runs outside it (one migration, paid before exec)
-                procs_files = [os.path.join(x, "cgroup.procs") for x in cg.dirs() if os.path.isdir(x)]
+                procs_files = cg.join_files()
                 proc = spawn_bwrap([bwrap, "--args", str(fds["args"]), *argv[sep:]],
                                    [*fds.values(), *preserved], (pty[1],) * 3 if pty else priv.get("stdio"),
                                    joins, procs_files, umask=plan.umask,

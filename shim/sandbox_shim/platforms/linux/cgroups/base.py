@@ -173,6 +173,14 @@ class CgroupManager(ABC):
     def oom_killed(self) -> bool:
         """True if the kernel's OOM killer acted inside this cgroup."""
 
+    def join_files(self) -> list[str]:
+        """The files a single-threaded process about to execve(2) writes ``0`` into to place itself in
+        this cgroup (every existing directory of ``dirs()``): ``cgroup.procs`` here, which moves the
+        whole thread group (cgroup-v2.rst "Processes"; a domain cgroup takes no thread through
+        ``cgroup.threads``, which works only inside a threaded subtree, cgroup-v2.rst "Threads").
+        Children forked after the write are born in the cgroup (cgroups(7))."""
+        return [os.path.join(d, "cgroup.procs") for d in self.dirs() if os.path.isdir(d)]
+
     def placed(self) -> None:
         """The sandbox's first process is in the cgroup: drop whatever held it until then (systemd's
         placeholder); a no-op for the cgroupfs managers."""

@@ -226,6 +226,16 @@ class V1Manager(CgroupManager):
             if os.path.isdir(d):
                 write(os.path.join(d, "cgroup.procs"), str(pid))
 
+    def join_files(self) -> list[str]:
+        """``tasks`` in every directory: writing ``0`` to it moves the writing thread only
+        (cgroup-v1/cgroups.rst 2.2), which for the forked, single-threaded child about to exec bwrap
+        (fork(2) copies only the calling thread) is the whole process; bwrap and every process it
+        forks are born inside.  The kernel moves the current thread without taking the thread-group
+        lock whose write side waits for an RCU grace period (~10 ms), which a write to
+        ``cgroup.procs`` or of an explicit id takes (kernel/cgroup/cgroup.c,
+        cgroup_procs_write_start)."""
+        return [os.path.join(d, "tasks") for d in self.dirs() if os.path.isdir(d)]
+
     def pids(self) -> list[int]:
         for c in ("pids", "memory", "freezer"):
             if c in self.mounts:
