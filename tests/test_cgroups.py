@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -445,7 +446,8 @@ def test_a_create_refused_for_an_existing_cgroup_leaves_it_and_its_processes(mak
                 os.rmdir(d)
 
 
-def test_every_thread_and_child_of_the_sandbox_is_in_each_of_its_cgroups(make_bundle, state_root: Path) -> None:
+def test_every_thread_and_child_of_the_sandbox_is_in_each_of_its_cgroups(make_bundle,
+                                                                        state_root: Path) -> None:
     """The join before bwrap's exec (v1: ``0`` into ``tasks``, which moves only the writing thread)
     places the whole container process and whatever it forks: every thread of every process of the
     sandbox is listed in ``tasks``/``cgroup.threads`` of each of its cgroup directories, and each
@@ -468,7 +470,6 @@ def test_every_thread_and_child_of_the_sandbox_is_in_each_of_its_cgroups(make_bu
                              for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()}
             if len(procs) >= 3:
                 break
-            import time
             time.sleep(0.01)
         assert len(procs) >= 3, procs
         threads = {int(t) for p in procs for t in os.listdir(f"/proc/{p}/task")}
