@@ -22,32 +22,12 @@ if TYPE_CHECKING:
 READY_TIMEOUT = 30.0  # seconds bwrap may take to set up mounts
 
 
-def seccomp_programs(plan: Plan) -> list[bytes]:
-    """BPF programs for the sandbox, in load order: the tenant filter, then the bundle's own section.
+def seccomp_programs(plan: Plan, cache_dir: str | None = None) -> list[bytes]:
+    """BPF programs for the sandbox, in load order (``seccomp_cache.compile_programs``), read from
+    ``cache_dir`` (``ROOT/.seccomp``) when compiled before for the same inputs and host."""
+    from .seccomp_cache import programs
 
-    With ``sandbox-shim.allow-nested-userns`` the tenant filter leaves out its namespace rules
-    (unshare, setns, clone/clone3 with namespace flags).
-    """
-    from .seccomp import compile_bpf, default_tenant_section
-
-    tenant = default_tenant_section()
-    if plan.allow_nested_userns:
-        ns_calls = {"unshare", "clone", "clone3", "setns"}
-        rules = []
-        for rule in tenant["syscalls"]:
-            names = [n for n in rule["names"] if n not in ns_calls]
-            if names:
-                rules.append({**rule, "names": names})
-        tenant = {**tenant, "syscalls": rules}
-    from .seccomp import numbered_program
-
-    programs = [compile_bpf(tenant)]
-    extra = numbered_program()  # tenant denials this libseccomp cannot name (open_tree_attr)
-    if extra:
-        programs.append(extra)
-    if plan.seccomp is not None:
-        programs.append(compile_bpf(plan.seccomp))
-    return programs
+    return programs(plan, cache_dir)
 
 
 def memfd(name: str, data: bytes) -> int:

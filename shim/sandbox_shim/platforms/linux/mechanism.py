@@ -169,7 +169,9 @@ class LinuxMechanism:
             # (the kernel applies every filter, the most restrictive answer wins: seccomp(2)), so a
             # bundle can narrow the profile but never widen it.
             seccomp_files = []
-            for i, bpf in enumerate(seccomp_programs(plan)):
+            state_root = getattr(self, "root", None)
+            cache = os.path.join(state_root, ".seccomp") if state_root else None
+            for i, bpf in enumerate(seccomp_programs(plan, cache)):
                 path = os.path.join(d, f"seccomp-{i}.bpf")  # exec'd processes load the same filters
                 with open(path, "wb") as fh:
                     fh.write(bpf)
