@@ -156,15 +156,16 @@ class LinuxMechanism:
 
             fifo = os.path.join(d, "exec.fifo")
             os.mkfifo(fifo, 0o600)
-            status_file = os.path.join(d, "bwrap-info.json")
             priv.update(fifo=fifo, pidns="pid" in plan.unshare)
             # bwrap inherits these with the same numbers; the block fd's number is unique in its
             # child, which makes the /proc/PID/syscall readiness check unambiguous.
             fds: dict[str, int] = {}
             fds["block"] = os.open(fifo, os.O_RDWR | os.O_CLOEXEC)
             undo.callback(os.close, fds["block"])
-            fds["status"] = os.open(status_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            undo.callback(os.close, fds["status"])
+            # --info-fd is a pipe: its read end wakes wait_ready when bwrap writes the child's pid
+            info_r, fds["status"] = os.pipe2(os.O_CLOEXEC)
+            undo.callback(os.close, info_r)
+            undo.callback(_close_if_held, fds, "status")  # closed by this process once bwrap runs
             # The tenant filter is always loaded; a bundle's own linux.seccomp is stacked on top of it
             # (the kernel applies every filter, the most restrictive answer wins: seccomp(2)), so a
             # bundle can narrow the profile but never widen it.
@@ -229,8 +230,9 @@ class LinuxMechanism:
                 for _, jfd in joins:
                     os.close(jfd)
             undo.callback(kill_quietly, proc)
+            os.close(fds.pop("status"))  # bwrap holds the write end now: EOF once it closes it
             cg.placed()
-            child = wait_ready(proc, status_file, fds["block"])
+            child = wait_ready(proc, info_r, fds["block"])
             held.transfer(child)  # the claim lives as long as the sandbox's first process
             child_start = proc_start_time(child)
             undo.callback(_kill_child, child, child_start)
@@ -262,7 +264,7 @@ class LinuxMechanism:
                          "userns": "user" in plan.unshare},
             )
             undo.pop_all()
-            for fd in fds.values():
+            for fd in (*fds.values(), info_r):
                 os.close(fd)
 
     # -- start ----------------------------------------------------------------------------------
@@ -381,6 +383,13 @@ class LinuxMechanism:
             from . import network
 
             network.teardown(p["network"])
+
+
+def _close_if_held(fds: dict[str, int], name: str) -> None:
+    """Close ``fds[name]`` unless it was closed (and popped) already: never a number reused since."""
+    fd = fds.pop(name, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def _kill_child(pid: int, start: int | None) -> None:
