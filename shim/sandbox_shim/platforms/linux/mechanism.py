@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal as _signal
-import time
 
 from ...errors import LaunchFailed
 from ...mechanism import Sandbox, Status, Usage
@@ -394,15 +393,33 @@ def _close_if_held(fds: dict[str, int], name: str) -> None:
 
 def _kill_child(pid: int, start: int | None) -> None:
     """SIGKILL the container process if it is still the one recorded; reap it if it is our child
-    (the library case), waiting up to 5 s, so a long-running caller collects no zombies."""
-    if same_process(pid, start):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, _signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while pid and start is not None and proc_start_time(pid) == start and time.monotonic() < deadline:
-        if procs.parent_of(pid) != os.getpid() or procs.reap(pid, start) is not None:
+    (the library case), waiting up to 5 s, so a long-running caller collects no zombies.
+
+    The process is held by a pidfd opened before its identity (pid + start time) is checked, so the
+    signal and the wait reach that process even if the pid were reused (pidfd_send_signal(2)); the
+    wait is poll(2) on the pidfd (readable once it exited), not a sleep.
+    """
+    if not pid or start is None:
+        return
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # gone already
+        return
+    try:
+        if proc_start_time(pid) != start:
             return
-        time.sleep(0.01)
+        with contextlib.suppress(ProcessLookupError):
+            _signal.pidfd_send_signal(pidfd, _signal.SIGKILL)
+        if procs.parent_of(pid) != os.getpid():
+            return
+        import select
+
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        poller.poll(5000)
+        procs.reap(pid, start)
+    finally:
+        os.close(pidfd)
 
 
 def record_exit(state_dir: str, code: int, raw: int | None = None) -> None:

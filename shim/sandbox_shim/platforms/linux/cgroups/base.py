@@ -80,6 +80,37 @@ def rmdir_retry(path: str, tries: int = 50, delay: float = 0.02) -> None:
     raise LaunchFailed(f"cannot remove cgroup {path}: still busy", "kill the processes left in it")
 
 
+def wait_exited(pids: list[int], timeout: float) -> None:
+    """Return once every process in ``pids`` has exited, or after ``timeout`` seconds: woken by the
+    kernel, not by sleeps (a pidfd polls readable once its process has exited: pidfd_open(2)).  A pid
+    already gone counts as exited.  (A pid reused between the caller's listing and pidfd_open is
+    waited for too, up to ``timeout``: never longer, never a signal.)"""
+    import select
+
+    fds = []
+    for pid in pids:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except OSError:  # ESRCH: gone already
+            pass
+    try:
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        pending = len(fds)
+        deadline = time.monotonic() + timeout
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            for fd, _ in poller.poll(max(1, int(left * 1000))):
+                poller.unregister(fd)
+                pending -= 1
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def rmdir_parent(path: str) -> None:
     """rmdir a parent cgroup we made, unless it is gone or still holds another cgroup (not an error)."""
     try:
@@ -202,7 +233,7 @@ class CgroupManager(ABC):
                     pass
             if signum == 9:
                 self.freeze(False)
-                time.sleep(0.01)
+                wait_exited(pids, 0.1)  # then look again: none can have forked while frozen
             else:
                 return
 
@@ -217,8 +248,8 @@ class CgroupManager(ABC):
         if any(d in mine and os.path.isdir(d) for d in self.dirs()):  # never kill in a cgroup we did not make
             self.kill_all(9)
             deadline = time.monotonic() + 5
-            while self.pids() and time.monotonic() < deadline:
-                time.sleep(0.01)
+            while (left := self.pids()) and time.monotonic() < deadline:
+                wait_exited(left, deadline - time.monotonic())
         own = set(self.dirs())
         for d in sorted(created, key=lambda p: p.count("/"), reverse=True):
             if d in own:

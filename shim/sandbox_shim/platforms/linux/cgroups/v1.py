@@ -250,6 +250,7 @@ class V1Manager(CgroupManager):
         state = os.path.join(self._dir("freezer"), "freezer.state")
         want = "FROZEN" if frozen else "THAWED"
         deadline = time.monotonic() + 5
+        delay = 0.00005  # the v1 freezer signals nothing: look again at 50 µs, doubling to 5 ms
         while True:
             write(state, want)
             now = (read(state) or "").strip()
@@ -257,7 +258,8 @@ class V1Manager(CgroupManager):
                 return
             if time.monotonic() > deadline:
                 raise LaunchFailed(f"cgroup did not become {want} (state {now})")
-            time.sleep(0.005)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.005)
 
     def is_frozen(self) -> bool:
         """True when the freezer says FROZEN."""
