@@ -10,6 +10,7 @@ symlink-free: bwrap resolves its destinations while the host's root is still rea
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from ...errors import BundleInvalid, BundleProblem
 from ...hardening import tenant
 from ...hardening.tenant import pid_problem
-from ...paths import Layer, View
+from ...paths import HOST_BACKED, Layer, View, ensure_in_root
 from ...plan import Plan
 
 #: kernel filesystems mounted by bwrap itself; paths under them are never created in the rootfs
@@ -68,8 +69,76 @@ def _refuse(pointer: str, what: str, e: OSError, fix: str) -> BundleInvalid:
     return BundleInvalid([BundleProblem(pointer, f"{what}: {e.strerror}", rule, fix)])
 
 
+@dataclass(frozen=True)
+class MakeStep:
+    """One mount point or cwd the argv needs that does not exist yet: made by ``make_missing`` in the
+    host tree ``root`` (the rootfs or a read-write bind source) at ``rel``, before bwrap runs."""
+
+    dest: str  # the sandbox path, as in the argv
+    root: str
+    rel: str
+    is_dir: bool
+
+
+class _PlannedView(View):
+    """A ``View`` whose ``ensure`` creates nothing: it runs the same checks (EROFS in a read-only bind,
+    a file where a directory is needed) and records a ``MakeStep`` for each missing path, so the
+    argument vector is a function of the Plan and the trees it names, and the one side effect is an
+    explicit step (``make_missing``).  Later look-ups see a recorded path as made."""
+
+    def __init__(self, rootfs: str) -> None:
+        super().__init__(rootfs)
+        self.steps: list[MakeStep] = []
+        self._planned: dict[str, bool] = {}  # host path -> is_dir
+
+    def ensure(self, path: str, is_dir: bool = True) -> tuple[str, Layer]:
+        dest, la = self.resolve(path)
+        host = self.host_of(dest)
+        if la.fs not in HOST_BACKED or host is None:
+            return dest, la
+        planned = self._planned.get(host)
+        if planned is None and not os.path.lexists(host):
+            if not la.writable:
+                raise OSError(errno.EROFS, f"{dest} does not exist and {la.dest} is a read-only bind of "
+                              f"{la.host}: it would be created on the host", path)
+            self._planned[host] = is_dir
+            self.steps.append(MakeStep(dest, la.host, os.path.relpath(host, la.host), is_dir))
+        elif is_dir and not (planned if planned is not None else os.path.isdir(host)):
+            raise OSError(errno.ENOTDIR, f"{dest} exists and is not a directory", path)
+        return dest, la
+
+
+@dataclass
+class Layout:
+    """``build_args``' result: the argument vector and the paths to make before bwrap runs."""
+
+    argv: list[str]
+    steps: list[MakeStep]
+
+
+def make_missing(steps: list[MakeStep], cwd: str | None = None) -> None:
+    """Make each path in ``steps`` in its host tree, one component at a time without following a link
+    out of it (``paths.ensure_in_root``).  ``cwd`` (the resolved cwd) names the step to refuse at
+    ``/process/cwd``; the others are mount points (``/mounts``).
+
+    Raises:
+        BundleInvalid: a path cannot be made (exists with the wrong type, a link leads out, EXDEV).
+    """
+    for st in steps:
+        try:
+            ensure_in_root(st.root, st.rel, st.is_dir)
+        except OSError as e:
+            if st.dest == cwd:
+                raise _refuse("/process/cwd", f"cwd {st.dest} cannot be made inside the sandbox", e,
+                              "use an existing directory") from e
+            raise _refuse("/mounts", f"mount point {st.dest} cannot be made inside the sandbox", e,
+                          "fix the destination, or the symlink in the rootfs or storage it goes "
+                          "through") from e
+
+
 def _dest(view: View, dest: str, is_dir: bool = True) -> str:
-    """A mount destination resolved in the sandbox's tree, made if missing (rootfs / rw bind only)."""
+    """A mount destination resolved in the sandbox's tree; recorded to be made if missing (rootfs /
+    rw bind only: ``_PlannedView``)."""
     try:
         return view.ensure(dest, is_dir)[0]
     except OSError as e:
@@ -78,11 +147,19 @@ def _dest(view: View, dest: str, is_dir: bool = True) -> str:
 
 
 def build_args(plan: Plan, fds: Fds) -> list[str]:
-    """The bwrap argument list (without the executable) for ``plan``.
+    """The bwrap argument list (without the executable) for ``plan``; creates nothing.  The mount
+    points and cwd it names that are missing are ``layout(plan, fds).steps``, made by
+    ``make_missing`` before bwrap runs.
 
     Raises:
         BundleInvalid: a destination or the cwd cannot be placed inside the sandbox safely.
     """
+    return layout(plan, fds).argv
+
+
+def layout(plan: Plan, fds: Fds) -> Layout:
+    """``Layout(argv, steps)`` for ``plan`` (see ``build_args``).  Reads the rootfs and bind sources
+    (lstat, readlink) and the host's /proc and /sys (which kernel files exist); writes nothing."""
     a: list[str] = []
     for t in plan.unshare:
         if t in UNSHARE_FLAGS and t != "user":
@@ -117,7 +194,7 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
     if problem:
         raise BundleInvalid([problem])
     _refuse_exposed(plan)
-    view = View(plan.rootfs)
+    view = _PlannedView(plan.rootfs)
     a += ["--bind", plan.rootfs, "/"]
     for mt in plan.mounts:
         if mt.kind == "bind":
@@ -217,10 +294,10 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
         if cap_args:
             argv = [CTTY_HELPER, *cap_args, "--", *argv]
         a += argv
-        return a
+        return Layout(a, view.steps)
     a.append("--")
     a += plan.args
-    return a
+    return Layout(a, view.steps)
 
 
 def walked_trees(plan: Plan) -> tuple[list[str], list[str]]:
@@ -266,12 +343,17 @@ def _floor(view: View, dest: str, kind: str) -> list[str]:
     masked = tenant.PROC_MASKED if kind == "proc" else tenant.SYS_MASKED
     out: list[str] = []
     for rel in masked:
-        if os.path.lexists(f"{base}/{rel}"):
+        if _host_has(f"{base}/{rel}"):
             out += _mask(view, f"{dest.rstrip('/')}/{rel}", f"{base}/{rel}")
     for rel in tenant.PROC_READONLY if kind == "proc" else ():
-        if os.path.lexists(f"{base}/{rel}"):
+        if _host_has(f"{base}/{rel}"):
             out += ["--ro-bind", f"{base}/{rel}", f"{dest.rstrip('/')}/{rel}"]
     return out
+
+
+def _host_has(path: str) -> bool:
+    """Whether this host's kernel has the /proc or /sys entry ``path`` (the floor skips absent ones)."""
+    return os.path.lexists(path)
 
 
 def _protected(view: View, path: str, pointer: str, plan: Plan) -> tuple[str, str | None] | None:

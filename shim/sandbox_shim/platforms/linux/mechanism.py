@@ -92,7 +92,7 @@ class LinuxMechanism:
             LaunchFailed: bwrap or a cgroup write failed; everything made so far is undone.
             BundleInvalid: a path cannot be placed safely inside the rootfs.
         """
-        from .bwrap import Fds, build_args, bwrap_path
+        from .bwrap import Fds, bwrap_path, layout, make_missing
         from .launch import (
             check_sysctl_plan,
             kill_quietly,
@@ -178,8 +178,12 @@ class LinuxMechanism:
                 seccomp_files.append(path)
                 fds[f"seccomp{i}"] = memfd("seccomp", bpf)
                 undo.callback(os.close, fds[f"seccomp{i}"])
-            argv = build_args(plan, Fds(fds["block"], fds["status"],
-                                        [fds[f"seccomp{i}"] for i in range(len(seccomp_files))]))
+            made = layout(plan, Fds(fds["block"], fds["status"],
+                                    [fds[f"seccomp{i}"] for i in range(len(seccomp_files))]))
+            argv = made.argv
+            # the one step of set-up that writes into the rootfs / read-write binds: the mount points
+            # and the cwd the argv names, made before bwrap runs (bwrap.make_missing)
+            make_missing(made.steps, argv[argv.index("--chdir") + 1] if "--chdir" in argv else None)
             sep = argv.index("--")  # options go through --args; bwrap wants the command on its argv
             pty: tuple[int, int] | None = None
             if plan.terminal:
