@@ -247,7 +247,7 @@ class LinuxMechanism:
 
             tmpfs_source.apply(child, tmpfs_source.wanted(plan.mounts))  # /dev/shm from "shm"
             if plan.network == "isolated":
-                # veth + address into the child's network namespace (pyroute2, imported only here)
+                # veth + address into the child's network namespace (rtnetlink, network.py)
                 from . import network
 
                 priv["network"] = network.setup(sandbox.id, child, plan, os.path.dirname(d))
