@@ -150,3 +150,24 @@ def test_a_file_where_a_directory_is_planned_is_refused_before_anything_is_made(
     with pytest.raises(BundleInvalid):
         bwrap.layout(make_plan(load(str(b)), "golden"), bwrap.Fds(5, 6))
     assert tree(b) == before
+
+
+def test_paths_under_a_planned_mount_point_are_protected_as_if_it_were_made(make_bundle: Any,
+                                                                             pinned_floor: None) -> None:
+    """A masked or read-only path inside a directory the argv still has to make is treated as made:
+    the same argv as when the directory already exists (a tmpfs mask over a directory, not a
+    refusal).  Control: the run with the directory made first."""
+    cfg = base_config(["true"])
+    cfg["root"]["readonly"] = False
+    cfg["mounts"].append({"destination": "/opt/app/data", "type": "tmpfs", "source": "tmpfs"})
+    cfg["linux"]["maskedPaths"] = ["/opt/app"]
+    cfg["linux"]["readonlyPaths"] = ["/opt"]
+    planned = make_bundle(copy.deepcopy(cfg), name="planned")
+    made = make_bundle(copy.deepcopy(cfg), name="made")
+    (made / "rootfs" / "opt" / "app" / "data").mkdir(parents=True)
+    a = bwrap.layout(make_plan(load(str(planned)), "golden"), bwrap.Fds(5, 6))
+    b = bwrap.layout(make_plan(load(str(made)), "golden"), bwrap.Fds(5, 6))
+    assert not b.steps and a.steps
+    assert [x.replace(str(planned), "B") for x in a.argv] == [x.replace(str(made), "B") for x in b.argv]
+    assert "--tmpfs" in a.argv[a.argv.index("/opt/app") - 1:a.argv.index("/opt/app")] or \
+        a.argv[a.argv.index("/opt/app") - 1] == "--tmpfs"

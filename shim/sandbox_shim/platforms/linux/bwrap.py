@@ -101,11 +101,32 @@ class _PlannedView(View):
             if not la.writable:
                 raise OSError(errno.EROFS, f"{dest} does not exist and {la.dest} is a read-only bind of "
                               f"{la.host}: it would be created on the host", path)
+            rel = os.path.relpath(host, la.host)
+            parts = rel.split(os.sep)
+            for i in range(1, len(parts)):  # the parents are made too (directories)
+                self._planned.setdefault(os.path.join(la.host, *parts[:i]), True)
             self._planned[host] = is_dir
-            self.steps.append(MakeStep(dest, la.host, os.path.relpath(host, la.host), is_dir))
+            self.steps.append(MakeStep(dest, la.host, rel, is_dir))
         elif is_dir and not (planned if planned is not None else os.path.isdir(host)):
             raise OSError(errno.ENOTDIR, f"{dest} exists and is not a directory", path)
         return dest, la
+
+    def lexists(self, host: str) -> bool:
+        """``os.path.lexists`` as it will be once the recorded steps are made."""
+        return host in self._planned or os.path.lexists(host)
+
+    def isdir(self, host: str) -> bool:
+        """``os.path.isdir`` as it will be once the recorded steps are made."""
+        planned = self._planned.get(host)
+        return planned if planned is not None else os.path.isdir(host)
+
+
+def _lexists(view: View, host: str) -> bool:
+    return view.lexists(host) if isinstance(view, _PlannedView) else os.path.lexists(host)
+
+
+def _isdir(view: View, host: str) -> bool:
+    return view.isdir(host) if isinstance(view, _PlannedView) else os.path.isdir(host)
 
 
 @dataclass
@@ -328,7 +349,7 @@ def walked_trees(plan: Plan) -> tuple[list[str], list[str]]:
 def _mask(view: View, dest: str, host: str) -> list[str]:
     """Hide ``dest``: an empty read-only tmpfs over a directory, /dev/null over anything else."""
     view.masked.add(dest)
-    if os.path.isdir(host):
+    if _isdir(view, host):
         view.add(Layer(dest, "tmpfs"))  # later paths under it find an empty fs, not the rootfs
         return ["--tmpfs", dest, "--remount-ro", dest]
     view.add(Layer(dest, "bind", "/dev/null"))
@@ -395,7 +416,7 @@ def _protected(view: View, path: str, pointer: str, plan: Plan) -> tuple[str, st
     if host is None:
         raise refuse(f"lies in a {layer.fs} mount at {layer.dest}; nothing there can be kept masked or "
                      "read-only", "list a path of the rootfs, a bind, /proc or /sys")
-    if os.path.lexists(host):
+    if _lexists(view, host):
         return dest, host
     tenant_writable = layer.writable and (layer.fs == "bind" or not plan.root_readonly)
     kernel_named = dest.split("/")[1] in ("proc", "sys")  # runtime-spec defaults name kernel files there

@@ -248,7 +248,11 @@ class CgroupManager(ABC):
         if any(d in mine and os.path.isdir(d) for d in self.dirs()):  # never kill in a cgroup we did not make
             self.kill_all(9)
             deadline = time.monotonic() + 5
+            seen: list[int] = []
             while (left := self.pids()) and time.monotonic() < deadline:
+                if left == seen:  # listed although exited (never a busy loop on a stale listing)
+                    time.sleep(0.001)
+                seen = left
                 wait_exited(left, deadline - time.monotonic())
         own = set(self.dirs())
         for d in sorted(created, key=lambda p: p.count("/"), reverse=True):
