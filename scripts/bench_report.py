@@ -150,8 +150,13 @@ def report(results: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             lines.append(f"  {k:<34}{med(xs):8.1f}")
     left = results.get("leftovers")
     if left is not None:
-        n = sum(len(v) for v in left.values())
-        lines.append(f"leftovers found and removed after the run: {n}" + (f" {left}" if n else ""))
+        counts = {k: len(v) for k, v in left.items()}
+        lines.append(
+            "leftovers found and removed after the run: "
+            + ", ".join(f"{k} {n}" for k, n in counts.items())
+            + "  (private_tmpfs: what crun wrote under the hidden "
+            "cgroup2 mount point, inside this run's own tmpfs)"
+        )
     verdicts = verdicts_of(results)
     lines.append("targets (worst of cold/warm):")
     for name, v in verdicts.items():
@@ -165,7 +170,8 @@ def readme_table(results: dict[str, Any]) -> str:
     host = results.get("host", {})
     out = [
         f"One run (`scripts/bench --readme`, {results.get('rounds')} rounds, kernel {host.get('kernel')}, "
-        f"{host.get('cpus')} CPUs); ratios are the worse of cold and warm:",
+        f"{host.get('cpus')} CPUs, `python -I -S -c pass` {med(results.get('per_command', {}).get('bare', [])):.1f} ms); "
+        "ratios are the worse of cold and warm:",
         "",
         "| measure | cold | warm | target | |",
         "|---|---|---|---|---|",
@@ -180,6 +186,20 @@ def readme_table(results: dict[str, Any]) -> str:
         "pss_vs_crun": "PSS per sandbox vs crun",
         "confine_vs_2x_bwrap_plus_20ms": "confine vs 2 x bwrap + 20 ms",
     }
+    for section, key, label in (
+        ("cli_lifecycle", None, "CLI lifecycle"),
+        ("library", "lifecycle", "library lifecycle"),
+    ):
+        sec = results.get(section, {})
+        sec = sec.get(key, {}) if key else sec
+        pre = "library-" if key else ""
+        if sec.get(f"{pre}before") and sec.get(f"{pre}after"):
+            a, b = sec[f"{pre}after"], sec[f"{pre}before"]
+            out.append(
+                f"| {label}, this change vs before it (wall; CPU) | "
+                f"{_m(a, 'cold') / _m(b, 'cold'):.2f}×; {_m(a, 'cold_cpu') / _m(b, 'cold_cpu'):.2f}× | "
+                f"{_m(a, 'warm') / _m(b, 'warm'):.2f}×; {_m(a, 'warm_cpu') / _m(b, 'warm_cpu'):.2f}× | | |"
+            )
     for name, d in v.items():
         modes = d["by_mode"]
         cold = modes.get("cold", next(iter(modes.values())))
