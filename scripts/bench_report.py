@@ -168,9 +168,10 @@ def readme_table(results: dict[str, Any]) -> str:
     """The README's benchmark table (markdown) for one run."""
     v = verdicts_of(results)
     host = results.get("host", {})
+    bare = med(results.get("per_command", {}).get("bare", []))
     out = [
         f"One run (`scripts/bench --readme`, {results.get('rounds')} rounds, kernel {host.get('kernel')}, "
-        f"{host.get('cpus')} CPUs, `python -I -S -c pass` {med(results.get('per_command', {}).get('bare', [])):.1f} ms); "
+        f"{host.get('cpus')} CPUs, `python -I -S -c pass` {bare:.1f} ms); "
         "ratios are the worse of cold and warm:",
         "",
         "| measure | cold | warm | target | |",
