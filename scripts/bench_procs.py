@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import time
 from pathlib import Path
 
 
@@ -15,16 +14,35 @@ def set_subreaper() -> None:
 
 def wait_pid(pid: int, timeout: float = 30.0) -> int:
     """Reap ``pid`` (a child or a re-parented descendant); its exit code.  Raises TimeoutError."""
-    deadline = time.monotonic() + timeout
-    delay = 0.0002
-    while True:
-        got, status = os.waitpid(pid, os.WNOHANG)
-        if got == pid:
-            return os.waitstatus_to_exitcode(status)
-        if time.monotonic() > deadline:
+    return wait_usage(pid, timeout)[0]
+
+
+def wait_usage(pid: int, timeout: float = 30.0) -> tuple[int, float]:
+    """Reap ``pid`` (a child or a re-parented descendant): (its exit code, the CPU ms it and the
+    descendants it reaped used: wait4(2) rusage).  Woken by a pidfd (pidfd_open(2)), not by sleeps.
+    Raises TimeoutError."""
+    import select
+
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        fd = -1
+    try:
+        if fd >= 0 and not select.select([fd], [], [], timeout)[0]:
             raise TimeoutError(f"pid {pid} did not exit within {timeout} s")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.005)
+        _, status, ru = os.wait4(pid, 0)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return os.waitstatus_to_exitcode(status), (ru.ru_utime + ru.ru_stime) * 1000
+
+
+def children_cpu_ms() -> float:
+    """CPU ms of every descendant this process has reaped so far (getrusage(2) RUSAGE_CHILDREN)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (ru.ru_utime + ru.ru_stime) * 1000
 
 
 def reap_all() -> None:
@@ -47,8 +65,8 @@ def process_table() -> dict[int, tuple[int, str]]:
                 stat = Path(f"/proc/{e}/stat").read_text()
             except OSError:
                 continue
-            comm = stat[stat.index("(") + 1:stat.rindex(")")]
-            out[int(e)] = (int(stat[stat.rindex(")") + 2:].split()[1]), comm)
+            comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+            out[int(e)] = (int(stat[stat.rindex(")") + 2 :].split()[1]), comm)
     return out
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -443,3 +444,47 @@ def test_a_create_refused_for_an_existing_cgroup_leaves_it_and_its_processes(mak
         for d in dirs:
             if os.path.isdir(d):
                 os.rmdir(d)
+
+
+def test_every_thread_and_child_of_the_sandbox_is_in_each_of_its_cgroups(make_bundle,
+                                                                        state_root: Path) -> None:
+    """The join before bwrap's exec (v1: ``0`` into ``tasks``, which moves only the writing thread)
+    places the whole container process and whatever it forks: every thread of every process of the
+    sandbox is listed in ``tasks``/``cgroup.threads`` of each of its cgroup directories, and each
+    process's /proc/PID/cgroup names the sandbox's cgroup in every hierarchy it uses.  Control: the
+    host's own shell is not listed there."""
+    if not linux_root:
+        pytest.skip("needs root on Linux (real cgroups)")
+    sid = f"cg-join-{uuid.uuid4().hex[:6]}"
+    cfg = base_config(["sh", "-c", "sleep 60 & sleep 60 & wait"])
+    r = run_shim(state_root, "create", "--bundle", str(make_bundle(cfg)), sid)
+    assert r.returncode == 0, r.stderr
+    try:
+        assert run_shim(state_root, "start", sid).returncode == 0
+        pid = json.loads(run_shim(state_root, "state", sid).stdout)["pid"]
+        dirs = cgroup_dirs(sid)
+        assert dirs, "no cgroup directory for the sandbox"
+        procs: set[int] = set()
+        for _ in range(200):  # both sleeps forked
+            procs = {pid} | {int(c) for t in os.listdir(f"/proc/{pid}/task")
+                             for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()}
+            if len(procs) >= 3:
+                break
+            time.sleep(0.01)
+        assert len(procs) >= 3, procs
+        threads = {int(t) for p in procs for t in os.listdir(f"/proc/{p}/task")}
+        for d in dirs:
+            name = "tasks" if os.path.exists(os.path.join(d, "tasks")) else "cgroup.threads"
+            listed = {int(x) for x in Path(d, name).read_text().split()}
+            assert threads <= listed, (d, threads - listed)
+            assert os.getpid() not in listed  # the control: a host process is not there
+        for p in procs:
+            lines = Path(f"/proc/{p}/cgroup").read_text().splitlines()
+            for d in dirs:
+                rel = d.split("/sys/fs/cgroup/", 1)[1]
+                hier, _, path = rel.partition("/")
+                if not os.path.exists(os.path.join(d, "tasks")):  # the v2 mount itself: hierarchy 0
+                    path = rel if hier == "sandbox-shim" else path
+                assert any(line.endswith(":/" + path) for line in lines), (p, d, lines)
+    finally:
+        run_shim(state_root, "delete", "--force", sid)

@@ -241,6 +241,25 @@ def test_lifecycle_without_network_never_imports_pyroute2(make_bundle: Any, stat
     assert r.returncode == 0 and "CLEAN" in r.stdout, r.stdout + r.stderr
 
 
+def test_isolated_create_and_delete_never_import_pyroute2(make_bundle: Any, state_root: Path) -> None:
+    """The veth link is made and removed over a plain netlink socket (rtnetlink.py).  Control: the link
+    exists while the sandbox does, so the requests really ran."""
+    bundle = make_bundle(_config(["sleep", "30"], "isolated", PORT), name="lean")
+    code = ("import json, os, sys; from sandbox_shim.cli.lifecycle import main; r = sys.argv[1]\n"
+            "assert main(['--root', r, 'create', '--bundle', sys.argv[2], 'lean']) == 0\n"
+            "from sandbox_shim.platforms.linux.rtnetlink import Rtnl\n"
+            "from sandbox_shim.platforms.linux.network import link_name\n"
+            "name = link_name(r, 'lean')\n"
+            "with Rtnl() as n: assert n.link_index(name) is not None, 'no link'\n"
+            "assert main(['--root', r, 'delete', '--force', 'lean']) == 0\n"
+            "with Rtnl() as n: assert n.link_index(name) is None, 'link left'\n"
+            "assert 'pyroute2' not in sys.modules, 'pyroute2 imported'\n"
+            "print('LEAN')")
+    r = subprocess.run([sys.executable, "-c", code, str(state_root), str(bundle)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and "LEAN" in r.stdout, r.stdout + r.stderr
+
+
 # -- teardown -------------------------------------------------------------------------------------------
 def test_delete_removes_the_link_and_the_marker(make_bundle: Any, state_root: Path) -> None:
     from sandbox_shim.platforms.linux import network

@@ -10,13 +10,14 @@ symlink-free: bwrap resolves its destinations while the host's root is still rea
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 
 from ...errors import BundleInvalid, BundleProblem
 from ...hardening import tenant
 from ...hardening.tenant import pid_problem
-from ...paths import Layer, View
+from ...paths import HOST_BACKED, Layer, View, ensure_in_root
 from ...plan import Plan
 from .locate import bwrap_path as bwrap_path  # re-exported: one lookup (locate.py)
 
@@ -62,8 +63,97 @@ def _refuse(pointer: str, what: str, e: OSError, fix: str) -> BundleInvalid:
     return BundleInvalid([BundleProblem(pointer, f"{what}: {e.strerror}", rule, fix)])
 
 
+@dataclass(frozen=True)
+class MakeStep:
+    """One mount point or cwd the argv needs that does not exist yet: made by ``make_missing`` in the
+    host tree ``root`` (the rootfs or a read-write bind source) at ``rel``, before bwrap runs."""
+
+    dest: str  # the sandbox path, as in the argv
+    root: str
+    rel: str
+    is_dir: bool
+
+
+class _PlannedView(View):
+    """A ``View`` whose ``ensure`` creates nothing: it runs the same checks (EROFS in a read-only bind,
+    a file where a directory is needed) and records a ``MakeStep`` for each missing path, so the
+    argument vector is a function of the Plan and the trees it names, and the one side effect is an
+    explicit step (``make_missing``).  Later look-ups see a recorded path as made."""
+
+    def __init__(self, rootfs: str) -> None:
+        super().__init__(rootfs)
+        self.steps: list[MakeStep] = []
+        self._planned: dict[str, bool] = {}  # host path -> is_dir
+
+    def ensure(self, path: str, is_dir: bool = True) -> tuple[str, Layer]:
+        dest, la = self.resolve(path)
+        host = self.host_of(dest)
+        if la.fs not in HOST_BACKED or host is None:
+            return dest, la
+        planned = self._planned.get(host)
+        if planned is None and not os.path.lexists(host):
+            if not la.writable:
+                raise OSError(errno.EROFS, f"{dest} does not exist and {la.dest} is a read-only bind of "
+                              f"{la.host}: it would be created on the host", path)
+            rel = os.path.relpath(host, la.host)
+            parts = rel.split(os.sep)
+            for i in range(1, len(parts)):  # the parents are made too (directories)
+                self._planned.setdefault(os.path.join(la.host, *parts[:i]), True)
+            self._planned[host] = is_dir
+            self.steps.append(MakeStep(dest, la.host, rel, is_dir))
+        elif is_dir and not (planned if planned is not None else os.path.isdir(host)):
+            raise OSError(errno.ENOTDIR, f"{dest} exists and is not a directory", path)
+        return dest, la
+
+    def lexists(self, host: str) -> bool:
+        """``os.path.lexists`` as it will be once the recorded steps are made."""
+        return host in self._planned or os.path.lexists(host)
+
+    def isdir(self, host: str) -> bool:
+        """``os.path.isdir`` as it will be once the recorded steps are made."""
+        planned = self._planned.get(host)
+        return planned if planned is not None else os.path.isdir(host)
+
+
+def _lexists(view: View, host: str) -> bool:
+    return view.lexists(host) if isinstance(view, _PlannedView) else os.path.lexists(host)
+
+
+def _isdir(view: View, host: str) -> bool:
+    return view.isdir(host) if isinstance(view, _PlannedView) else os.path.isdir(host)
+
+
+@dataclass
+class Layout:
+    """``build_args``' result: the argument vector and the paths to make before bwrap runs."""
+
+    argv: list[str]
+    steps: list[MakeStep]
+
+
+def make_missing(steps: list[MakeStep], cwd: str | None = None) -> None:
+    """Make each path in ``steps`` in its host tree, one component at a time without following a link
+    out of it (``paths.ensure_in_root``).  ``cwd`` (the resolved cwd) names the step to refuse at
+    ``/process/cwd``; the others are mount points (``/mounts``).
+
+    Raises:
+        BundleInvalid: a path cannot be made (exists with the wrong type, a link leads out, EXDEV).
+    """
+    for st in steps:
+        try:
+            ensure_in_root(st.root, st.rel, st.is_dir)
+        except OSError as e:
+            if st.dest == cwd:
+                raise _refuse("/process/cwd", f"cwd {st.dest} cannot be made inside the sandbox", e,
+                              "use an existing directory") from e
+            raise _refuse("/mounts", f"mount point {st.dest} cannot be made inside the sandbox", e,
+                          "fix the destination, or the symlink in the rootfs or storage it goes "
+                          "through") from e
+
+
 def _dest(view: View, dest: str, is_dir: bool = True) -> str:
-    """A mount destination resolved in the sandbox's tree, made if missing (rootfs / rw bind only)."""
+    """A mount destination resolved in the sandbox's tree; recorded to be made if missing (rootfs /
+    rw bind only: ``_PlannedView``)."""
     try:
         return view.ensure(dest, is_dir)[0]
     except OSError as e:
@@ -72,11 +162,19 @@ def _dest(view: View, dest: str, is_dir: bool = True) -> str:
 
 
 def build_args(plan: Plan, fds: Fds) -> list[str]:
-    """The bwrap argument list (without the executable) for ``plan``.
+    """The bwrap argument list (without the executable) for ``plan``; creates nothing.  The mount
+    points and cwd it names that are missing are ``layout(plan, fds).steps``, made by
+    ``make_missing`` before bwrap runs.
 
     Raises:
         BundleInvalid: a destination or the cwd cannot be placed inside the sandbox safely.
     """
+    return layout(plan, fds).argv
+
+
+def layout(plan: Plan, fds: Fds) -> Layout:
+    """``Layout(argv, steps)`` for ``plan`` (see ``build_args``).  Reads the rootfs and bind sources
+    (lstat, readlink) and the host's /proc and /sys (which kernel files exist); writes nothing."""
     a: list[str] = []
     for t in plan.unshare:
         if t in UNSHARE_FLAGS and t != "user":
@@ -111,7 +209,7 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
     if problem:
         raise BundleInvalid([problem])
     _refuse_exposed(plan)
-    view = View(plan.rootfs)
+    view = _PlannedView(plan.rootfs)
     a += ["--bind", plan.rootfs, "/"]
     for mt in plan.mounts:
         if mt.kind == "bind":
@@ -211,10 +309,10 @@ def build_args(plan: Plan, fds: Fds) -> list[str]:
         if cap_args:
             argv = [CTTY_HELPER, *cap_args, "--", *argv]
         a += argv
-        return a
+        return Layout(a, view.steps)
     a.append("--")
     a += plan.args
-    return a
+    return Layout(a, view.steps)
 
 
 def walked_trees(plan: Plan) -> tuple[list[str], list[str]]:
@@ -245,7 +343,7 @@ def walked_trees(plan: Plan) -> tuple[list[str], list[str]]:
 def _mask(view: View, dest: str, host: str) -> list[str]:
     """Hide ``dest``: an empty read-only tmpfs over a directory, /dev/null over anything else."""
     view.masked.add(dest)
-    if os.path.isdir(host):
+    if _isdir(view, host):
         view.add(Layer(dest, "tmpfs"))  # later paths under it find an empty fs, not the rootfs
         return ["--tmpfs", dest, "--remount-ro", dest]
     view.add(Layer(dest, "bind", "/dev/null"))
@@ -260,12 +358,17 @@ def _floor(view: View, dest: str, kind: str) -> list[str]:
     masked = tenant.PROC_MASKED if kind == "proc" else tenant.SYS_MASKED
     out: list[str] = []
     for rel in masked:
-        if os.path.lexists(f"{base}/{rel}"):
+        if _host_has(f"{base}/{rel}"):
             out += _mask(view, f"{dest.rstrip('/')}/{rel}", f"{base}/{rel}")
     for rel in tenant.PROC_READONLY if kind == "proc" else ():
-        if os.path.lexists(f"{base}/{rel}"):
+        if _host_has(f"{base}/{rel}"):
             out += ["--ro-bind", f"{base}/{rel}", f"{dest.rstrip('/')}/{rel}"]
     return out
+
+
+def _host_has(path: str) -> bool:
+    """Whether this host's kernel has the /proc or /sys entry ``path`` (the floor skips absent ones)."""
+    return os.path.lexists(path)
 
 
 def _protected(view: View, path: str, pointer: str, plan: Plan) -> tuple[str, str | None] | None:
@@ -307,7 +410,7 @@ def _protected(view: View, path: str, pointer: str, plan: Plan) -> tuple[str, st
     if host is None:
         raise refuse(f"lies in a {layer.fs} mount at {layer.dest}; nothing there can be kept masked or "
                      "read-only", "list a path of the rootfs, a bind, /proc or /sys")
-    if os.path.lexists(host):
+    if _lexists(view, host):
         return dest, host
     tenant_writable = layer.writable and (layer.fs == "bind" or not plan.root_readonly)
     kernel_named = dest.split("/")[1] in ("proc", "sys")  # runtime-spec defaults name kernel files there

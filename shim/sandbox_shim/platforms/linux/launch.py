@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 
 from ...errors import LaunchFailed
 from . import process as procs
@@ -22,32 +21,12 @@ if TYPE_CHECKING:
 READY_TIMEOUT = 30.0  # seconds bwrap may take to set up mounts
 
 
-def seccomp_programs(plan: Plan) -> list[bytes]:
-    """BPF programs for the sandbox, in load order: the tenant filter, then the bundle's own section.
+def seccomp_programs(plan: Plan, cache_dir: str | None = None) -> list[bytes]:
+    """BPF programs for the sandbox, in load order (``seccomp_cache.compile_programs``), read from
+    ``cache_dir`` (``ROOT/.seccomp``) when compiled before for the same inputs and host."""
+    from .seccomp_cache import programs
 
-    With ``sandbox-shim.allow-nested-userns`` the tenant filter leaves out its namespace rules
-    (unshare, setns, clone/clone3 with namespace flags).
-    """
-    from .seccomp import compile_bpf, default_tenant_section
-
-    tenant = default_tenant_section()
-    if plan.allow_nested_userns:
-        ns_calls = {"unshare", "clone", "clone3", "setns"}
-        rules = []
-        for rule in tenant["syscalls"]:
-            names = [n for n in rule["names"] if n not in ns_calls]
-            if names:
-                rules.append({**rule, "names": names})
-        tenant = {**tenant, "syscalls": rules}
-    from .seccomp import numbered_program
-
-    programs = [compile_bpf(tenant)]
-    extra = numbered_program()  # tenant denials this libseccomp cannot name (open_tree_attr)
-    if extra:
-        programs.append(extra)
-    if plan.seccomp is not None:
-        programs.append(compile_bpf(plan.seccomp))
-    return programs
+    return programs(plan, cache_dir)
 
 
 def memfd(name: str, data: bytes) -> int:
@@ -66,7 +45,8 @@ def spawn_bwrap(argv: list[str], fds: list[int], stdio_fds: tuple[int, ...] | No
         stdio_fds: (stdin, stdout, stderr) for bwrap and so the sandbox — a pty slave thrice for a
             terminal sandbox, the library caller's choice, or None for this process's own.
         joins: ``(type, fd)`` namespaces to setns(2) into in the child before exec (namespaces.enter).
-        cgroup_procs: ``cgroup.procs`` files the child writes itself into before exec (cgroups(7)).
+        cgroup_procs: the files the child writes ``0`` into before exec, to place itself in the
+            sandbox's cgroups (``CgroupManager.join_files``: v1 ``tasks``, v2 ``cgroup.procs``).
         groups: the supplementary groups bwrap (so the sandbox) gets — exactly these, never the
             caller's (setgroups(2) in the child; bwrap has no option for it and keeps its own).
         umask: umask(2) for bwrap and so the sandbox (``process.user.umask``), None: the caller's.
@@ -92,7 +72,7 @@ def spawn_bwrap(argv: list[str], fds: list[int], stdio_fds: tuple[int, ...] | No
         for path in procs:
             fd = os.open(path, os.O_WRONLY)
             try:
-                os.write(fd, b"0")  # "0" moves the writing process (cgroup-v2.rst, cgroup-v1 tasks)
+                os.write(fd, b"0")  # "0": the writer itself (this child has one thread: fork(2))
             finally:
                 os.close(fd)
         if joins:
@@ -132,32 +112,102 @@ def check_sysctl_plan(plan: Plan) -> None:
     check_sysctl({"linux": {"sysctl": plan.sysctl, "namespaces": ns}})
 
 
-def wait_ready(proc: subprocess.Popen[bytes], status_file: str, block_fd: int) -> int:
-    """Wait until bwrap's child blocks on the FIFO; return its pid.
+def child_pid_from(info: bytes) -> int | None:
+    """The ``child-pid`` of the JSON object bwrap writes to ``--info-fd``, once it is whole."""
+    import json
+
+    try:
+        obj = json.loads(info)
+    except ValueError:  # not all of it yet
+        return None
+    pid = obj.get("child-pid") if isinstance(obj, dict) else None
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
+
+
+def wait_ready(proc: subprocess.Popen[bytes], info_fd: int, block_fd: int,
+               timeout: float = READY_TIMEOUT) -> int:
+    """Wait until bwrap's child blocks on the FIFO; return its pid.  Woken by events, not by sleeps:
+
+    1. the child's pid: ``info_fd`` is the read end of the pipe bwrap's ``--info-fd`` writes
+       ``{"child-pid": N, ...}`` into and closes (bubblewrap.c); poll(2) on it and on a pidfd of the
+       outer bwrap (pidfd_open(2): readable once it exited), so a bwrap that dies is seen at once.
+    2. the child held: bwrap's child does its mounts, the two pivots and the unmount of the old root,
+       drops its privileges and then read(2)s the block fd.  Each mount-table change of its namespace
+       wakes this wait (/proc/PID/mountinfo is pollable: POLLPRI on every change, proc(5)); after a
+       wake-up the child is checked at 50 µs, doubling, until it sits in read(2) on ``block_fd``
+       (/proc/PID/syscall).  bwrap signals nothing between its last unmount and the read, so the
+       re-check interval resets at each mount event and never exceeds 2 ms.
 
     Raises:
-        LaunchFailed: bwrap exited first (its own message went to the sandbox's stderr).
+        LaunchFailed: bwrap exited first (its own message went to the sandbox's stderr), or did not
+            finish within ``timeout`` seconds.
     """
-    child: list[int] = []
+    import select
+    import subprocess
+    import time
 
-    def ready() -> bool:
-        if proc.poll() is not None:
-            return True
-        if not child:
-            pid = procs.status_field(status_file, "child-pid")
-            if pid is None:
+    deadline = time.monotonic() + timeout
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except OSError:  # already reaped: fails below
+        pidfd = -1
+    child: int | None = None
+    try:
+        info = b""
+        while child is None and proc.poll() is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            ready, _, _ = select.select([info_fd, *([pidfd] if pidfd >= 0 else [])], [], [], left)
+            if info_fd in ready:
+                data = os.read(info_fd, 65536)
+                if not data:  # every copy of the write end closed without a pid: bwrap failed
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                    break
+                info += data
+                child = child_pid_from(info)
+            elif ready:  # the pidfd: the outer bwrap is gone
+                break
+        if child is not None and _wait_held(proc, pidfd, child, block_fd, deadline):
+            return child
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+    rc = proc.poll()
+    raise LaunchFailed(
+        f"bwrap failed to set up the sandbox (exit status {rc})" if rc is not None
+        else f"bwrap did not finish setting up within {timeout:.0f} s",
+        "see bwrap's message above; check mounts, rootfs and namespaces in config.json")
+
+
+def _wait_held(proc: subprocess.Popen[bytes], pidfd: int, child: int, block_fd: int, deadline: float) -> bool:
+    """Phase 2 of ``wait_ready``: True once ``child`` sits in read(2) on ``block_fd``."""
+    import select
+    import time
+
+    try:
+        mounts = os.open(f"/proc/{child}/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False  # the child is gone already
+    try:
+        interval = 0.00005
+        while True:
+            if procs.blocked_on_fd(child, block_fd):
+                return proc.poll() is None
+            if proc.poll() is not None:
                 return False
-            child.append(int(pid))
-        return procs.blocked_on_fd(child[0], block_fd)
-
-    ok = procs.wait_for(ready, READY_TIMEOUT)
-    if proc.poll() is not None or not ok or not child:
-        rc = proc.poll()
-        raise LaunchFailed(
-            f"bwrap failed to set up the sandbox (exit status {rc})" if rc is not None
-            else f"bwrap did not finish setting up within {READY_TIMEOUT:.0f} s",
-            "see bwrap's message above; check mounts, rootfs and namespaces in config.json")
-    return child[0]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            watch = [pidfd] if pidfd >= 0 else []
+            ready, _, changed = select.select(watch, [], [mounts], min(interval, left))
+            if ready:
+                return procs.blocked_on_fd(child, block_fd) and proc.poll() is None
+            interval = 0.00005 if changed else min(interval * 2, 0.002)
+    finally:
+        os.close(mounts)
 
 
 def kill_quietly(proc: subprocess.Popen[bytes]) -> None:
@@ -165,4 +215,3 @@ def kill_quietly(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
     with contextlib.suppress(Exception):
         proc.wait(timeout=5)
-    time.sleep(0)

@@ -22,14 +22,13 @@ from __future__ import annotations
 import _signal  # type: ignore[import-not-found]  # the C module: ``signal`` loads enum on every verb
 import contextlib
 import os
-import time
 
 from ...errors import LaunchFailed
 from ...mechanism import Sandbox, Status, Usage
 from ...state import proc_start_time, same_process
 from . import process as procs
 from .cgroups import Limits, manager
-from .residue import reserve_state_files, write_state_file
+from .residue import make_fifo, write_state_file
 
 TYPE_CHECKING = False  # typing is not loaded at run time: the lifecycle verbs stay cheap
 if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load them
@@ -103,7 +102,7 @@ class LinuxMechanism:
 
         if not isinstance(plan, Plan):
             raise LaunchFailed(f"{type(plan).__name__} is not a Linux plan", "plan with make_plan")
-        from .bwrap import Fds, build_args, bwrap_path
+        from .bwrap import Fds, bwrap_path, layout, make_missing
         from .launch import (
             check_sysctl_plan,
             kill_quietly,
@@ -165,30 +164,35 @@ class LinuxMechanism:
             cg.apply(limits)
 
             fifo = os.path.join(d, "exec.fifo")
-            status_file = os.path.join(d, "bwrap-info.json")
-            # the state dir's files, with the page bwrap's --info-fd write needs, before anything runs:
-            # a full state root is StateUnwritable here, not a bwrap failure later
-            reserve_state_files(fifo, status_file)
+            make_fifo(fifo)  # a full or read-only state root is StateUnwritable here, before anything runs
             priv.update(fifo=fifo, pidns="pid" in plan.unshare)
             # bwrap inherits these with the same numbers; the block fd's number is unique in its
             # child, which makes the /proc/PID/syscall readiness check unambiguous.
             fds: dict[str, int] = {}
             fds["block"] = os.open(fifo, os.O_RDWR | os.O_CLOEXEC)
             undo.callback(os.close, fds["block"])
-            fds["status"] = os.open(status_file, os.O_WRONLY | os.O_CLOEXEC)  # bwrap writes from offset 0
-            undo.callback(os.close, fds["status"])
+            # --info-fd is a pipe: its read end wakes wait_ready when bwrap writes the child's pid
+            info_r, fds["status"] = os.pipe2(os.O_CLOEXEC)
+            undo.callback(os.close, info_r)
+            undo.callback(_close_if_held, fds, "status")  # closed by this process once bwrap runs
             # The tenant filter is always loaded; a bundle's own linux.seccomp is stacked on top of it
             # (the kernel applies every filter, the most restrictive answer wins: seccomp(2)), so a
             # bundle can narrow the profile but never widen it.
             seccomp_files = []
-            for i, bpf in enumerate(seccomp_programs(plan)):
+            state_root = getattr(self, "root", None)
+            cache = os.path.join(state_root, ".seccomp") if state_root else None
+            for i, bpf in enumerate(seccomp_programs(plan, cache)):
                 path = os.path.join(d, f"seccomp-{i}.bpf")  # exec'd processes load the same filters
                 write_state_file(path, bpf)
                 seccomp_files.append(path)
                 fds[f"seccomp{i}"] = memfd("seccomp", bpf)
                 undo.callback(os.close, fds[f"seccomp{i}"])
-            argv = build_args(plan, Fds(fds["block"], fds["status"],
-                                        [fds[f"seccomp{i}"] for i in range(len(seccomp_files))]))
+            made = layout(plan, Fds(fds["block"], fds["status"],
+                                    [fds[f"seccomp{i}"] for i in range(len(seccomp_files))]))
+            argv = made.argv
+            # the one step of set-up that writes into the rootfs / read-write binds: the mount points
+            # and the cwd the argv names, made before bwrap runs (bwrap.make_missing)
+            make_missing(made.steps, argv[argv.index("--chdir") + 1] if "--chdir" in argv else None)
             sep = argv.index("--")  # options go through --args; bwrap wants the command on its argv
             pty: tuple[int, int] | None = None
             if plan.terminal:
@@ -226,7 +230,7 @@ class LinuxMechanism:
             try:
                 # bwrap starts inside the sandbox's cgroup, so the cgroup namespace it makes is rooted
                 # there and its child never runs outside it (one migration, paid before exec)
-                procs_files = [os.path.join(x, "cgroup.procs") for x in cg.dirs() if os.path.isdir(x)]
+                procs_files = cg.join_files()
                 proc = spawn_bwrap([bwrap, "--args", str(fds["args"]), *argv[sep:]],
                                    [*fds.values(), *preserved], (pty[1],) * 3 if pty else priv.get("stdio"),
                                    joins, procs_files, umask=plan.umask,
@@ -238,8 +242,9 @@ class LinuxMechanism:
                 for _, jfd in joins:
                     os.close(jfd)
             undo.callback(kill_quietly, proc)
+            os.close(fds.pop("status"))  # bwrap holds the write end now: EOF once it closes it
             cg.placed()
-            child = wait_ready(proc, status_file, fds["block"])
+            child = wait_ready(proc, info_r, fds["block"])
             held.transfer(child)  # the claim lives as long as the sandbox's first process
             child_start = proc_start_time(child)
             undo.callback(_kill_child, child, child_start)
@@ -251,7 +256,7 @@ class LinuxMechanism:
 
             tmpfs_source.apply(child, tmpfs_source.wanted(plan.mounts))  # /dev/shm from "shm"
             if plan.network == "isolated":
-                # veth + address into the child's network namespace (pyroute2, imported only here)
+                # veth + address into the child's network namespace (rtnetlink, network.py)
                 from . import network
 
                 priv["network"] = network.setup(sandbox.id, child, plan, os.path.dirname(d))
@@ -271,7 +276,7 @@ class LinuxMechanism:
                          "userns": "user" in plan.unshare},
             )
             undo.pop_all()
-            for fd in fds.values():
+            for fd in (*fds.values(), info_r):
                 os.close(fd)
 
     # -- start ----------------------------------------------------------------------------------
@@ -411,17 +416,42 @@ class LinuxMechanism:
         return [p for p in cg.pids() if proc_start_time(p) is not None]
 
 
+def _close_if_held(fds: dict[str, int], name: str) -> None:
+    """Close ``fds[name]`` unless it was closed (and popped) already: never a number reused since."""
+    fd = fds.pop(name, None)
+    if fd is not None:
+        os.close(fd)
+
+
 def _kill_child(pid: int, start: int | None) -> None:
     """SIGKILL the container process if it is still the one recorded; reap it if it is our child
-    (the library case), waiting up to 5 s, so a long-running caller collects no zombies."""
-    if same_process(pid, start):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, _signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while pid and start is not None and proc_start_time(pid) == start and time.monotonic() < deadline:
-        if procs.parent_of(pid) != os.getpid() or procs.reap(pid, start) is not None:
+    (the library case), waiting up to 5 s, so a long-running caller collects no zombies.
+
+    The process is held by a pidfd opened before its identity (pid + start time) is checked, so the
+    signal and the wait reach that process even if the pid were reused (pidfd_send_signal(2)); the
+    wait is poll(2) on the pidfd (readable once it exited), not a sleep.
+    """
+    if not pid or start is None:
+        return
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # gone already
+        return
+    try:
+        if proc_start_time(pid) != start:
             return
-        time.sleep(0.01)
+        with contextlib.suppress(ProcessLookupError):
+            _signal.pidfd_send_signal(pidfd, _signal.SIGKILL)
+        if procs.parent_of(pid) != os.getpid():
+            return
+        import select
+
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        poller.poll(5000)
+        procs.reap(pid, start)
+    finally:
+        os.close(pidfd)
 
 
 def record_exit(state_dir: str, code: int, raw: int | None = None) -> None:

@@ -12,44 +12,6 @@ process has reaped it the status is that process's alone, as with runc.
 from __future__ import annotations
 
 import os
-import time
-
-from ...fastjson import raw_decode
-
-TYPE_CHECKING = False  # typing is not loaded at run time: the lifecycle verbs import this module
-if TYPE_CHECKING:
-    from typing import Any
-
-
-def read_status_file(path: str) -> list[dict[str, Any]]:
-    """The JSON objects bwrap wrote to ``--info-fd`` (``child-pid`` and the namespace ids)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError:
-        return []
-    out: list[dict[str, Any]] = []
-    i = 0
-    while i < len(text):
-        while i < len(text) and text[i].isspace():
-            i += 1
-        if i >= len(text):
-            break
-        try:
-            obj, i = raw_decode(text, i)
-        except ValueError:
-            break  # a record still being written
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
-
-
-def status_field(path: str, key: str) -> Any:
-    for obj in read_status_file(path):
-        if key in obj:
-            return obj[key]
-    return None
-
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -126,15 +88,3 @@ def blocked_on_fd(pid: int, fd: int) -> bool:
         return False
     # read(2) is syscall 0 on x86_64 and 63 on aarch64
     return len(parts) > 1 and parts[0] in ("0", "63") and int(parts[1], 16) == fd
-
-
-def wait_for(cond: Any, timeout: float, interval: float = 0.0005) -> bool:
-    """Poll ``cond()`` until true or ``timeout`` seconds pass (interval grows to 10 ms)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if cond():
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval)
-        interval = min(interval * 2, 0.01)

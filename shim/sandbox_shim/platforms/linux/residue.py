@@ -27,11 +27,6 @@ if TYPE_CHECKING:
 
 PROBE_PREFIX = ".probe-"
 
-#: bytes reserved in the --info-fd file: bwrap writes one JSON object there (child pid, namespace ids),
-#: a few hundred bytes; whitespace after it is skipped by ``process.read_status_file``
-INFO_RESERVE = 4096
-
-
 def _unwritable(path: str, e: OSError) -> Exception:
     from ...errors import StateUnwritable
 
@@ -47,15 +42,12 @@ def write_state_file(path: str, data: bytes) -> None:
         raise _unwritable(path, e) from e
 
 
-def reserve_state_files(fifo: str, info: str) -> None:
-    """Make the start FIFO and the --info-fd file, the latter filled with ``INFO_RESERVE`` spaces so
-    bwrap's own write there cannot meet a full state root (it would die with "Write to info_fd"
-    after the sandbox was half set up).  Raises ``StateUnwritable``."""
+def make_fifo(fifo: str) -> None:
+    """Make the start FIFO of the sandbox's state dir.  Raises ``StateUnwritable`` (no space, read-only)."""
     try:
         os.mkfifo(fifo, 0o600)
     except OSError as e:
         raise _unwritable(fifo, e) from e
-    write_state_file(info, b" " * INFO_RESERVE)
 
 
 def sweep_probe_cgroups(layout: Layout | None = None) -> list[str]:

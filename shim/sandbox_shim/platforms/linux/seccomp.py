@@ -32,9 +32,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Any
 
 from sandbox_shim.errors import BundleInvalid, BundleProblem, CannotEnforce, LaunchFailed
+
+TYPE_CHECKING = False  # typing is not loaded at run time (bundle validation imports this module)
+if TYPE_CHECKING:
+    from typing import Any
 
 SPEC = "OCI runtime-spec config-linux.md#seccomp"
 
@@ -169,6 +172,18 @@ def _lib() -> Any:
     return pyseccomp
 
 
+def _resolver() -> Any:
+    """``name -> number`` for the native arch through the thin binding (``libseccomp.py``: no
+    pyseccomp import, so no ``ldconfig -p``).  Raises CannotEnforce when libseccomp is missing."""
+    from . import libseccomp
+
+    try:
+        libseccomp.load()
+    except OSError as e:
+        raise CannotEnforce("seccomp", f"libseccomp is not usable on this host: {e}") from e
+    return libseccomp.resolve
+
+
 def _show(name: str) -> str:
     """A syscall name as it may appear in a message: quoted and cut short."""
     return repr(name[:64] + ("…" if len(name) > 64 else ""))
@@ -294,7 +309,7 @@ def validate(section: dict[str, Any] | None, pointer: str = "/linux/seccomp") ->
     out: list[BundleProblem] = []
     if not isinstance(section, dict):
         return [BundleProblem(pointer, "linux.seccomp must be an object", SPEC)]
-    s = _lib()
+    resolve = _resolver()
     _check_action(section, "defaultAction", "defaultErrnoRet", pointer, out)
     arches = section.get("architectures", [])
     if not isinstance(arches, list):
@@ -338,7 +353,7 @@ def validate(section: dict[str, Any] | None, pointer: str = "/linux/seccomp") ->
             if not isinstance(name, str) or not name:
                 out.append(BundleProblem(f"{p}/names/{j}", "a syscall name must be a non-empty string",
                                          f"{SPEC}: syscalls[].names"))
-            elif s.resolve_syscall(s.Arch.NATIVE, name) == -1:  # __NR_SCMP_ERROR
+            elif resolve(name) == -1:  # __NR_SCMP_ERROR
                 out.append(BundleProblem(f"{p}/names/{j}", f"unknown syscall {_show(name)}: this host's "
                                          "libseccomp cannot resolve it",
                                          "libseccomp seccomp_syscall_resolve_name(3)",

@@ -82,6 +82,37 @@ def rmdir_retry(path: str, tries: int = 50, delay: float = 0.02) -> None:
     raise LaunchFailed(f"cannot remove cgroup {path}: still busy", "kill the processes left in it")
 
 
+def wait_exited(pids: list[int], timeout: float) -> None:
+    """Return once every process in ``pids`` has exited, or after ``timeout`` seconds: woken by the
+    kernel, not by sleeps (a pidfd polls readable once its process has exited: pidfd_open(2)).  A pid
+    already gone counts as exited.  (A pid reused between the caller's listing and pidfd_open is
+    waited for too, up to ``timeout``: never longer, never a signal.)"""
+    import select
+
+    fds = []
+    for pid in pids:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except OSError:  # ESRCH: gone already
+            pass
+    try:
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        pending = len(fds)
+        deadline = time.monotonic() + timeout
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            for fd, _ in poller.poll(max(1, int(left * 1000))):
+                poller.unregister(fd)
+                pending -= 1
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def rmdir_parent(path: str) -> None:
     """rmdir a parent cgroup we made, unless it is gone or still holds another cgroup (not an error)."""
     try:
@@ -181,6 +212,14 @@ class CgroupManager(ABC):
     def oom_killed(self) -> bool:
         """True if the kernel's OOM killer acted inside this cgroup."""
 
+    def join_files(self) -> list[str]:
+        """The files a single-threaded process about to execve(2) writes ``0`` into to place itself in
+        this cgroup (every existing directory of ``dirs()``): ``cgroup.procs`` here, which moves the
+        whole thread group (cgroup-v2.rst "Processes"; a domain cgroup takes no thread through
+        ``cgroup.threads``, which works only inside a threaded subtree, cgroup-v2.rst "Threads").
+        Children forked after the write are born in the cgroup (cgroups(7))."""
+        return [os.path.join(d, "cgroup.procs") for d in self.dirs() if os.path.isdir(d)]
+
     def placed(self) -> None:
         """The sandbox's first process is in the cgroup: drop whatever held it until then (systemd's
         placeholder); a no-op for the cgroupfs managers."""
@@ -202,7 +241,7 @@ class CgroupManager(ABC):
                     pass
             if signum == 9:
                 self.freeze(False)
-                time.sleep(0.01)
+                wait_exited(pids, 0.1)  # then look again: none can have forked while frozen
             else:
                 return
 
@@ -217,8 +256,12 @@ class CgroupManager(ABC):
         if any(d in mine and os.path.isdir(d) for d in self.dirs()):  # never kill in a cgroup we did not make
             self.kill_all(9)
             deadline = time.monotonic() + 5
-            while self.pids() and time.monotonic() < deadline:
-                time.sleep(0.01)
+            seen: list[int] = []
+            while (left := self.pids()) and time.monotonic() < deadline:
+                if left == seen:  # listed although exited (never a busy loop on a stale listing)
+                    time.sleep(0.001)
+                seen = left
+                wait_exited(left, deadline - time.monotonic())
         own = set(self.dirs())
         for d in sorted(created, key=lambda p: p.count("/"), reverse=True):
             if d in own:

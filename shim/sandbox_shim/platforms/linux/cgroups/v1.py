@@ -226,6 +226,16 @@ class V1Manager(CgroupManager):
             if os.path.isdir(d):
                 write(os.path.join(d, "cgroup.procs"), str(pid))
 
+    def join_files(self) -> list[str]:
+        """``tasks`` in every directory: writing ``0`` to it moves the writing thread only
+        (cgroup-v1/cgroups.rst 2.2), which for the forked, single-threaded child about to exec bwrap
+        (fork(2) copies only the calling thread) is the whole process; bwrap and every process it
+        forks are born inside.  The kernel moves the current thread without taking the thread-group
+        lock whose write side waits for an RCU grace period (~10 ms), which a write to
+        ``cgroup.procs`` or of an explicit id takes (kernel/cgroup/cgroup.c,
+        cgroup_procs_write_start)."""
+        return [os.path.join(d, "tasks") for d in self.dirs() if os.path.isdir(d)]
+
     def pids(self) -> list[int]:
         for c in ("pids", "memory", "freezer"):
             if c in self.mounts:
@@ -240,6 +250,7 @@ class V1Manager(CgroupManager):
         state = os.path.join(self._dir("freezer"), "freezer.state")
         want = "FROZEN" if frozen else "THAWED"
         deadline = time.monotonic() + 5
+        delay = 0.00005  # the v1 freezer signals nothing: look again at 50 µs, doubling to 5 ms
         while True:
             write(state, want)
             now = (read(state) or "").strip()
@@ -247,7 +258,8 @@ class V1Manager(CgroupManager):
                 return
             if time.monotonic() > deadline:
                 raise LaunchFailed(f"cgroup did not become {want} (state {now})")
-            time.sleep(0.005)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.005)
 
     def is_frozen(self) -> bool:
         """True when the freezer says FROZEN."""
