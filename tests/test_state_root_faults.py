@@ -159,7 +159,7 @@ def test_delete_force_on_a_read_only_root_kills_removes_cgroups_and_says_so(
     finally:
         _umount(ro)
     assert run_shim(small_root, "delete", "--force", "last").returncode == 0  # writable again: finished
-    assert sorted(os.listdir(small_root)) == [".capabilities", ".cgroups"]
+    assert sorted(os.listdir(small_root)) == [".capabilities", ".cgroups", ".seccomp"]  # caches stay
     assert os.listdir(small_root / ".cgroups") == []
 
 
@@ -205,7 +205,7 @@ def test_every_verb_on_a_full_root(make_bundle: Any, small_root: Path) -> None:
     (small_root / "filler").unlink()
     for sid in "crps":
         assert run_shim(small_root, "delete", "--force", sid).returncode == 0
-    assert sorted(os.listdir(small_root)) == [".capabilities", ".cgroups"]
+    assert sorted(os.listdir(small_root)) == [".capabilities", ".cgroups", ".seccomp"]  # caches stay
     assert os.listdir(small_root / ".cgroups") == []
 
 
