@@ -4,6 +4,12 @@ default specs for the pause and app containers unmodified.  A small CRI client o
 (``tests/e2e/cri``) makes the calls the kubelet makes: RunPodSandbox, CreateContainer, StartContainer,
 ContainerStatus, ExecSync, StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox.
 
+A second handler, ``sandbox-shim-systemd``, is the same runtime with ``SystemdCgroup = true`` (a node
+whose kubelet has ``cgroupDriver: systemd``): containerd's shim passes ``--systemd-cgroup`` and, for a pod
+whose ``cgroup_parent`` is a slice, ``cgroupsPath`` ``<pod slice>:cri-containerd:<id>``.  Its test needs
+the systemd cgroup driver (cgroup v2, systemd as PID 1: the VM lane, scripts/test-in-vm) and skips
+elsewhere with the runtime's own probe's answer.
+
 A private containerd (temp root, state, socket; stream server on an ephemeral loopback port) runs for
 the module.  The pod network is CNI's bridge plugin from Debian's containernetworking-plugins, on a
 bridge and subnet this module makes and removes (no masquerade, no iptables).  The pause image is the
@@ -13,6 +19,7 @@ test's own busybox rootfs running ``sleep``, imported and named as ``sandbox_ima
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -27,6 +34,7 @@ import pytest
 from .conftest import SHIM, build_oci_archive, leftovers
 
 HANDLER = "sandbox-shim"
+HANDLER_SYSTEMD = "sandbox-shim-systemd"  # the same runtime with SystemdCgroup = true
 APP_IMAGE = "localhost/sandbox-shim-e2e:latest"
 PAUSE_IMAGE = "localhost/sandbox-shim-pause:1"
 RUNC_ROOT = "/run/containerd/runc/k8s.io"  # containerd-shim-runc-v2's --root for the k8s.io namespace
@@ -39,21 +47,22 @@ class Cluster:
         self.pb = cri.pb
         self.pods: list[str] = []
 
-    def pod_config(self, name: str) -> Any:
+    def pod_config(self, name: str, cgroup_parent: str = "") -> Any:
         pb = self.pb
         (self.base / "logs" / name).mkdir(parents=True, exist_ok=True)
         return pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(name=name, uid=f"uid-{name}", namespace="default"),
             hostname=name, log_directory=str(self.base / "logs" / name),
-            linux=pb.LinuxPodSandboxConfig(security_context=pb.LinuxSandboxSecurityContext(
+            linux=pb.LinuxPodSandboxConfig(cgroup_parent=cgroup_parent,
+                                           security_context=pb.LinuxSandboxSecurityContext(
                 namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER, ipc=pb.POD))))
 
-    def run_pod(self, name: str) -> tuple[str, Any]:
+    def run_pod(self, name: str, handler: str = HANDLER, cgroup_parent: str = "") -> tuple[str, Any]:
         import grpc
 
-        cfg = self.pod_config(name)
+        cfg = self.pod_config(name, cgroup_parent)
         try:
-            pod = self.cri.call("RunPodSandbox", config=cfg, runtime_handler=HANDLER).pod_sandbox_id
+            pod = self.cri.call("RunPodSandbox", config=cfg, runtime_handler=handler).pod_sandbox_id
         except grpc.RpcError as e:
             if "/process/oomScoreAdj" in (e.details() or ""):
                 # the runtime's own probe (platforms/linux/rlimits.py): containerd's pause container asks
@@ -63,7 +72,8 @@ class Cluster:
         self.pods.append(pod)
         return pod, cfg
 
-    def container(self, pod: str, pod_cfg: Any, name: str, cmd: list[str], uid: int | None = None) -> str:
+    def container(self, pod: str, pod_cfg: Any, name: str, cmd: list[str], uid: int | None = None,
+                  resources: Any = None) -> str:
         pb = self.pb
         sc = pb.LinuxContainerSecurityContext(
             namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER, ipc=pb.POD))
@@ -71,7 +81,7 @@ class Cluster:
             sc.run_as_user.value = uid
         cfg = pb.ContainerConfig(metadata=pb.ContainerMetadata(name=name),
                                  image=pb.ImageSpec(image=APP_IMAGE), command=cmd, log_path=f"{name}.log",
-                                 linux=pb.LinuxContainerConfig(security_context=sc))
+                                 linux=pb.LinuxContainerConfig(security_context=sc, resources=resources))
         cid = self.cri.call("CreateContainer", pod_sandbox_id=pod, config=cfg,
                             sandbox_config=pod_cfg).container_id
         self.cri.call("StartContainer", container_id=cid)
@@ -135,6 +145,11 @@ state = "{base}/state"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{HANDLER}.options]
       BinaryName = "{SHIM}"
       SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{HANDLER_SYSTEMD}]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{HANDLER_SYSTEMD}.options]
+      BinaryName = "{SHIM}"
+      SystemdCgroup = true
 ''')
 
 
@@ -218,7 +233,10 @@ def _wait_state(c: Cluster, cid: str, state: int, timeout: float = 20) -> Any:
 
 def _clean(ids: list[str]) -> None:
     for cid in ids:
-        left = leftovers(cid, [f"/sys/fs/cgroup/*/sandbox-shim/*/{cid}", f"{RUNC_ROOT}/{cid}"])
+        left = leftovers(cid, [f"/sys/fs/cgroup/*/sandbox-shim/*/{cid}",  # v1
+                               f"/sys/fs/cgroup/sandbox-shim/*/{cid}",  # v2
+                               f"/sys/fs/cgroup/kubepods.slice/*/*/cri-containerd-{cid}.scope",  # systemd
+                               f"{RUNC_ROOT}/{cid}"])
         left = [x for x in left if not x.startswith("state: /run/sandbox-shim")]
         assert left == [], left
 
@@ -292,3 +310,84 @@ def test_two_containers_share_the_pods_namespaces(cluster: Cluster) -> None:
         c.cri.call("RemoveContainer", container_id=cid)
     c.remove_pod(pod)
     _clean([a, b, pod])
+
+
+@pytest.fixture(scope="module")
+def systemd_driver() -> None:
+    """Skip unless the runtime's own probe finds the systemd cgroup driver usable (systemd PID 1 with its
+    D-Bus API, cgroup v2): platforms/linux/cgroups/systemd.py ``probe()``, the check ``--systemd-cgroup``
+    makes at create."""
+    from sandbox_shim.platforms.linux.cgroups.systemd import probe
+
+    ok, why = probe()
+    if not ok:
+        pytest.skip(f"SystemdCgroup = true needs the systemd cgroup driver; the runtime's probe says: {why}")
+
+
+def _systemctl_show(unit: str, *props: str) -> dict[str, str]:
+    r = subprocess.run(["systemctl", "show", unit, *(f"--property={p}" for p in props)], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+
+
+def _cgroup_of(cid: str) -> str:
+    """The v2 cgroup (``0::PATH`` of /proc/PID/cgroup) of the sandbox's process (state.pid)."""
+    st = subprocess.run([SHIM, "--root", RUNC_ROOT, "state", cid], capture_output=True, text=True)
+    assert st.returncode == 0, st.stderr
+    pid = json.loads(st.stdout)["pid"]
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    (path,) = [ln[3:] for ln in lines if ln.startswith("0::")]
+    return path
+
+
+def test_systemd_cgroup_scope_in_the_pod_slice_with_limits(systemd_driver: None, cluster: Cluster) -> None:
+    """SystemdCgroup = true with a kubelet-style pod slice: the pause and app containers are transient
+    scopes ``cri-containerd-<id>.scope`` under kubepods.slice/kubepods-burstable.slice/<pod slice>; the
+    CRI resources are the scope's unit properties (systemctl show) and its v2 files; a 96 MiB allocation
+    is OOM-killed under the 64 MiB limit after an 8 MiB one succeeds; the scopes are gone after removal."""
+    c = cluster
+    pb = c.pb
+    pod_slice = f"kubepods-burstable-pod{os.getpid()}_e2e.slice"
+    parent = f"/kubepods.slice/kubepods-burstable.slice/{pod_slice}"
+    pod, cfg = c.run_pod("p4", handler=HANDLER_SYSTEMD, cgroup_parent=pod_slice)
+    try:
+        assert _cgroup_of(pod) == f"{parent}/cri-containerd-{pod}.scope"
+        res = pb.LinuxContainerResources(memory_limit_in_bytes=64 << 20, cpu_period=100000, cpu_quota=50000,
+                                         cpu_shares=512, unified={"pids.max": "64"})
+        cid = c.container(pod, cfg, "limited", ["sleep", "600"], resources=res)
+        assert _wait_state(c, cid, pb.CONTAINER_RUNNING).state == pb.CONTAINER_RUNNING
+        scope = f"cri-containerd-{cid}.scope"
+        cg = Path("/sys/fs/cgroup" + parent) / scope
+        assert _cgroup_of(cid).startswith(f"{parent}/{scope}"), _cgroup_of(cid)
+        # 512 shares as weight, as runc >= 1.3.2 converts them (opencontainers/cgroups: the quadratic fit
+        # in log2(shares) through 2->1, 1024->100, 262144->10000)
+        weight = str(math.ceil(10 ** ((9 * 9 + 125 * 9) / 612 - 7 / 34)))
+        show = _systemctl_show(scope, "ActiveState", "Slice", "MemoryMax", "CPUQuotaPerSecUSec", "CPUWeight")
+        assert show == {"ActiveState": "active", "Slice": pod_slice, "MemoryMax": str(64 << 20),
+                        "CPUQuotaPerSecUSec": "500ms", "CPUWeight": weight}, show
+        assert (cg / "memory.max").read_text().split() == [str(64 << 20)]
+        assert (cg / "cpu.max").read_text().split() == ["50000", "100000"]
+        assert (cg / "cpu.weight").read_text().split() == [weight]
+        assert (cg / "pids.max").read_text().split() == ["64"]
+        # behaviour: control first (8 MiB fits), then the breach (96 MiB does not)
+        ok = c.exec(cid, "dd", "if=/dev/zero", "of=/dev/null", "bs=8M", "count=1")
+        assert ok.exit_code == 0, ok
+        big = c.exec(cid, "dd", "if=/dev/zero", "of=/dev/null", "bs=96M", "count=1")
+        assert big.exit_code != 0, big
+        events = dict(ln.split() for ln in (cg / "memory.events").read_text().splitlines())
+        assert int(events["oom_kill"]) >= 1, events
+        c.cri.call("StopContainer", container_id=cid, timeout=2)
+        c.cri.call("RemoveContainer", container_id=cid)
+        assert not cg.exists(), f"{cg} left after RemoveContainer"
+        assert _systemctl_show(scope, "ActiveState")["ActiveState"] != "active"
+        c.remove_pod(pod)
+        assert not (Path("/sys/fs/cgroup" + parent) / f"cri-containerd-{pod}.scope").exists()
+        _clean([cid, pod])
+    finally:  # the pod slice is the kubelet's to remove on a node; here the test made it
+        if pod in c.pods:
+            try:
+                c.remove_pod(pod)
+            except Exception:  # noqa: BLE001 - the fixture's teardown tries again
+                pass
+        subprocess.run(["systemctl", "stop", "--no-block", pod_slice], capture_output=True, timeout=60)

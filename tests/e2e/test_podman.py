@@ -121,7 +121,8 @@ def podman(podman_base: Path) -> Iterator[Podman]:
     for cid in ids:
         pm("rm", "-f", "-t", "0", cid)
     for cid in pm.seen + ids:
-        left = leftovers(cid, [f"/sys/fs/cgroup/*/libpod_parent/libpod-{cid}"], tuple(pm.pids))
+        left = leftovers(cid, [f"/sys/fs/cgroup/*/libpod_parent/libpod-{cid}",  # v1
+                               f"/sys/fs/cgroup/libpod_parent/libpod-{cid}"], tuple(pm.pids))  # v2
         assert left == [], left
 
 
@@ -149,11 +150,32 @@ def test_unrunnable_program_maps_to_126_127(podman: Podman, prog: str, status: i
     assert words in r.stderr
 
 
+def cgroup_files(pid: int) -> tuple[Path, Path]:
+    """(memory limit file, pids.max) of the cgroup process ``pid`` is in, the way the hierarchy in use
+    names them (the runtime's own detection, platforms/linux/cgroups/detect.py): v2 ``0::PATH`` in
+    /proc/PID/cgroup and ``memory.max``; v1 the ``memory`` and ``pids`` lines and
+    ``memory.limit_in_bytes`` (cgroups(7))."""
+    from sandbox_shim.platforms.linux.cgroups.detect import detect
+
+    layout = detect()
+    lines = [ln.split(":", 2) for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
+    if layout.version == 2:
+        assert layout.v2_mount is not None
+        (path,) = [p for hid, ctl, p in lines if hid == "0" and ctl == ""]
+        d = Path(layout.v2_mount + path)
+        return d / "memory.max", d / "pids.max"
+    assert layout.version == 1, f"no cgroup hierarchy with memory and pids: {layout}"
+    by = {c: p for _, ctl, p in lines for c in ctl.split(",")}
+    return (Path(layout.v1_mounts["memory"] + by["memory"]) / "memory.limit_in_bytes",
+            Path(layout.v1_mounts["pids"] + by["pids"]) / "pids.max")
+
+
 def test_memory_and_pids_limits(podman: Podman) -> None:
     cid = podman.detached("--memory", "64m", "--pids-limit", "32", IMAGE, "sleep", "30")
-    cg = f"libpod_parent/libpod-{cid}"
-    assert Path(f"/sys/fs/cgroup/memory/{cg}/memory.limit_in_bytes").read_text().strip() == str(64 << 20)
-    assert Path(f"/sys/fs/cgroup/pids/{cg}/pids.max").read_text().strip() == "32"
+    mem, pids = cgroup_files(podman.pids[-1])
+    assert f"libpod-{cid}" in str(mem), mem  # the container's own cgroup, not the caller's
+    assert mem.read_text().strip() == str(64 << 20)
+    assert pids.read_text().strip() == "32"
     # behaviour: the 33rd process cannot be made; control: 10 can
     r = podman("run", "--rm", "--network=none", "--pids-limit", "32", IMAGE, "sh", "-c",
                "for i in $(seq 10); do sleep 3 & done; echo TEN-OK; "
