@@ -31,7 +31,7 @@ import pwd
 import sys
 
 from ..errors import CannotEnforce
-from . import readset
+from . import confine_git, readset
 
 TYPE_CHECKING = False  # start-up cost: no typing at run time
 if TYPE_CHECKING:
@@ -166,29 +166,7 @@ def homes(env: Mapping[str, str]) -> list[str]:
     return sorted(set(out))
 
 
-def links_on_way(path: str) -> list[str]:
-    """Where the symlinks met while resolving ``path`` (absolute) are, in walk order, as the kernel
-    walks it (path_resolution(7)); at most 40 links, then ELOOP as OSError."""
-    parts = [c for c in path.split("/") if c][::-1]
-    cur, seen = "/", []
-    while parts:
-        c = parts.pop()
-        if c == ".":
-            continue
-        if c == "..":
-            cur = os.path.dirname(cur)
-            continue
-        nxt = os.path.join(cur, c)
-        if os.path.islink(nxt):
-            seen.append(nxt)
-            if len(seen) > 40:
-                raise OSError(40, "too many levels of symbolic links", path)
-            target = os.readlink(nxt)
-            parts.extend([x for x in target.split("/") if x][::-1])
-            cur = "/" if target.startswith("/") else cur
-        else:
-            cur = nxt
-    return seen
+links_on_way = readset.links_on_way
 
 
 def _planted(p: str, writable: Sequence[str], what: str) -> None:
@@ -226,46 +204,22 @@ GIT_PROTECTED = ("hooks", "config", "config.worktree", "info", "commondir", "git
                  "objects/info/alternates")
 
 
-def _gitdir_of(dotgit: str) -> str | None:
-    """The git directory ``dotgit`` names: itself when a directory, the ``gitdir:`` target of a
-    gitfile (gitrepository-layout(5)), else None."""
-    if os.path.isdir(dotgit):
-        return os.path.realpath(dotgit)
-    try:
-        with open(dotgit, encoding="utf-8", errors="replace") as fh:
-            line = fh.read(4096).strip()
-    except OSError:
-        return None
-    if not line.startswith("gitdir:"):
-        return None
-    target = line[7:].strip()
-    real = os.path.realpath(os.path.join(os.path.dirname(dotgit), target))
-    return real if os.path.isdir(real) else None
+def _resolve_hooks_path(value: str, worktree: str, home: str) -> str:
+    if value.startswith("~/") and home:
+        value = os.path.join(home, value[2:])
+    return os.path.realpath(value if os.path.isabs(value) else os.path.join(worktree, value))
 
 
-def _hooks_path(gitdir: str, worktree: str) -> str | None:
-    """``core.hooksPath`` of a git directory's own config (git-config(1)), resolved, or None."""
-    import re
-
-    for name in ("config", "config.worktree"):
-        try:
-            with open(os.path.join(gitdir, name), encoding="utf-8", errors="replace") as fh:
-                text = fh.read(1 << 20)
-        except OSError:
-            continue
-        m = re.search(r"(?im)^\s*hookspath\s*=\s*\"?([^\"\n]*?)\"?\s*$", text)
-        if m:
-            v = os.path.expanduser(m.group(1).strip())
-            return os.path.realpath(v if os.path.isabs(v) else os.path.join(worktree, v))
-    return None
-
-
-def _git_held(gitdir: str, worktree: str, writable: Sequence[str]) -> list[str]:
+def _git_held(gitdir: str, worktree: str | None, writable: Sequence[str], user_hooks: Sequence[str] = (),
+              home: str = "") -> list[str]:
     """What to hold in a git directory inside a read-write path, its submodules' and worktrees'
-    directories included (``GIT_PROTECTED``), and its ``core.hooksPath`` target; ``hooks`` and
-    the hooksPath target are made (empty) when missing, as ``git init`` does, so they can be held."""
+    directories included (``GIT_PROTECTED``), the files its config includes, and the
+    ``core.hooksPath`` targets (its own config's and ``user_hooks``, the values in the user's
+    system and global config); ``hooks`` and the hooksPath targets are made (empty) when missing,
+    as ``git init`` does, so they can be held."""
     out: list[str] = []
     todo, seen = [gitdir], set()
+    configs: list[str] = []
     while todo:
         d = todo.pop()
         if d in seen or not any(_within(d, w) for w in writable):
@@ -275,6 +229,7 @@ def _git_held(gitdir: str, worktree: str, writable: Sequence[str]) -> list[str]:
         if not os.path.lexists(hooks):
             os.mkdir(hooks, 0o755)
         out += [os.path.join(d, n) for n in GIT_PROTECTED if os.path.lexists(os.path.join(d, n))]
+        configs += [os.path.join(d, n) for n in ("config", "config.worktree")]
         for sub in ("modules", "worktrees"):
             top = os.path.join(d, sub)
             if os.path.isdir(top) and not os.path.islink(top):
@@ -283,11 +238,40 @@ def _git_held(gitdir: str, worktree: str, writable: Sequence[str]) -> list[str]:
                     if os.path.exists(os.path.join(dirpath, "HEAD")):
                         todo.append(os.path.realpath(dirpath))
                         dirnames[:] = [n for n in dirnames if n == "modules"]
-    hp = _hooks_path(gitdir, worktree)
-    if hp is not None and any(_within(hp, w) for w in writable):
-        if not os.path.lexists(hp):
-            os.makedirs(hp, 0o755, exist_ok=True)
-        out.append(hp)
+    included = [i for c in configs for i in confine_git.includes(c, home)]
+    out += [i for i in included if os.path.isfile(i) and any(_within(i, w) for w in writable)]
+    base = worktree or gitdir
+    for value in [*confine_git.hooks_paths(configs + included), *user_hooks]:
+        hp = _resolve_hooks_path(value, base, home)
+        if any(_within(hp, w) for w in writable) and hp not in out:
+            if not os.path.lexists(hp):
+                os.makedirs(hp, 0o755, exist_ok=True)
+            out.append(hp)
+    return out
+
+
+def _repositories(read_write: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """What to hold of every git repository at any depth under the read-write paths
+    (``confine_git.git_dirs``): each git directory's ``_git_held`` set and each gitfile (rewritten
+    to name another directory it would bring that one's hooks).
+
+    Raises: CannotEnforce("confinement.protected") past ``confine_git.MAX_ENTRIES`` entries."""
+    try:
+        found = confine_git.git_dirs(read_write)
+    except confine_git.TooLarge as e:
+        raise CannotEnforce("confinement.protected", f"{e}: too many to find every git directory; "
+                            "name a smaller permit path, or pass --allow-protected-writes") from e
+    home = env.get("HOME", "")
+    user_hooks = confine_git.hooks_paths(confine_git.user_configs(env))
+    out: list[str] = []
+    done: set[tuple[str, str | None]] = set()
+    for gitdir, worktree, gitfile in found:
+        if gitfile is not None:
+            out.append(gitfile)
+        if (gitdir, worktree) in done:
+            continue
+        done.add((gitdir, worktree))
+        out += _git_held(gitdir, worktree, read_write, user_hooks, home)
     return out
 
 
@@ -308,12 +292,6 @@ def _protected(root: str, protect: bool, settings_file: str | None, writable: Se
                                 "a read-write path: it cannot be held read-only (the confined program could "
                                 "replace the link); make it a real file or directory, or pass "
                                 "--allow-protected-writes")
-    dotgit = os.path.join(root, ".git")
-    if os.path.isfile(dotgit) and not os.path.islink(dotgit):
-        out.append(dotgit)  # a gitfile rewritten to name another directory would bring its hooks
-    gitdir = _gitdir_of(dotgit)
-    if gitdir is not None:
-        out += _git_held(gitdir, root, writable)
     for name in PROTECTED:
         q = os.path.join(root, name)
         if not os.path.lexists(q):
@@ -357,7 +335,7 @@ def anchors(islands: Sequence[str], writable: Sequence[str]) -> list[str]:
 def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], permit_read: Sequence[str] = (),
                protect: bool = True, settings_file: str | None = None,
                linux: bool | None = None, placeholders: bool = True,
-               interpreters: Sequence[str] = ()) -> Sets:
+               interpreters: Sequence[str] = (), spelled: str | None = None) -> Sets:
     """Compute the three sets (rules in the module docstring).
 
     Args:
@@ -371,6 +349,12 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
             too; the caller removes ``Sets.placeholders`` after the command.
         interpreters: executables the platform runs inside before the command (the Python Landlock
             helper's interpreter); their runtime read sets join the read-only set.
+        spelled: ``exe`` as the caller named it, before links were resolved: when that passes a
+            link inside a read-write path, ``exe`` was chosen by what a confined run can change.
+
+    Content a confined run can change (inside ``read_write``: a ``#!`` line, ELF headers, a
+    ``package.json``, a link) grants nothing outside ``read_write`` but what ``readset.Guard.admit``
+    allows.
 
     Raises:
         CannotEnforce("confinement.read_set" | "confinement.boundary" | "confinement.permit_read",
@@ -380,9 +364,11 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
     """
     linux = sys.platform == "linux" if linux is None else linux
     system = _system(linux)
-    runtime = readset.runtime_read_set(exe, env) if os.path.isabs(exe) else []
+    guard = readset.Guard(read_write, env)
+    trusted = spelled is None or not guard.touches(spelled)
+    runtime = readset.runtime_read_set(exe, env, guard=guard, trusted=trusted) if os.path.isabs(exe) else []
     for interpreter in interpreters:  # what runs inside before the command
-        runtime += readset.runtime_read_set(interpreter, env)
+        runtime += readset.runtime_read_set(interpreter, env, guard=guard)
     runtime = [p for p in runtime if os.path.lexists(p) and not readset.in_system(p)]
     for p in runtime:
         for h in homes(env):
@@ -412,6 +398,8 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
             if protect and placeholders and linux:
                 made += make_placeholders(r, read_write)
             islands += _protected(r, protect, settings_file, read_write, missing=not linux)
+        if protect:
+            islands += _repositories(read_write, env)
     except BaseException:
         remove_placeholders(made)
         raise

@@ -238,6 +238,8 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
     rw = [permit, *extras]
     start = os.path.realpath(cd) if cd is not None else permit
     exe = resolve_executable(cmd, env.get("PATH", os.defpath), start)
+    spelled = (os.path.join(start, cmd) if "/" in cmd
+               else readset.resolve_name(cmd, env.get("PATH", os.defpath))) if exe != cmd else None
     patterns = None
     if allow_hosts is not None:
         from .egress import check_pattern
@@ -249,7 +251,7 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
             raise ValueError(f"report {report!r} lies inside a read-write path: the command could write it")
     backend = _backend()
     sets = build_sets(exe, env, rw, permit_read, protect, settings_file,
-                      interpreters=backend.helper_interpreters(patterns is not None))
+                      interpreters=backend.helper_interpreters(patterns is not None), spelled=spelled)
     try:
         return _launch_spec(backend, exe, args, env, sets, rw, permit, start, patterns, report, bwrap,
                             landlock, trial, host_map)

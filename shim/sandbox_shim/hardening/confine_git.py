@@ -1,0 +1,179 @@
+"""Git repositories inside the read-write paths of the confinement profile: where they are, and
+which of their files make the user's next ``git`` run code.
+
+* ``git_dirs(roots)``: every git directory at any depth under the read-write roots, found by one
+  walk (``os.scandir``, no ``stat`` beyond the directory entry's type, links never followed): a
+  ``.git`` directory, a gitfile ``.git`` (``gitdir: PATH``, gitrepository-layout(5)) with its
+  target, a bare repository (``HEAD`` file beside ``objects`` and ``refs`` directories), and for
+  each the ``commondir`` it names.  The walk does not descend into a git directory (its
+  ``modules``/``worktrees`` are the caller's to follow) and stops at ``MAX_ENTRIES`` directory
+  entries, beyond which ``TooLarge`` is raised (fail closed: the caller refuses to start rather
+  than leave repositories it did not see writable).
+* ``hooks_paths(config_files)`` / ``includes``: ``core.hooksPath`` values and ``include.path`` /
+  ``includeIf.*.path`` targets of git-config(1) files (a small reader of that syntax: sections,
+  subsections, ``key = value``, quotes, ``#``/``;`` comments; every ``includeIf`` is taken as if its
+  condition held, which can only hold more).
+* ``user_configs(env)``: the configuration files git reads before the repository's own: system
+  (``GIT_CONFIG_SYSTEM`` or ``/etc/gitconfig``), global (``GIT_CONFIG_GLOBAL``, else
+  ``$XDG_CONFIG_HOME/git/config`` and ``~/.gitconfig``), and what they include.
+
+Stdlib only; no subprocess (``git config --show-origin`` costs a process per repository).
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # start-up cost: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+#: directory entries the walk reads at most (all read-write roots together)
+MAX_ENTRIES = 1_000_000
+_MAX_INCLUDE_DEPTH = 10  # git's own limit (config.c MAX_INCLUDE_DEPTH)
+
+
+class TooLarge(Exception):
+    """The read-write paths hold more than ``MAX_ENTRIES`` directory entries."""
+
+
+def gitfile_target(path: str) -> str | None:
+    """The directory a gitfile names (``gitdir: PATH``, relative to the file's directory), resolved,
+    or None when ``path`` is no gitfile or names no directory."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            line = fh.read(4096).strip()
+    except OSError:
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    real = os.path.realpath(os.path.join(os.path.dirname(path), line[7:].strip()))
+    return real if os.path.isdir(real) else None
+
+
+def commondir(gitdir: str) -> str | None:
+    """The ``commondir`` a (worktree) git directory names, resolved, or None."""
+    try:
+        with open(os.path.join(gitdir, "commondir"), encoding="utf-8", errors="replace") as fh:
+            rel = fh.read(4096).strip()
+    except OSError:
+        return None
+    if not rel:
+        return None
+    real = os.path.realpath(os.path.join(gitdir, rel))
+    return real if os.path.isdir(real) else None
+
+
+def git_dirs(roots: Sequence[str], limit: int = MAX_ENTRIES) -> list[tuple[str, str | None, str | None]]:
+    """``(gitdir, worktree, gitfile)`` for every repository under ``roots``: ``worktree`` is the
+    directory holding ``.git`` (None for a bare repository), ``gitfile`` the ``.git`` file that
+    named ``gitdir`` (else None).  Raises ``TooLarge`` past ``limit`` entries."""
+    out: list[tuple[str, str | None, str | None]] = []
+    count = 0
+    todo = list(roots)
+    while todo:
+        d = todo.pop()
+        try:
+            it = os.scandir(d)
+        except OSError:
+            continue
+        with it:
+            entries = list(it)
+        count += len(entries)
+        if count > limit:
+            raise TooLarge(f"more than {limit} entries under {', '.join(roots)}")
+        names = {e.name: e for e in entries}
+        if "HEAD" in names and "objects" in names and "refs" in names and names["HEAD"].is_file(
+                follow_symlinks=False) and names["objects"].is_dir(follow_symlinks=False):
+            out.append((os.path.realpath(d), None, None))  # a bare repository (or a git dir met whole)
+            continue
+        for e in entries:
+            if e.name == ".git":
+                if e.is_dir(follow_symlinks=False):
+                    out.append((os.path.realpath(e.path), d, None))
+                elif e.is_file(follow_symlinks=False):
+                    target = gitfile_target(e.path)
+                    if target is not None:
+                        out.append((target, d, e.path))
+                continue
+            if e.is_dir(follow_symlinks=False):
+                todo.append(e.path)
+    extra = []
+    for gitdir, _, _ in out:
+        common = commondir(gitdir)
+        if common is not None:
+            extra.append((common, None, None))
+    return out + extra
+
+
+def _parse(path: str) -> list[tuple[str, str, str]]:
+    """``(section.subsection, key, value)`` of a git-config(1) file, lower-cased section and key
+    (the subsection keeps its case); unreadable files give ``[]``."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 20)
+    except OSError:
+        return []
+    out: list[tuple[str, str, str]] = []
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            end = line.find("]")
+            head = line[1:end] if end > 0 else line[1:]
+            name, _, sub = head.partition(" ")
+            section = name.strip().lower() + ("." + sub.strip().strip('"') if sub.strip() else "")
+            line = line[end + 1:].strip() if end > 0 else ""
+            if not line:
+                continue
+        if not line or line[0] in "#;":
+            continue
+        key, eq, value = line.partition("=")
+        value = value.strip()
+        if value.startswith('"'):
+            value = value[1:value.find('"', 1)] if '"' in value[1:] else value[1:]
+        else:
+            for c in "#;":
+                value = value.split(c, 1)[0]
+        out.append((section, key.strip().lower(), value.strip() if eq else "true"))
+    return out
+
+
+def includes(path: str, home: str = "") -> list[str]:
+    """The files ``path`` includes (``include.path``, every ``includeIf.*.path``), recursively,
+    resolved (relative to the including file's directory; ``~/`` from ``home``)."""
+    out: list[str] = []
+    todo = [(path, 0)]
+    while todo:
+        p, depth = todo.pop()
+        for section, key, value in _parse(p):
+            if key != "path" or not (section == "include" or section.startswith("includeif.")):
+                continue
+            if value.startswith("~/") and home:
+                value = os.path.join(home, value[2:])
+            inc = os.path.realpath(value if os.path.isabs(value) else os.path.join(os.path.dirname(p), value))
+            if inc not in out and depth < _MAX_INCLUDE_DEPTH:
+                out.append(inc)
+                todo.append((inc, depth + 1))
+    return out
+
+
+def hooks_paths(files: Sequence[str]) -> list[str]:
+    """Every ``core.hooksPath`` value set in ``files`` (as written: absolute, ``~/`` or relative)."""
+    return [v for f in files for s, k, v in _parse(f) if s == "core" and k == "hookspath" and v]
+
+
+def user_configs(env: Mapping[str, str]) -> list[str]:
+    """The system and global git configuration files (git-config(1) FILES) and their includes."""
+    home = env.get("HOME", "")
+    files = [env.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig"] if not env.get("GIT_CONFIG_NOSYSTEM") else []
+    if env.get("GIT_CONFIG_GLOBAL"):
+        files.append(env["GIT_CONFIG_GLOBAL"])
+    else:
+        xdg = env.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else "")
+        files += [p for p in (os.path.join(xdg, "git", "config") if xdg else "",
+                              os.path.join(home, ".gitconfig") if home else "") if p]
+    out = [f for f in files if os.path.isfile(f)]
+    for f in list(out):
+        out += includes(f, home)
+    return out
