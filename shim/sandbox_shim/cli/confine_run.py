@@ -199,11 +199,20 @@ def run(argv: list[str], g: Globals | None = None) -> int:
         fail(g, e)
     from ..hardening import confinement
 
+    env = confinement.caller_environ()
+    name = command[0]
+    start = str(opts.get("cd") or opts["permitPath"])
+    found = confinement.resolve_executable(name, env.get("PATH", os.defpath), os.path.abspath(start))
+    if found == name and not (os.path.isfile(os.path.join(start, name)) and "/" in name):
+        from ..errors import CouldNotRun
+
+        # not found (or not executable) here: inside it cannot be either; one line, the name escaped
+        fail(g, CouldNotRun("not_found", repr(name), "not on PATH or not an executable file"))
     try:
         spec = confinement.confine(
             (command[0], command[1:]), permit_path=str(opts["permitPath"]),
             cd=opts.get("cd"),  # type: ignore[arg-type]
-            env=confinement.caller_environ(),
+            env=env,
             permit_extra_subpaths=list(opts.get("permitExtraSubpaths", [])),  # type: ignore[call-overload]
             permit_read=list(opts.get("permitRead", [])),  # type: ignore[call-overload]
             allow_hosts=opts.get("allowHosts"),  # type: ignore[arg-type]
