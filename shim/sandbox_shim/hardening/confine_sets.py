@@ -66,37 +66,61 @@ PLACEHOLDER_JSON = (".mcp.json", ".claude/settings.json", ".claude/settings.loca
 _EMPTY_JSON = b"{}\n"
 
 
-def make_placeholders(root: str, writable: Sequence[str]) -> list[str]:
-    """Create what is missing of ``PLACEHOLDER_DIRS`` and ``PLACEHOLDER_JSON`` under ``root`` (and
+def make_placeholders(roots: Sequence[str], writable: Sequence[str], journal: str | None = None,
+                      owner: int | None = None) -> tuple[list[str], str | None]:
+    """Create what is missing of ``PLACEHOLDER_DIRS`` and ``PLACEHOLDER_JSON`` under each of ``roots`` (and
     missing parents such as ``.claude``), so the builder holds them read-only and their creation
     inside is denied too.  Never through a link (``O_NOFOLLOW``, ``lexists``).  Returns the created
-    paths, parents first; ``remove_placeholders`` takes them away after the command."""
-    made: list[str] = []
-    for name in (*PLACEHOLDER_DIRS, *PLACEHOLDER_JSON):
+    paths, parents first, and the journal file written (or None); ``remove_placeholders`` takes
+    them away after the command, ``confine_journal.forget`` the journal.
+
+    With ``journal`` (a directory: ``confine_journal``), what will be made is recorded there for
+    ``owner`` (default this process) *before* anything is made, so a ``SIGKILL`` at any moment
+    leaves a record the next confinement's ``confine_journal.sweep`` releases.  Raises OSError when
+    the journal cannot be written (nothing made)."""
+    todo: list[str] = []
+    for root, name in ((r, n) for r in roots for n in (*PLACEHOLDER_DIRS, *PLACEHOLDER_JSON)):
         q = os.path.join(root, name)
-        if os.path.lexists(q):
+        if os.path.lexists(q) or not any(_within(q, w) for w in writable):
             continue
-        parts, cur, ok = name.split("/"), root, True
-        for comp in parts[:-1]:
+        cur, ok, parents = root, True, []
+        for comp in name.split("/")[:-1]:
             cur = os.path.join(cur, comp)
             if os.path.islink(cur) or (os.path.lexists(cur) and not os.path.isdir(cur)):
                 ok = False
                 break
-            if not os.path.lexists(cur):
-                os.mkdir(cur, 0o755)
-                made.append(cur)
-        if not ok or not any(_within(q, w) for w in writable):
-            continue
-        if name in PLACEHOLDER_DIRS:
-            os.mkdir(q, 0o755)
-        else:
-            fd = os.open(q, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            try:
-                os.write(fd, _EMPTY_JSON)
-            finally:
-                os.close(fd)
-        made.append(q)
-    return made
+            if not os.path.lexists(cur) and cur not in todo:
+                parents.append(cur)
+        if ok:
+            todo += [*parents, q]
+    if not todo:
+        return [], None
+    record = None
+    if journal is not None:
+        from . import confine_journal
+
+        record = confine_journal.record(journal, todo, os.getpid() if owner is None else owner)
+    made: list[str] = []
+    try:
+        for q in todo:
+            if q.endswith(PLACEHOLDER_JSON) and any(q == os.path.join(r, n) for r in roots
+                                                    for n in PLACEHOLDER_JSON):
+                fd = os.open(q, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                made.append(q)
+                try:
+                    os.write(fd, _EMPTY_JSON)
+                finally:
+                    os.close(fd)
+            else:
+                os.mkdir(q, 0o755)
+                made.append(q)
+    except OSError:
+        remove_placeholders(made)
+        from . import confine_journal
+
+        confine_journal.forget(record)
+        raise
+    return made, record
 
 
 def remove_placeholders(made: Sequence[str]) -> None:
@@ -121,13 +145,13 @@ class Sets:
     """Resolved absolute paths.  ``read_only`` is sorted, without entries under another (non-link)
     entry; links are listed as links (recreated inside, not followed)."""
 
-    __slots__ = ("read_only", "read_write", "islands", "anchors", "placeholders")
+    __slots__ = ("read_only", "read_write", "islands", "anchors", "placeholders", "journal")
 
     def __init__(self, read_only: tuple[str, ...], read_write: tuple[str, ...],
                  islands: tuple[str, ...], anchors: tuple[str, ...] = (),
-                 placeholders: tuple[str, ...] = ()) -> None:
+                 placeholders: tuple[str, ...] = (), journal: str | None = None) -> None:
         self.read_only, self.read_write, self.islands = read_only, read_write, islands
-        self.anchors, self.placeholders = anchors, placeholders
+        self.anchors, self.placeholders, self.journal = anchors, placeholders, journal
 
     def __repr__(self) -> str:
         return (f"Sets(read_only={self.read_only!r}, read_write={self.read_write!r}, "
@@ -335,7 +359,8 @@ def anchors(islands: Sequence[str], writable: Sequence[str]) -> list[str]:
 def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], permit_read: Sequence[str] = (),
                protect: bool = True, settings_file: str | None = None,
                linux: bool | None = None, placeholders: bool = True,
-               interpreters: Sequence[str] = (), spelled: str | None = None) -> Sets:
+               interpreters: Sequence[str] = (), spelled: str | None = None,
+               owner: int | None = None) -> Sets:
     """Compute the three sets (rules in the module docstring).
 
     Args:
@@ -349,6 +374,8 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
             too; the caller removes ``Sets.placeholders`` after the command.
         interpreters: executables the platform runs inside before the command (the Python Landlock
             helper's interpreter); their runtime read sets join the read-only set.
+        owner: the process whose end releases the placeholders (default this one), journalled
+            (``confine_journal``) before they are made.
         spelled: ``exe`` as the caller named it, before links were resolved: when that passes a
             link inside a read-write path, ``exe`` was chosen by what a confined run can change.
 
@@ -393,16 +420,28 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
             raise CannotEnforce("confinement.boundary", f"{r}: its parent {boundary} lies inside the "
                                 f"runtime read set entry {cover[0]}, so siblings would be readable")
     made: list[str] = []
+    record: str | None = None
+    if protect and placeholders and linux:
+        from . import confine_journal
+
+        journal = confine_journal.journal_dir(env)
+        if journal is None or any(_within(journal, w) or _within(w, journal) for w in read_write):
+            raise CannotEnforce("confinement.protected", f"no place outside the read-write paths for the "
+                                f"placeholder journal ({journal or 'no $HOME'}): set XDG_STATE_HOME to a "
+                                "directory outside them, or pass --allow-protected-writes")
+        confine_journal.sweep(journal, remove_placeholders)  # what killed confinements left
+        made, record = make_placeholders(read_write, read_write, journal, owner)
     try:
         for r in read_write:
-            if protect and placeholders and linux:
-                made += make_placeholders(r, read_write)
             islands += _protected(r, protect, settings_file, read_write, missing=not linux)
         if protect:
             islands += _repositories(read_write, env)
     except BaseException:
         remove_placeholders(made)
+        from . import confine_journal
+
+        confine_journal.forget(record)
         raise
     held = dedupe(islands)
     return Sets(tuple(dedupe(ro + extra_ro)), tuple(read_write), tuple(held),
-                tuple(anchors(held, read_write)), tuple(made))
+                tuple(anchors(held, read_write)), tuple(made), record)

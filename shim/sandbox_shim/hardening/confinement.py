@@ -59,6 +59,7 @@ class LaunchSpec(dict):  # type: ignore[type-arg]
     egress: EgressProxy | None = None
     report: str | None = None
     placeholders: tuple[str, ...] = ()
+    journal: str | None = None
 
     def release(self) -> None:
         """After the command: close the egress proxy (if any) and remove the empty placeholders
@@ -67,8 +68,11 @@ class LaunchSpec(dict):  # type: ignore[type-arg]
 
         if self.egress is not None:
             self.egress.close()
+        from .confine_journal import forget
+
         remove_placeholders(self.placeholders)
-        self.placeholders = ()
+        forget(self.journal)
+        self.placeholders, self.journal = (), None
 
 
 def caller_environ() -> dict[str, str]:
@@ -256,9 +260,11 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
         return _launch_spec(backend, exe, args, env, sets, rw, permit, start, patterns, report, bwrap,
                             landlock, trial, host_map)
     except BaseException:
+        from .confine_journal import forget
         from .confine_sets import remove_placeholders
 
         remove_placeholders(sets.placeholders)
+        forget(sets.journal)
         raise
 
 
@@ -290,7 +296,7 @@ def _launch_spec(backend: Any, exe: str, args: Sequence[str], env: dict[str, str
         raise
     spec = LaunchSpec(cmd=argv[0], args=argv[1:], env=env, cd=start)
     spec.layers, spec.not_enforced, spec.egress, spec.report = layers, tuple(not_enforced), egress, report
-    spec.placeholders = sets.placeholders
+    spec.placeholders, spec.journal = sets.placeholders, sets.journal
     if report is not None:
         try:
             write_start_record(report, spec)
