@@ -150,6 +150,29 @@ def merged(opts: dict[str, object]) -> dict[str, object]:
     return out
 
 
+def _warn_disarmed(changed: list[str], report: str | None) -> None:
+    """One stderr line (and a report record) per repository the command created and that was
+    disarmed (``confine_git.disarm``)."""
+    for path in changed:
+        line = (f"sandbox-shim confine: warning: {path!r} was created inside the confinement and could run "
+                "code at your next git command; moved aside as *.sandbox-shim-disarmed (inspect it)\n")
+        try:
+            os.write(2, line.encode("utf-8", "backslashreplace"))
+        except OSError:
+            pass
+        if report:
+            import json
+            import time
+
+            rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "event": "disarmed",
+                   "path": path, "operation": "git-config-or-hooks"}
+            try:
+                with open(report, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(rec) + "\n")
+            except OSError:
+                pass
+
+
 def _serve_after(spec: object) -> None:
     """Fork the child that outlives the exec: it serves the egress proxy (if any) and, when the
     exec'd command's process ends, removes the placeholders (``LaunchSpec.release``)."""
@@ -164,7 +187,9 @@ def _serve_after(spec: object) -> None:
         import ctypes
 
         def done(*_: object) -> None:
-            spec.release()  # type: ignore[attr-defined]
+            changed = spec.release()  # type: ignore[attr-defined]
+            if changed:
+                _warn_disarmed(changed, spec.report)  # type: ignore[attr-defined]
             os._exit(0)
 
         signal.signal(signal.SIGTERM, done)
@@ -227,13 +252,13 @@ def run(argv: list[str], g: Globals | None = None) -> int:
     if opts.get("printLaunchSpec"):
         import json
 
-        spec.release()
+        spec.release()  # nothing ran: nothing to disarm
         sys.stdout.write(json.dumps(confinement.describe(spec), indent=2) + "\n")
         sys.stdout.flush()
         return 0
     sys.stdout.flush()
     sys.stderr.flush()
-    if spec.egress is not None or spec.placeholders:
+    if spec.egress is not None or spec.placeholders or spec.snapshot:
         _serve_after(spec)
     try:
         os.chdir(spec["cd"])

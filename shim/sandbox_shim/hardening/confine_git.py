@@ -177,3 +177,146 @@ def user_configs(env: Mapping[str, str]) -> list[str]:
     for f in list(out):
         out += includes(f, home)
     return out
+
+
+# ---- repositories a confined run created ---------------------------------------------------------------
+
+#: the configuration keys kept in a repository a confined run created (``disarm``): none of them
+#: names a program, a file git reads code or configuration from, or another repository
+#: (git-config(1); ``remote.*.url`` stays, a transport helper's ``ext::`` form is off by default,
+#: ``protocol.allow``).  ``section.*.key`` matches any subsection.
+SAFE_KEYS = frozenset((
+    "core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates",
+    "core.ignorecase", "core.precomposeunicode", "core.symlinks", "core.autocrlf", "core.eol",
+    "extensions.objectformat", "extensions.worktreeconfig", "init.defaultbranch", "user.name",
+    "user.email", "remote.*.url", "remote.*.pushurl", "remote.*.fetch", "branch.*.remote",
+    "branch.*.merge", "branch.*.rebase", "submodule.*.url", "submodule.*.active",
+))
+DISARMED = ".sandbox-shim-disarmed"
+
+
+def all_git_dirs(roots: Sequence[str], found: Sequence[str] | None = None) -> list[str]:
+    """Every git directory under ``roots`` (``git_dirs``, or the given ``found`` ones), with each
+    one's ``modules/*`` and ``worktrees/*`` git directories, resolved, sorted; only those inside
+    ``roots`` (a gitfile may name a repository elsewhere)."""
+    out: set[str] = set()
+    todo = list(found) if found is not None else [g for g, _, _ in git_dirs(roots)]
+    while todo:
+        d = todo.pop()
+        if d in out:
+            continue
+        out.add(d)
+        for sub in ("modules", "worktrees"):
+            top = os.path.join(d, sub)
+            if os.path.isdir(top) and not os.path.islink(top):
+                for dirpath, dirnames, filenames in os.walk(top):
+                    dirnames[:] = [n for n in dirnames if not os.path.islink(os.path.join(dirpath, n))]
+                    if "HEAD" in filenames:
+                        todo.append(os.path.realpath(dirpath))
+                        dirnames[:] = []
+    return sorted(d for d in out if any(d == r or d.startswith(r.rstrip("/") + "/") for r in roots))
+
+
+def _safe_key(section: str, key: str) -> bool:
+    name, _, sub = section.partition(".")
+    return f"{name}.{key}" in SAFE_KEYS or (bool(sub) and f"{name}.*.{key}" in SAFE_KEYS)
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def disarm(gitdir: str) -> list[str]:
+    """Make a repository a confined run created harmless to the user's next ``git`` there: its
+    ``config`` (and ``config.worktree``) rewritten with ``SAFE_KEYS`` only, the original kept as
+    ``config.sandbox-shim-disarmed``; a ``hooks`` directory holding anything but git's ``*.sample``
+    files moved to ``hooks.sandbox-shim-disarmed`` (an empty one made).  Returns what was changed
+    (paths); never raises."""
+    changed: list[str] = []
+    for name in ("config", "config.worktree"):
+        path = os.path.join(gitdir, name)
+        if not os.path.isfile(path) or os.path.islink(path):
+            if os.path.islink(path):
+                try:
+                    os.rename(path, path + DISARMED)
+                    changed.append(path)
+                except OSError:
+                    pass
+            continue
+        entries = _parse(path)
+        kept = [(s, k, v) for s, k, v in entries if _safe_key(s, k)]
+        if len(kept) == len(entries):
+            continue
+        lines, current = [], None
+        for s, k, v in kept:
+            if s != current:
+                head, _, sub = s.partition(".")
+                lines.append(f"[{head}" + (f" {_quote(sub)}" if sub else "") + "]")
+                current = s
+            lines.append(f"\t{k} = {_quote(v)}")
+        try:
+            os.rename(path, path + DISARMED)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write("\n".join(lines) + "\n")
+            changed.append(path)
+        except OSError:
+            pass
+    hooks = os.path.join(gitdir, "hooks")
+    try:
+        armed = os.path.islink(hooks) or (os.path.isdir(hooks) and any(
+            not n.endswith(".sample") for n in os.listdir(hooks)))
+    except OSError:
+        armed = False
+    if armed:
+        try:
+            os.rename(hooks, hooks + DISARMED)
+            os.mkdir(hooks, 0o755)
+            changed.append(hooks)
+        except OSError:
+            pass
+    return changed
+
+
+def disarm_new(roots: Sequence[str], known: Sequence[str]) -> list[str]:
+    """``disarm`` every git directory under ``roots`` that is not in ``known`` (the ones found
+    before the run); returns what was changed.  Never raises (a walk past its limit disarms
+    nothing: the caller warns)."""
+    try:
+        now = all_git_dirs(roots)
+    except TooLarge:
+        return []
+    seen = set(known)
+    return [c for g in now if g not in seen for c in disarm(g)]
+
+
+def write_snapshot(path: str, roots: Sequence[str], known: Sequence[str]) -> None:
+    """Record ``roots`` and the git directories ``known`` before a run (NUL-separated, the two
+    lists apart by an empty field), atomically (a temporary name, then rename(2)).  Raises OSError."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, b"\0".join([*(os.fsencode(r) for r in roots), b"", *(os.fsencode(k) for k in known)]))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+
+
+def check_snapshot(path: str | None) -> list[str]:
+    """``disarm_new`` against a ``write_snapshot`` record, then remove the record; returns what was
+    changed.  Never raises."""
+    if not path:
+        return []
+    try:
+        with open(path, "rb") as fh:
+            fields = [os.fsdecode(f) for f in fh.read().split(b"\0")]
+    except OSError:
+        return []
+    cut = fields.index("") if "" in fields else len(fields)
+    changed = disarm_new(fields[:cut], fields[cut + 1:]) if fields[:cut] else []
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    return changed

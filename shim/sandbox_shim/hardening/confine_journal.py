@@ -10,8 +10,12 @@ library caller) and its start time (proc(5) ``/proc/PID/stat`` field 22, so a re
 mistaken for the owner).  Its content is the paths, NUL-separated; it is written to a temporary
 name and renamed (rename(2) is atomic), so it is either whole or absent.
 
+Beside it, ``PID-STARTTIME.git``: the git directories found before the run
+(``confine_git.write_snapshot``), checked after it (``confine_git.check_snapshot``).
+
 ``sweep`` (run by every confinement before it makes placeholders) removes, for each journal whose
-owner is gone, the placeholders still exactly as made (``confine_sets.remove_placeholders``: empty
+owner is gone, the placeholders still exactly as made (or, for a ``.git`` record, disarms the
+repositories that run created) (``confine_sets.remove_placeholders``: empty
 directories, ``{}`` files) and then the journal.  ``forget`` removes a journal after a normal
 release.  Linux only (the owner's start time comes from ``/proc``).
 """
@@ -69,6 +73,12 @@ def record(directory: str, paths: Sequence[str], owner: int) -> str:
     return final
 
 
+def snapshot_path(directory: str, owner: int) -> str:
+    """Where the git-directory snapshot of ``owner``'s run goes (``confine_git.write_snapshot``)."""
+    os.makedirs(directory, 0o700, exist_ok=True)
+    return os.path.join(directory, f"{owner}-{start_time(owner)}.git")
+
+
 def forget(journal: str | None) -> None:
     """Remove a journal (after its placeholders were released).  Never raises."""
     if journal:
@@ -90,8 +100,10 @@ def sweep(directory: str | None, remove: Callable[[Sequence[str]], None]) -> int
     done = 0
     for name in names:
         path = os.path.join(directory, name)
-        temporary = name.startswith(".") and name.endswith(".tmp")
-        pid, _, started = (name[1:-4] if temporary else name).partition("-")
+        temporary = name.endswith(".tmp")
+        git = name.endswith(".git") or name.endswith(".git.tmp")
+        base = name.removeprefix(".").removesuffix(".tmp").removesuffix(".git")
+        pid, _, started = base.partition("-")
         if not pid.isdigit() or start_time(int(pid)) == started:
             continue  # its owner still runs
         try:
@@ -101,6 +113,11 @@ def sweep(directory: str | None, remove: Callable[[Sequence[str]], None]) -> int
             continue
         if temporary:  # a writer killed before the rename: none of its placeholders were made
             forget(path)
+            continue
+        if git:  # a run killed before its check: disarm what it created (confine_git)
+            from .confine_git import check_snapshot
+
+            check_snapshot(path)
             continue
         remove(paths)
         forget(path)

@@ -145,13 +145,15 @@ class Sets:
     """Resolved absolute paths.  ``read_only`` is sorted, without entries under another (non-link)
     entry; links are listed as links (recreated inside, not followed)."""
 
-    __slots__ = ("read_only", "read_write", "islands", "anchors", "placeholders", "journal")
+    __slots__ = ("read_only", "read_write", "islands", "anchors", "placeholders", "journal", "snapshot")
 
     def __init__(self, read_only: tuple[str, ...], read_write: tuple[str, ...],
                  islands: tuple[str, ...], anchors: tuple[str, ...] = (),
-                 placeholders: tuple[str, ...] = (), journal: str | None = None) -> None:
+                 placeholders: tuple[str, ...] = (), journal: str | None = None,
+                 snapshot: str | None = None) -> None:
         self.read_only, self.read_write, self.islands = read_only, read_write, islands
         self.anchors, self.placeholders, self.journal = anchors, placeholders, journal
+        self.snapshot = snapshot
 
     def __repr__(self) -> str:
         return (f"Sets(read_only={self.read_only!r}, read_write={self.read_write!r}, "
@@ -274,10 +276,12 @@ def _git_held(gitdir: str, worktree: str | None, writable: Sequence[str], user_h
     return out
 
 
-def _repositories(read_write: Sequence[str], env: Mapping[str, str]) -> list[str]:
+def _repositories(read_write: Sequence[str], env: Mapping[str, str],
+                  known: list[str] | None = None) -> list[str]:
     """What to hold of every git repository at any depth under the read-write paths
     (``confine_git.git_dirs``): each git directory's ``_git_held`` set and each gitfile (rewritten
-    to name another directory it would bring that one's hooks).
+    to name another directory it would bring that one's hooks).  ``known`` gets every git
+    directory found (``confine_git.all_git_dirs``), for the check after the run.
 
     Raises: CannotEnforce("confinement.protected") past ``confine_git.MAX_ENTRIES`` entries."""
     try:
@@ -285,6 +289,8 @@ def _repositories(read_write: Sequence[str], env: Mapping[str, str]) -> list[str
     except confine_git.TooLarge as e:
         raise CannotEnforce("confinement.protected", f"{e}: too many to find every git directory; "
                             "name a smaller permit path, or pass --allow-protected-writes") from e
+    if known is not None:
+        known += confine_git.all_git_dirs(read_write, [g for g, _, _ in found])
     home = env.get("HOME", "")
     user_hooks = confine_git.hooks_paths(confine_git.user_configs(env))
     out: list[str] = []
@@ -420,8 +426,9 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
             raise CannotEnforce("confinement.boundary", f"{r}: its parent {boundary} lies inside the "
                                 f"runtime read set entry {cover[0]}, so siblings would be readable")
     made: list[str] = []
-    record: str | None = None
-    if protect and placeholders and linux:
+    record = snapshot = None
+    journal: str | None = None
+    if protect and linux:
         from . import confine_journal
 
         journal = confine_journal.journal_dir(env)
@@ -430,18 +437,26 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
                                 f"placeholder journal ({journal or 'no $HOME'}): set XDG_STATE_HOME to a "
                                 "directory outside them, or pass --allow-protected-writes")
         confine_journal.sweep(journal, remove_placeholders)  # what killed confinements left
-        made, record = make_placeholders(read_write, read_write, journal, owner)
+        if placeholders:
+            made, record = make_placeholders(read_write, read_write, journal, owner)
     try:
         for r in read_write:
             islands += _protected(r, protect, settings_file, read_write, missing=not linux)
         if protect:
-            islands += _repositories(read_write, env)
+            known: list[str] | None = [] if journal is not None else None
+            islands += _repositories(read_write, env, known)
+            if journal is not None and known is not None:
+                from . import confine_journal
+
+                snapshot = confine_journal.snapshot_path(journal, os.getpid() if owner is None else owner)
+                confine_git.write_snapshot(snapshot, read_write, known)
     except BaseException:
         remove_placeholders(made)
         from . import confine_journal
 
         confine_journal.forget(record)
+        confine_journal.forget(snapshot)
         raise
     held = dedupe(islands)
     return Sets(tuple(dedupe(ro + extra_ro)), tuple(read_write), tuple(held),
-                tuple(anchors(held, read_write)), tuple(made), record)
+                tuple(anchors(held, read_write)), tuple(made), record, snapshot)

@@ -60,19 +60,28 @@ class LaunchSpec(dict):  # type: ignore[type-arg]
     report: str | None = None
     placeholders: tuple[str, ...] = ()
     journal: str | None = None
+    snapshot: str | None = None
 
-    def release(self) -> None:
-        """After the command: close the egress proxy (if any) and remove the empty placeholders
-        made for missing protected names (``confine_sets.make_placeholders``).  Idempotent."""
+    def release(self) -> list[str]:
+        """After the command: close the egress proxy (if any), remove the empty placeholders made
+        for missing protected names (``confine_sets.make_placeholders``) and disarm the git
+        repositories the command created (``confine_git.check_snapshot``: their config reduced to
+        safe keys, their hooks moved aside).  Returns the disarmed paths (warn the user about
+        them).  Idempotent."""
+        from .confine_journal import forget
         from .confine_sets import remove_placeholders
 
         if self.egress is not None:
             self.egress.close()
-        from .confine_journal import forget
-
         remove_placeholders(self.placeholders)
         forget(self.journal)
-        self.placeholders, self.journal = (), None
+        changed: list[str] = []
+        if self.snapshot is not None:
+            from .confine_git import check_snapshot
+
+            changed = check_snapshot(self.snapshot)
+        self.placeholders, self.journal, self.snapshot = (), None, None
+        return changed
 
 
 def caller_environ() -> dict[str, str]:
@@ -265,6 +274,7 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
 
         remove_placeholders(sets.placeholders)
         forget(sets.journal)
+        forget(sets.snapshot)
         raise
 
 
@@ -296,7 +306,7 @@ def _launch_spec(backend: Any, exe: str, args: Sequence[str], env: dict[str, str
         raise
     spec = LaunchSpec(cmd=argv[0], args=argv[1:], env=env, cd=start)
     spec.layers, spec.not_enforced, spec.egress, spec.report = layers, tuple(not_enforced), egress, report
-    spec.placeholders, spec.journal = sets.placeholders, sets.journal
+    spec.placeholders, spec.journal, spec.snapshot = sets.placeholders, sets.journal, sets.snapshot
     if report is not None:
         try:
             write_start_record(report, spec)
