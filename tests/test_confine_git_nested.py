@@ -124,3 +124,24 @@ def test_walk_cost_on_a_large_tree(tmp_path: Path) -> None:
     assert [f[0] for f in found] == [str(root / "d3" / "e37" / ".git")]
     with pytest.raises(confine_git.TooLarge):
         confine_git.git_dirs([str(root)], limit=1000)
+
+
+def test_walk_cache_sees_every_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ctime cache: an unchanged directory is not listed again, a changed one always is."""
+    monkeypatch.setattr(confine_git, "RACY_NS", 0)  # the tree below is seconds old at most
+    root = tmp_path / "tree"
+    for i in range(20):
+        (root / f"a{i}" / "b" / "c").mkdir(parents=True)
+    cache = str(tmp_path / "cache")
+    assert confine_git.git_dirs([str(root)], cache=cache) == []  # control: nothing there
+    assert os.path.isfile(cache)
+    deep = root / "a7" / "b" / "c"
+    (deep / ".git").mkdir()
+    assert [f[0] for f in confine_git.git_dirs([str(root)], cache=cache)] == [str(deep / ".git")]
+    (root / "a3" / "b" / "x").mkdir()  # a new directory under a cached one
+    (root / "a3" / "b" / "x" / ".git").write_text(f"gitdir: {deep / '.git'}\n")
+    got = confine_git.git_dirs([str(root)], cache=cache)
+    assert (str(deep / ".git"), str(root / "a3" / "b" / "x"), str(root / "a3" / "b" / "x" / ".git")) in got
+    os.rename(root / "a7", root / "a7moved")  # a rename changes the parent's ctime
+    got = [f[0] for f in confine_git.git_dirs([str(root)], cache=cache)]
+    assert str(root / "a7moved" / "b" / "c" / ".git") in got

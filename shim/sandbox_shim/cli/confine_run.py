@@ -184,7 +184,7 @@ def _serve_after(spec: object) -> None:
     if pid != 0:
         return
     try:
-        import ctypes
+        from ..hardening.confinement import die_with_parent
 
         def done(*_: object) -> None:
             changed = spec.release()  # type: ignore[attr-defined]
@@ -193,7 +193,7 @@ def _serve_after(spec: object) -> None:
             os._exit(0)
 
         signal.signal(signal.SIGTERM, done)
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        die_with_parent(signal.SIGTERM)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the command's to handle
         if os.getppid() != parent:
             done()

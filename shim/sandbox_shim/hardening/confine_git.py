@@ -64,40 +64,111 @@ def commondir(gitdir: str) -> str | None:
     return real if os.path.isdir(real) else None
 
 
-def git_dirs(roots: Sequence[str], limit: int = MAX_ENTRIES) -> list[tuple[str, str | None, str | None]]:
+def _load_cache(path: str | None) -> dict[str, tuple[int, int, int, tuple[str, ...], tuple[str, ...]]]:
+    if not path:
+        return {}
+    import marshal
+
+    try:
+        with open(path, "rb") as fh:
+            data = marshal.loads(fh.read())
+    except (OSError, EOFError, ValueError, TypeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save_cache(path: str, data: dict[str, tuple[int, int, int, tuple[str, ...], tuple[str, ...]]]) -> None:
+    import marshal
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(marshal.dumps(data))
+        os.rename(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+#: a directory whose ctime is this close to the walk's start is listed again every time: ctime
+#: has the kernel's coarse clock, so an entry made in the same tick could leave it unchanged
+RACY_NS = 2_000_000_000
+
+
+def git_dirs(roots: Sequence[str], limit: int = MAX_ENTRIES,
+             cache: str | None = None) -> list[tuple[str, str | None, str | None]]:
     """``(gitdir, worktree, gitfile)`` for every repository under ``roots``: ``worktree`` is the
     directory holding ``.git`` (None for a bare repository), ``gitfile`` the ``.git`` file that
-    named ``gitdir`` (else None).  Raises ``TooLarge`` past ``limit`` entries."""
+    named ``gitdir`` (else None).  Raises ``TooLarge`` past ``limit`` entries.
+
+    ``cache``: a file (outside the read-write paths: the confined program must not write it) that
+    keeps, per directory, its inode and ctime with its subdirectories and git entries.  A directory
+    whose ``(st_ino, st_ctime_ns)`` is unchanged (and not within ``RACY_NS`` of now) is not listed
+    again: any entry made, removed or renamed in it changes its ctime (inode(7)), which no
+    unprivileged program can set back.  Gitfiles are read again every time (their content is not
+    in their directory's ctime)."""
+    import time
+
+    old = _load_cache(cache)
+    new: dict[str, tuple[int, int, int, tuple[str, ...], tuple[str, ...]]] = {}
+    racy = time.time_ns() - RACY_NS
     out: list[tuple[str, str | None, str | None]] = []
     count = 0
     todo = list(roots)
     while todo:
         d = todo.pop()
         try:
-            it = os.scandir(d)
+            st = os.lstat(d)
         except OSError:
             continue
-        with it:
-            entries = list(it)
-        count += len(entries)
+        if (st.st_mode & 0o170000) != 0o040000:
+            continue  # no longer a directory (a link swapped in): nothing is followed
+        hit = old.get(d)
+        if hit is not None and hit[0] == st.st_ino and hit[1] == st.st_ctime_ns and st.st_ctime_ns < racy:
+            n, subdirs, found = hit[2], hit[3], hit[4]
+        else:
+            try:
+                with os.scandir(d) as it:
+                    entries = list(it)
+            except OSError:
+                continue
+            n = len(entries)
+            dirs, found_l = [], []
+            names: dict[str, bool] = {}
+            for e in entries:
+                name = e.name
+                is_dir = e.is_dir(follow_symlinks=False)
+                if name in ("HEAD", "objects", "refs"):
+                    names[name] = is_dir
+                if name == ".git":
+                    if is_dir:
+                        found_l.append("dir")
+                    elif e.is_file(follow_symlinks=False):
+                        found_l.append("file")
+                elif is_dir:
+                    dirs.append(name)
+            if names.get("HEAD") is False and names.get("objects") and "refs" in names:
+                found_l, dirs = ["bare"], []  # a bare repository (or a git dir met whole)
+            subdirs, found = tuple(dirs), tuple(found_l)
+        new[d] = (st.st_ino, st.st_ctime_ns, n, subdirs, found)
+        count += n
         if count > limit:
             raise TooLarge(f"more than {limit} entries under {', '.join(roots)}")
-        names = {e.name: e for e in entries}
-        if "HEAD" in names and "objects" in names and "refs" in names and names["HEAD"].is_file(
-                follow_symlinks=False) and names["objects"].is_dir(follow_symlinks=False):
-            out.append((os.path.realpath(d), None, None))  # a bare repository (or a git dir met whole)
-            continue
-        for e in entries:
-            if e.name == ".git":
-                if e.is_dir(follow_symlinks=False):
-                    out.append((os.path.realpath(e.path), d, None))
-                elif e.is_file(follow_symlinks=False):
-                    target = gitfile_target(e.path)
-                    if target is not None:
-                        out.append((target, d, e.path))
-                continue
-            if e.is_dir(follow_symlinks=False):
-                todo.append(e.path)
+        for kind in found:
+            if kind == "bare":
+                out.append((os.path.realpath(d), None, None))
+            elif kind == "dir":
+                out.append((os.path.realpath(os.path.join(d, ".git")), d, None))
+            else:
+                target = gitfile_target(os.path.join(d, ".git"))
+                if target is not None:
+                    out.append((target, d, os.path.join(d, ".git")))
+        todo += [os.path.join(d, n) for n in subdirs]
+    if cache and new != old:
+        _save_cache(cache, new)
     extra = []
     for gitdir, _, _ in out:
         common = commondir(gitdir)
@@ -195,12 +266,13 @@ SAFE_KEYS = frozenset((
 DISARMED = ".sandbox-shim-disarmed"
 
 
-def all_git_dirs(roots: Sequence[str], found: Sequence[str] | None = None) -> list[str]:
+def all_git_dirs(roots: Sequence[str], found: Sequence[str] | None = None,
+                 cache: str | None = None) -> list[str]:
     """Every git directory under ``roots`` (``git_dirs``, or the given ``found`` ones), with each
     one's ``modules/*`` and ``worktrees/*`` git directories, resolved, sorted; only those inside
     ``roots`` (a gitfile may name a repository elsewhere)."""
     out: set[str] = set()
-    todo = list(found) if found is not None else [g for g, _, _ in git_dirs(roots)]
+    todo = list(found) if found is not None else [g for g, _, _ in git_dirs(roots, cache=cache)]
     while todo:
         d = todo.pop()
         if d in out:
@@ -278,12 +350,12 @@ def disarm(gitdir: str) -> list[str]:
     return changed
 
 
-def disarm_new(roots: Sequence[str], known: Sequence[str]) -> list[str]:
+def disarm_new(roots: Sequence[str], known: Sequence[str], cache: str | None = None) -> list[str]:
     """``disarm`` every git directory under ``roots`` that is not in ``known`` (the ones found
     before the run); returns what was changed.  Never raises (a walk past its limit disarms
     nothing: the caller warns)."""
     try:
-        now = all_git_dirs(roots)
+        now = all_git_dirs(roots, cache=cache)
     except TooLarge:
         return []
     seen = set(known)
@@ -314,9 +386,18 @@ def check_snapshot(path: str | None) -> list[str]:
     except OSError:
         return []
     cut = fields.index("") if "" in fields else len(fields)
-    changed = disarm_new(fields[:cut], fields[cut + 1:]) if fields[:cut] else []
+    cache = walk_cache(os.path.dirname(path), fields[:cut])
+    changed = disarm_new(fields[:cut], fields[cut + 1:], cache) if fields[:cut] else []
     try:
         os.unlink(path)
     except OSError:
         pass
     return changed
+
+
+def walk_cache(directory: str, roots: Sequence[str]) -> str:
+    """The ``git_dirs`` cache file for ``roots`` in ``directory`` (the journal directory)."""
+    import zlib
+
+    key = zlib.crc32(b"\0".join(os.fsencode(r) for r in roots))
+    return os.path.join(directory, f"walk-{key:08x}")

@@ -277,7 +277,7 @@ def _git_held(gitdir: str, worktree: str | None, writable: Sequence[str], user_h
 
 
 def _repositories(read_write: Sequence[str], env: Mapping[str, str],
-                  known: list[str] | None = None) -> list[str]:
+                  known: list[str] | None = None, cache: str | None = None) -> list[str]:
     """What to hold of every git repository at any depth under the read-write paths
     (``confine_git.git_dirs``): each git directory's ``_git_held`` set and each gitfile (rewritten
     to name another directory it would bring that one's hooks).  ``known`` gets every git
@@ -285,7 +285,7 @@ def _repositories(read_write: Sequence[str], env: Mapping[str, str],
 
     Raises: CannotEnforce("confinement.protected") past ``confine_git.MAX_ENTRIES`` entries."""
     try:
-        found = confine_git.git_dirs(read_write)
+        found = confine_git.git_dirs(read_write, cache=cache)
     except confine_git.TooLarge as e:
         raise CannotEnforce("confinement.protected", f"{e}: too many to find every git directory; "
                             "name a smaller permit path, or pass --allow-protected-writes") from e
@@ -436,6 +436,7 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
             raise CannotEnforce("confinement.protected", f"no place outside the read-write paths for the "
                                 f"placeholder journal ({journal or 'no $HOME'}): set XDG_STATE_HOME to a "
                                 "directory outside them, or pass --allow-protected-writes")
+        os.makedirs(journal, 0o700, exist_ok=True)
         confine_journal.sweep(journal, remove_placeholders)  # what killed confinements left
         if placeholders:
             made, record = make_placeholders(read_write, read_write, journal, owner)
@@ -444,7 +445,8 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
             islands += _protected(r, protect, settings_file, read_write, missing=not linux)
         if protect:
             known: list[str] | None = [] if journal is not None else None
-            islands += _repositories(read_write, env, known)
+            cache = confine_git.walk_cache(journal, read_write) if journal is not None else None
+            islands += _repositories(read_write, env, known, cache)
             if journal is not None and known is not None:
                 from . import confine_journal
 

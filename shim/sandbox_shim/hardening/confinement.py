@@ -187,6 +187,13 @@ def _backend() -> Any:
     return backend
 
 
+def die_with_parent(sig: int) -> bool:
+    """Have this process get ``sig`` when its parent ends (the platform's mechanism: Linux
+    ``PR_SET_PDEATHSIG``); False where there is none."""
+    fn = getattr(_backend(), "parent_death_signal", None)
+    return bool(fn(sig)) if fn is not None else False
+
+
 def report(bwrap: str | None = None) -> list[Capability]:
     """The confinement layers this host offers, as ``Capability`` reports (platform-specific)."""
     try:
