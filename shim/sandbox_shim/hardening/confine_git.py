@@ -369,7 +369,6 @@ def write_snapshot(path: str, roots: Sequence[str], known: Sequence[str]) -> Non
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
         os.write(fd, b"\0".join([*(os.fsencode(r) for r in roots), b"", *(os.fsencode(k) for k in known)]))
-        os.fsync(fd)
     finally:
         os.close(fd)
     os.rename(tmp, path)

@@ -8,7 +8,8 @@ inside a read-write path, where the confined program could forge it), named ``PI
 owner (the process whose end releases the placeholders: the one that execs the command, or a
 library caller) and its start time (proc(5) ``/proc/PID/stat`` field 22, so a reused pid is not
 mistaken for the owner).  Its content is the paths, NUL-separated; it is written to a temporary
-name and renamed (rename(2) is atomic), so it is either whole or absent.
+name and renamed (rename(2) is atomic), so it is either whole or absent (no fsync: the journal
+guards against SIGKILL, whose victim's writes stay in the page cache, not against power loss).
 
 Beside it, ``PID-STARTTIME.git``: the git directories found before the run
 (``confine_git.write_snapshot``), checked after it (``confine_git.check_snapshot``).
@@ -66,7 +67,6 @@ def record(directory: str, paths: Sequence[str], owner: int) -> str:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
         os.write(fd, b"\0".join(os.fsencode(p) for p in paths))
-        os.fsync(fd)
     finally:
         os.close(fd)
     os.rename(tmp, final)

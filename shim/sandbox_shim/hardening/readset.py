@@ -84,15 +84,19 @@ class Guard:
     manager root.  ``path_dirs``: the caller's ``PATH`` directories outside ``writable``, resolved.
     """
 
-    __slots__ = ("writable", "path_dirs")
+    __slots__ = ("writable", "_path", "_path_dirs")
 
     def __init__(self, writable: Sequence[str], env: Mapping[str, str]) -> None:
         self.writable = tuple(writable)
-        dirs = set()
-        for d in env.get("PATH", "").split(":"):
-            if d and os.path.isabs(d) and not self.touches(d):
-                dirs.add(os.path.realpath(d))
-        self.path_dirs = frozenset(dirs)
+        self._path = env.get("PATH", "")
+        self._path_dirs: frozenset[str] | None = None
+
+    @property
+    def path_dirs(self) -> frozenset[str]:
+        if self._path_dirs is None:  # computed on first use: most runs never ask
+            self._path_dirs = frozenset(os.path.realpath(d) for d in self._path.split(":")
+                                        if d and os.path.isabs(d) and not self.touches(d))
+        return self._path_dirs
 
     def inside(self, path: str) -> bool:
         """True when ``path`` (absolute, normalised) lies in a read-write root."""
