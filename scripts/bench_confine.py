@@ -12,7 +12,8 @@ Wall time and CPU time are kept for each sample.  CPU time is the whole child tr
 is made a child subreaper (prctl(2) ``PR_SET_CHILD_SUBREAPER``), so what a command leaves running
 (confine's forked child, which releases the placeholders and checks for created repositories when
 the command ends) is reparented here and reaped with wait4(2) before the sample is taken; user +
-system of all of them come from getrusage(2) ``RUSAGE_CHILDREN``.  The target (issue: confine <= 2 x bwrap by hand + 20 ms) is computed against
+system of all of them come from getrusage(2) ``RUSAGE_CHILDREN``.  The target (issue: confine
+<= 2 x bwrap by hand + 20 ms) is computed against
 the minimal bwrap by hand (a read-only /usr with the merged-usr links, own pid namespace, /proc,
 /dev); the same ratio against bwrap by hand with the very binds confine makes is shown beside it.
 """
@@ -51,11 +52,14 @@ BY_HAND = [
     "/bin/true",
 ]
 #: argv of the library's launch spec: ``python -c SPEC_CODE PERMIT LANDLOCK(0|1) KEEP(0|1)``; with KEEP
-#: the placeholders for missing protected names stay (so bwrap by hand can bind them too)
+#: the placeholders for missing protected names stay (so bwrap by hand can bind them too), their
+#: journal dropped so no later run removes them as left by a dead owner
 SPEC_CODE = (
     "import json, sys; from sandbox_shim.hardening.confinement import confine; "
     "s = confine(('/bin/true', []), permit_path=sys.argv[1], landlock=sys.argv[2] == '1', "
-    "trial=False); sys.argv[3] == '1' or s.release(); print(json.dumps([s['cmd'], *s['args']]))"
+    "trial=False); from sandbox_shim.hardening.confine_journal import forget; "
+    "(forget(s.journal), forget(s.snapshot)) if sys.argv[3] == '1' else s.release(); "
+    "print(json.dumps([s['cmd'], *s['args']]))"
 )
 LABELS = {
     "bwrap": "bwrap by hand (minimal: /usr, /proc, /dev, pid ns)",
