@@ -156,6 +156,9 @@ def _warn_disarmed(changed: list[str], report: str | None) -> None:
     for path in changed:
         line = (f"sandbox-shim confine: warning: {path!r} was created inside the confinement and could run "
                 "code at your next git command; moved aside as *.sandbox-shim-disarmed (inspect it)\n")
+        if path.startswith("!"):  # confine_git.TOO_LARGE: nothing could be checked
+            line = (f"sandbox-shim confine: warning: repositories created inside were not checked: "
+                    f"{path[1:]!r}; do not run git there before inspecting it\n")
         try:
             os.write(2, line.encode("utf-8", "backslashreplace"))
         except OSError:

@@ -264,6 +264,8 @@ SAFE_KEYS = frozenset((
     "branch.*.merge", "branch.*.rebase", "submodule.*.url", "submodule.*.active",
 ))
 DISARMED = ".sandbox-shim-disarmed"
+#: the start of the item ``disarm_new`` returns when it could not walk the read-write paths
+TOO_LARGE = "!not checked (too many entries): "
 
 
 def all_git_dirs(roots: Sequence[str], found: Sequence[str] | None = None,
@@ -352,12 +354,12 @@ def disarm(gitdir: str) -> list[str]:
 
 def disarm_new(roots: Sequence[str], known: Sequence[str], cache: str | None = None) -> list[str]:
     """``disarm`` every git directory under ``roots`` that is not in ``known`` (the ones found
-    before the run); returns what was changed.  Never raises (a walk past its limit disarms
-    nothing: the caller warns)."""
+    before the run); returns what was changed.  Never raises: a walk past its limit disarms
+    nothing and returns one item starting with ``TOO_LARGE`` (the caller warns)."""
     try:
         now = all_git_dirs(roots, cache=cache)
     except TooLarge:
-        return []
+        return [TOO_LARGE + ", ".join(roots)]
     seen = set(known)
     return [c for g in now if g not in seen for c in disarm(g)]
 
