@@ -13,6 +13,8 @@ pointer of the offending value instead of exhausting the interpreter later:
   ``MAX_STRING`` characters;
 - numbers: finite (no ``NaN``/``Infinity``, no float literal past the double range: RFC 8259
   section 6 has no such numbers);
+- objects: no key twice (RFC 8259 section 4: names "SHOULD be unique"; a parser keeps one of them,
+  so the other would be accepted and silently not applied);
 - text: no lone UTF-16 surrogates (``"\\ud800"`` decodes to a str that cannot be encoded for a path
   or argv, RFC 8259 section 8.2) and no NUL (no path, argv, env entry or kernel string can hold one).
 
@@ -60,6 +62,22 @@ class _NonFinite(str):
 def _parse_float(text: str) -> float | _NonFinite:
     value = float(text)
     return value if math.isfinite(value) else _NonFinite(text[:32])
+
+
+class _DupDict(dict):  # type: ignore[type-arg]
+    """An object that named a key more than once; ``dups`` lists those keys (``_walk`` reports them)."""
+
+    dups: list[str]
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) == len(pairs):
+        return d
+    out = _DupDict(d)
+    seen: set[str] = set()
+    out.dups = [k for k, _ in pairs if k in seen or seen.add(k)]  # type: ignore[func-returns-value]
+    return out
 
 
 def _ptr(parts: list[Any]) -> str:
@@ -119,6 +137,8 @@ def check_tree(doc: Any) -> list[BundleProblem]:
                 add(parts, f"{len(value)} members (at most {MAX_ITEMS})", "remove members")
                 continue
             if isinstance(value, dict):
+                for k in getattr(value, "dups", ()):
+                    add([*parts, _shown_key(k)], "a key given more than once", "keep one of them")
                 for k, v in value.items():
                     why = _text_problem(k)
                     if why:
@@ -148,7 +168,7 @@ def loads(data: bytes | str, what: str = "config.json") -> tuple[Any, list[Bundl
         text = data
     try:
         doc = json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
-                         parse_constant=_NonFinite)
+                         parse_constant=_NonFinite, object_pairs_hook=_pairs)
     except json.JSONDecodeError as e:
         return None, [BundleProblem("", f"{what} is not valid JSON at line {e.lineno} column {e.colno}: "
                                     f"{e.msg}", "RFC 8259", "fix the JSON syntax there")]

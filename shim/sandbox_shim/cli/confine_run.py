@@ -150,6 +150,32 @@ def merged(opts: dict[str, object]) -> dict[str, object]:
     return out
 
 
+def _warn_disarmed(changed: list[str], report: str | None) -> None:
+    """One stderr line (and a report record) per repository the command created and that was
+    disarmed (``confine_git.disarm``)."""
+    for path in changed:
+        line = (f"sandbox-shim confine: warning: {path!r} was created inside the confinement and could run "
+                "code at your next git command; moved aside as *.sandbox-shim-disarmed (inspect it)\n")
+        if path.startswith("!"):  # confine_git.TOO_LARGE: nothing could be checked
+            line = (f"sandbox-shim confine: warning: repositories created inside were not checked: "
+                    f"{path[1:]!r}; do not run git there before inspecting it\n")
+        try:
+            os.write(2, line.encode("utf-8", "backslashreplace"))
+        except OSError:
+            pass
+        if report:
+            import json
+            import time
+
+            rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "event": "disarmed",
+                   "path": path, "operation": "git-config-or-hooks"}
+            try:
+                with open(report, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(rec) + "\n")
+            except OSError:
+                pass
+
+
 def _serve_after(spec: object) -> None:
     """Fork the child that outlives the exec: it serves the egress proxy (if any) and, when the
     exec'd command's process ends, removes the placeholders (``LaunchSpec.release``)."""
@@ -161,14 +187,16 @@ def _serve_after(spec: object) -> None:
     if pid != 0:
         return
     try:
-        import ctypes
+        from ..hardening.confinement import die_with_parent
 
         def done(*_: object) -> None:
-            spec.release()  # type: ignore[attr-defined]
+            changed = spec.release()  # type: ignore[attr-defined]
+            if changed:
+                _warn_disarmed(changed, spec.report)  # type: ignore[attr-defined]
             os._exit(0)
 
         signal.signal(signal.SIGTERM, done)
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        die_with_parent(signal.SIGTERM)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the command's to handle
         if os.getppid() != parent:
             done()
@@ -199,11 +227,20 @@ def run(argv: list[str], g: Globals | None = None) -> int:
         fail(g, e)
     from ..hardening import confinement
 
+    env = confinement.caller_environ()
+    name = command[0]
+    start = str(opts.get("cd") or opts["permitPath"])
+    found = confinement.resolve_executable(name, env.get("PATH", os.defpath), os.path.abspath(start))
+    if found == name and not (os.path.isfile(os.path.join(start, name)) and "/" in name):
+        from ..errors import CouldNotRun
+
+        # not found (or not executable) here: inside it cannot be either; one line, the name escaped
+        fail(g, CouldNotRun("not_found", repr(name), "not on PATH or not an executable file"))
     try:
         spec = confinement.confine(
             (command[0], command[1:]), permit_path=str(opts["permitPath"]),
             cd=opts.get("cd"),  # type: ignore[arg-type]
-            env=confinement.caller_environ(),
+            env=env,
             permit_extra_subpaths=list(opts.get("permitExtraSubpaths", [])),  # type: ignore[call-overload]
             permit_read=list(opts.get("permitRead", [])),  # type: ignore[call-overload]
             allow_hosts=opts.get("allowHosts"),  # type: ignore[arg-type]
@@ -218,13 +255,13 @@ def run(argv: list[str], g: Globals | None = None) -> int:
     if opts.get("printLaunchSpec"):
         import json
 
-        spec.release()
+        spec.release()  # nothing ran: nothing to disarm
         sys.stdout.write(json.dumps(confinement.describe(spec), indent=2) + "\n")
         sys.stdout.flush()
         return 0
     sys.stdout.flush()
     sys.stderr.flush()
-    if spec.egress is not None or spec.placeholders:
+    if spec.egress is not None or spec.placeholders or spec.snapshot:
         _serve_after(spec)
     try:
         os.chdir(spec["cd"])

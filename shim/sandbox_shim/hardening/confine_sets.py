@@ -31,7 +31,7 @@ import pwd
 import sys
 
 from ..errors import CannotEnforce
-from . import readset
+from . import confine_git, readset
 
 TYPE_CHECKING = False  # start-up cost: no typing at run time
 if TYPE_CHECKING:
@@ -66,37 +66,61 @@ PLACEHOLDER_JSON = (".mcp.json", ".claude/settings.json", ".claude/settings.loca
 _EMPTY_JSON = b"{}\n"
 
 
-def make_placeholders(root: str, writable: Sequence[str]) -> list[str]:
-    """Create what is missing of ``PLACEHOLDER_DIRS`` and ``PLACEHOLDER_JSON`` under ``root`` (and
+def make_placeholders(roots: Sequence[str], writable: Sequence[str], journal: str | None = None,
+                      owner: int | None = None) -> tuple[list[str], str | None]:
+    """Create what is missing of ``PLACEHOLDER_DIRS`` and ``PLACEHOLDER_JSON`` under each of ``roots`` (and
     missing parents such as ``.claude``), so the builder holds them read-only and their creation
     inside is denied too.  Never through a link (``O_NOFOLLOW``, ``lexists``).  Returns the created
-    paths, parents first; ``remove_placeholders`` takes them away after the command."""
-    made: list[str] = []
-    for name in (*PLACEHOLDER_DIRS, *PLACEHOLDER_JSON):
+    paths, parents first, and the journal file written (or None); ``remove_placeholders`` takes
+    them away after the command, ``confine_journal.forget`` the journal.
+
+    With ``journal`` (a directory: ``confine_journal``), what will be made is recorded there for
+    ``owner`` (default this process) *before* anything is made, so a ``SIGKILL`` at any moment
+    leaves a record the next confinement's ``confine_journal.sweep`` releases.  Raises OSError when
+    the journal cannot be written (nothing made)."""
+    todo: list[str] = []
+    for root, name in ((r, n) for r in roots for n in (*PLACEHOLDER_DIRS, *PLACEHOLDER_JSON)):
         q = os.path.join(root, name)
-        if os.path.lexists(q):
+        if os.path.lexists(q) or not any(_within(q, w) for w in writable):
             continue
-        parts, cur, ok = name.split("/"), root, True
-        for comp in parts[:-1]:
+        cur, ok, parents = root, True, []
+        for comp in name.split("/")[:-1]:
             cur = os.path.join(cur, comp)
             if os.path.islink(cur) or (os.path.lexists(cur) and not os.path.isdir(cur)):
                 ok = False
                 break
-            if not os.path.lexists(cur):
-                os.mkdir(cur, 0o755)
-                made.append(cur)
-        if not ok or not any(_within(q, w) for w in writable):
-            continue
-        if name in PLACEHOLDER_DIRS:
-            os.mkdir(q, 0o755)
-        else:
-            fd = os.open(q, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            try:
-                os.write(fd, _EMPTY_JSON)
-            finally:
-                os.close(fd)
-        made.append(q)
-    return made
+            if not os.path.lexists(cur) and cur not in todo:
+                parents.append(cur)
+        if ok:
+            todo += [*parents, q]
+    if not todo:
+        return [], None
+    record = None
+    if journal is not None:
+        from . import confine_journal
+
+        record = confine_journal.record(journal, todo, os.getpid() if owner is None else owner)
+    made: list[str] = []
+    try:
+        for q in todo:
+            if q.endswith(PLACEHOLDER_JSON) and any(q == os.path.join(r, n) for r in roots
+                                                    for n in PLACEHOLDER_JSON):
+                fd = os.open(q, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                made.append(q)
+                try:
+                    os.write(fd, _EMPTY_JSON)
+                finally:
+                    os.close(fd)
+            else:
+                os.mkdir(q, 0o755)
+                made.append(q)
+    except OSError:
+        remove_placeholders(made)
+        from . import confine_journal
+
+        confine_journal.forget(record)
+        raise
+    return made, record
 
 
 def remove_placeholders(made: Sequence[str]) -> None:
@@ -121,13 +145,15 @@ class Sets:
     """Resolved absolute paths.  ``read_only`` is sorted, without entries under another (non-link)
     entry; links are listed as links (recreated inside, not followed)."""
 
-    __slots__ = ("read_only", "read_write", "islands", "anchors", "placeholders")
+    __slots__ = ("read_only", "read_write", "islands", "anchors", "placeholders", "journal", "snapshot")
 
     def __init__(self, read_only: tuple[str, ...], read_write: tuple[str, ...],
                  islands: tuple[str, ...], anchors: tuple[str, ...] = (),
-                 placeholders: tuple[str, ...] = ()) -> None:
+                 placeholders: tuple[str, ...] = (), journal: str | None = None,
+                 snapshot: str | None = None) -> None:
         self.read_only, self.read_write, self.islands = read_only, read_write, islands
-        self.anchors, self.placeholders = anchors, placeholders
+        self.anchors, self.placeholders, self.journal = anchors, placeholders, journal
+        self.snapshot = snapshot
 
     def __repr__(self) -> str:
         return (f"Sets(read_only={self.read_only!r}, read_write={self.read_write!r}, "
@@ -166,29 +192,7 @@ def homes(env: Mapping[str, str]) -> list[str]:
     return sorted(set(out))
 
 
-def links_on_way(path: str) -> list[str]:
-    """Where the symlinks met while resolving ``path`` (absolute) are, in walk order, as the kernel
-    walks it (path_resolution(7)); at most 40 links, then ELOOP as OSError."""
-    parts = [c for c in path.split("/") if c][::-1]
-    cur, seen = "/", []
-    while parts:
-        c = parts.pop()
-        if c == ".":
-            continue
-        if c == "..":
-            cur = os.path.dirname(cur)
-            continue
-        nxt = os.path.join(cur, c)
-        if os.path.islink(nxt):
-            seen.append(nxt)
-            if len(seen) > 40:
-                raise OSError(40, "too many levels of symbolic links", path)
-            target = os.readlink(nxt)
-            parts.extend([x for x in target.split("/") if x][::-1])
-            cur = "/" if target.startswith("/") else cur
-        else:
-            cur = nxt
-    return seen
+links_on_way = readset.links_on_way
 
 
 def _planted(p: str, writable: Sequence[str], what: str) -> None:
@@ -226,46 +230,22 @@ GIT_PROTECTED = ("hooks", "config", "config.worktree", "info", "commondir", "git
                  "objects/info/alternates")
 
 
-def _gitdir_of(dotgit: str) -> str | None:
-    """The git directory ``dotgit`` names: itself when a directory, the ``gitdir:`` target of a
-    gitfile (gitrepository-layout(5)), else None."""
-    if os.path.isdir(dotgit):
-        return os.path.realpath(dotgit)
-    try:
-        with open(dotgit, encoding="utf-8", errors="replace") as fh:
-            line = fh.read(4096).strip()
-    except OSError:
-        return None
-    if not line.startswith("gitdir:"):
-        return None
-    target = line[7:].strip()
-    real = os.path.realpath(os.path.join(os.path.dirname(dotgit), target))
-    return real if os.path.isdir(real) else None
+def _resolve_hooks_path(value: str, worktree: str, home: str) -> str:
+    if value.startswith("~/") and home:
+        value = os.path.join(home, value[2:])
+    return os.path.realpath(value if os.path.isabs(value) else os.path.join(worktree, value))
 
 
-def _hooks_path(gitdir: str, worktree: str) -> str | None:
-    """``core.hooksPath`` of a git directory's own config (git-config(1)), resolved, or None."""
-    import re
-
-    for name in ("config", "config.worktree"):
-        try:
-            with open(os.path.join(gitdir, name), encoding="utf-8", errors="replace") as fh:
-                text = fh.read(1 << 20)
-        except OSError:
-            continue
-        m = re.search(r"(?im)^\s*hookspath\s*=\s*\"?([^\"\n]*?)\"?\s*$", text)
-        if m:
-            v = os.path.expanduser(m.group(1).strip())
-            return os.path.realpath(v if os.path.isabs(v) else os.path.join(worktree, v))
-    return None
-
-
-def _git_held(gitdir: str, worktree: str, writable: Sequence[str]) -> list[str]:
+def _git_held(gitdir: str, worktree: str | None, writable: Sequence[str], user_hooks: Sequence[str] = (),
+              home: str = "") -> list[str]:
     """What to hold in a git directory inside a read-write path, its submodules' and worktrees'
-    directories included (``GIT_PROTECTED``), and its ``core.hooksPath`` target; ``hooks`` and
-    the hooksPath target are made (empty) when missing, as ``git init`` does, so they can be held."""
+    directories included (``GIT_PROTECTED``), the files its config includes, and the
+    ``core.hooksPath`` targets (its own config's and ``user_hooks``, the values in the user's
+    system and global config); ``hooks`` and the hooksPath targets are made (empty) when missing,
+    as ``git init`` does, so they can be held."""
     out: list[str] = []
     todo, seen = [gitdir], set()
+    configs: list[str] = []
     while todo:
         d = todo.pop()
         if d in seen or not any(_within(d, w) for w in writable):
@@ -275,6 +255,7 @@ def _git_held(gitdir: str, worktree: str, writable: Sequence[str]) -> list[str]:
         if not os.path.lexists(hooks):
             os.mkdir(hooks, 0o755)
         out += [os.path.join(d, n) for n in GIT_PROTECTED if os.path.lexists(os.path.join(d, n))]
+        configs += [os.path.join(d, n) for n in ("config", "config.worktree")]
         for sub in ("modules", "worktrees"):
             top = os.path.join(d, sub)
             if os.path.isdir(top) and not os.path.islink(top):
@@ -283,11 +264,44 @@ def _git_held(gitdir: str, worktree: str, writable: Sequence[str]) -> list[str]:
                     if os.path.exists(os.path.join(dirpath, "HEAD")):
                         todo.append(os.path.realpath(dirpath))
                         dirnames[:] = [n for n in dirnames if n == "modules"]
-    hp = _hooks_path(gitdir, worktree)
-    if hp is not None and any(_within(hp, w) for w in writable):
-        if not os.path.lexists(hp):
-            os.makedirs(hp, 0o755, exist_ok=True)
-        out.append(hp)
+    included = [i for c in configs for i in confine_git.includes(c, home)]
+    out += [i for i in included if os.path.isfile(i) and any(_within(i, w) for w in writable)]
+    base = worktree or gitdir
+    for value in [*confine_git.hooks_paths(configs + included), *user_hooks]:
+        hp = _resolve_hooks_path(value, base, home)
+        if any(_within(hp, w) for w in writable) and hp not in out:
+            if not os.path.lexists(hp):
+                os.makedirs(hp, 0o755, exist_ok=True)
+            out.append(hp)
+    return out
+
+
+def _repositories(read_write: Sequence[str], env: Mapping[str, str],
+                  known: list[str] | None = None, cache: str | None = None) -> list[str]:
+    """What to hold of every git repository at any depth under the read-write paths
+    (``confine_git.git_dirs``): each git directory's ``_git_held`` set and each gitfile (rewritten
+    to name another directory it would bring that one's hooks).  ``known`` gets every git
+    directory found (``confine_git.all_git_dirs``), for the check after the run.
+
+    Raises: CannotEnforce("confinement.protected") past ``confine_git.MAX_ENTRIES`` entries."""
+    try:
+        found = confine_git.git_dirs(read_write, cache=cache)
+    except confine_git.TooLarge as e:
+        raise CannotEnforce("confinement.protected", f"{e}: too many to find every git directory; "
+                            "name a smaller permit path, or pass --allow-protected-writes") from e
+    if known is not None:
+        known += confine_git.all_git_dirs(read_write, [g for g, _, _ in found])
+    home = env.get("HOME", "")
+    user_hooks = confine_git.hooks_paths(confine_git.user_configs(env))
+    out: list[str] = []
+    done: set[tuple[str, str | None]] = set()
+    for gitdir, worktree, gitfile in found:
+        if gitfile is not None:
+            out.append(gitfile)
+        if (gitdir, worktree) in done:
+            continue
+        done.add((gitdir, worktree))
+        out += _git_held(gitdir, worktree, read_write, user_hooks, home)
     return out
 
 
@@ -308,12 +322,6 @@ def _protected(root: str, protect: bool, settings_file: str | None, writable: Se
                                 "a read-write path: it cannot be held read-only (the confined program could "
                                 "replace the link); make it a real file or directory, or pass "
                                 "--allow-protected-writes")
-    dotgit = os.path.join(root, ".git")
-    if os.path.isfile(dotgit) and not os.path.islink(dotgit):
-        out.append(dotgit)  # a gitfile rewritten to name another directory would bring its hooks
-    gitdir = _gitdir_of(dotgit)
-    if gitdir is not None:
-        out += _git_held(gitdir, root, writable)
     for name in PROTECTED:
         q = os.path.join(root, name)
         if not os.path.lexists(q):
@@ -357,7 +365,8 @@ def anchors(islands: Sequence[str], writable: Sequence[str]) -> list[str]:
 def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], permit_read: Sequence[str] = (),
                protect: bool = True, settings_file: str | None = None,
                linux: bool | None = None, placeholders: bool = True,
-               interpreters: Sequence[str] = ()) -> Sets:
+               interpreters: Sequence[str] = (), spelled: str | None = None,
+               owner: int | None = None) -> Sets:
     """Compute the three sets (rules in the module docstring).
 
     Args:
@@ -371,6 +380,14 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
             too; the caller removes ``Sets.placeholders`` after the command.
         interpreters: executables the platform runs inside before the command (the Python Landlock
             helper's interpreter); their runtime read sets join the read-only set.
+        owner: the process whose end releases the placeholders (default this one), journalled
+            (``confine_journal``) before they are made.
+        spelled: ``exe`` as the caller named it, before links were resolved: when that passes a
+            link inside a read-write path, ``exe`` was chosen by what a confined run can change.
+
+    Content a confined run can change (inside ``read_write``: a ``#!`` line, ELF headers, a
+    ``package.json``, a link) grants nothing outside ``read_write`` but what ``readset.Guard.admit``
+    allows.
 
     Raises:
         CannotEnforce("confinement.read_set" | "confinement.boundary" | "confinement.permit_read",
@@ -380,9 +397,11 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
     """
     linux = sys.platform == "linux" if linux is None else linux
     system = _system(linux)
-    runtime = readset.runtime_read_set(exe, env) if os.path.isabs(exe) else []
+    guard = readset.Guard(read_write, env)
+    trusted = spelled is None or not guard.touches(spelled)
+    runtime = readset.runtime_read_set(exe, env, guard=guard, trusted=trusted) if os.path.isabs(exe) else []
     for interpreter in interpreters:  # what runs inside before the command
-        runtime += readset.runtime_read_set(interpreter, env)
+        runtime += readset.runtime_read_set(interpreter, env, guard=guard)
     runtime = [p for p in runtime if os.path.lexists(p) and not readset.in_system(p)]
     for p in runtime:
         for h in homes(env):
@@ -407,14 +426,39 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
             raise CannotEnforce("confinement.boundary", f"{r}: its parent {boundary} lies inside the "
                                 f"runtime read set entry {cover[0]}, so siblings would be readable")
     made: list[str] = []
+    record = snapshot = None
+    journal: str | None = None
+    if protect and linux:
+        from . import confine_journal
+
+        journal = confine_journal.journal_dir(env)
+        if journal is None or any(_within(journal, w) or _within(w, journal) for w in read_write):
+            raise CannotEnforce("confinement.protected", f"no place outside the read-write paths for the "
+                                f"placeholder journal ({journal or 'no $HOME'}): set XDG_STATE_HOME to a "
+                                "directory outside them, or pass --allow-protected-writes")
+        os.makedirs(journal, 0o700, exist_ok=True)
+        confine_journal.sweep(journal, remove_placeholders)  # what killed confinements left
+        if placeholders:
+            made, record = make_placeholders(read_write, read_write, journal, owner)
     try:
         for r in read_write:
-            if protect and placeholders and linux:
-                made += make_placeholders(r, read_write)
             islands += _protected(r, protect, settings_file, read_write, missing=not linux)
+        if protect:
+            known: list[str] | None = [] if journal is not None else None
+            cache = confine_git.walk_cache(journal, read_write) if journal is not None else None
+            islands += _repositories(read_write, env, known, cache)
+            if journal is not None and known is not None:
+                from . import confine_journal
+
+                snapshot = confine_journal.snapshot_path(journal, os.getpid() if owner is None else owner)
+                confine_git.write_snapshot(snapshot, read_write, known)
     except BaseException:
         remove_placeholders(made)
+        from . import confine_journal
+
+        confine_journal.forget(record)
+        confine_journal.forget(snapshot)
         raise
     held = dedupe(islands)
     return Sets(tuple(dedupe(ro + extra_ro)), tuple(read_write), tuple(held),
-                tuple(anchors(held, read_write)), tuple(made))
+                tuple(anchors(held, read_write)), tuple(made), record, snapshot)

@@ -59,16 +59,29 @@ class LaunchSpec(dict):  # type: ignore[type-arg]
     egress: EgressProxy | None = None
     report: str | None = None
     placeholders: tuple[str, ...] = ()
+    journal: str | None = None
+    snapshot: str | None = None
 
-    def release(self) -> None:
-        """After the command: close the egress proxy (if any) and remove the empty placeholders
-        made for missing protected names (``confine_sets.make_placeholders``).  Idempotent."""
+    def release(self) -> list[str]:
+        """After the command: close the egress proxy (if any), remove the empty placeholders made
+        for missing protected names (``confine_sets.make_placeholders``) and disarm the git
+        repositories the command created (``confine_git.check_snapshot``: their config reduced to
+        safe keys, their hooks moved aside).  Returns the disarmed paths (warn the user about
+        them).  Idempotent."""
+        from .confine_journal import forget
         from .confine_sets import remove_placeholders
 
         if self.egress is not None:
             self.egress.close()
         remove_placeholders(self.placeholders)
-        self.placeholders = ()
+        forget(self.journal)
+        changed: list[str] = []
+        if self.snapshot is not None:
+            from .confine_git import check_snapshot
+
+            changed = check_snapshot(self.snapshot)
+        self.placeholders, self.journal, self.snapshot = (), None, None
+        return changed
 
 
 def caller_environ() -> dict[str, str]:
@@ -174,6 +187,13 @@ def _backend() -> Any:
     return backend
 
 
+def die_with_parent(sig: int) -> bool:
+    """Have this process get ``sig`` when its parent ends (the platform's mechanism: Linux
+    ``PR_SET_PDEATHSIG``); False where there is none."""
+    fn = getattr(_backend(), "parent_death_signal", None)
+    return bool(fn(sig)) if fn is not None else False
+
+
 def report(bwrap: str | None = None) -> list[Capability]:
     """The confinement layers this host offers, as ``Capability`` reports (platform-specific)."""
     try:
@@ -238,6 +258,8 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
     rw = [permit, *extras]
     start = os.path.realpath(cd) if cd is not None else permit
     exe = resolve_executable(cmd, env.get("PATH", os.defpath), start)
+    spelled = (os.path.join(start, cmd) if "/" in cmd
+               else readset.resolve_name(cmd, env.get("PATH", os.defpath))) if exe != cmd else None
     patterns = None
     if allow_hosts is not None:
         from .egress import check_pattern
@@ -249,14 +271,17 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
             raise ValueError(f"report {report!r} lies inside a read-write path: the command could write it")
     backend = _backend()
     sets = build_sets(exe, env, rw, permit_read, protect, settings_file,
-                      interpreters=backend.helper_interpreters(patterns is not None))
+                      interpreters=backend.helper_interpreters(patterns is not None), spelled=spelled)
     try:
         return _launch_spec(backend, exe, args, env, sets, rw, permit, start, patterns, report, bwrap,
                             landlock, trial, host_map)
     except BaseException:
+        from .confine_journal import forget
         from .confine_sets import remove_placeholders
 
         remove_placeholders(sets.placeholders)
+        forget(sets.journal)
+        forget(sets.snapshot)
         raise
 
 
@@ -288,7 +313,7 @@ def _launch_spec(backend: Any, exe: str, args: Sequence[str], env: dict[str, str
         raise
     spec = LaunchSpec(cmd=argv[0], args=argv[1:], env=env, cd=start)
     spec.layers, spec.not_enforced, spec.egress, spec.report = layers, tuple(not_enforced), egress, report
-    spec.placeholders = sets.placeholders
+    spec.placeholders, spec.journal, spec.snapshot = sets.placeholders, sets.journal, sets.snapshot
     if report is not None:
         try:
             write_start_record(report, spec)

@@ -31,7 +31,7 @@ import struct
 
 TYPE_CHECKING = False  # start-up cost: no typing at run time
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
 #: trees granted whole (read-only) on Linux; what lies below them needs no per-file grant
 SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -43,6 +43,105 @@ _MAX_DEPTH = 8
 def within(path: str, root: str) -> bool:
     """True when ``path`` is ``root`` or lies beneath it (both absolute, normalised)."""
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def links_on_way(path: str) -> list[str]:
+    """Where the symlinks met while resolving ``path`` (absolute) are, in walk order, as the kernel
+    walks it (path_resolution(7)); at most 40 links, then ELOOP as OSError."""
+    parts = [c for c in path.split("/") if c][::-1]
+    cur, seen = "/", []
+    while parts:
+        c = parts.pop()
+        if c == ".":
+            continue
+        if c == "..":
+            cur = os.path.dirname(cur)
+            continue
+        nxt = os.path.join(cur, c)
+        if os.path.islink(nxt):
+            seen.append(nxt)
+            if len(seen) > 40:
+                raise OSError(40, "too many levels of symbolic links", path)
+            target = os.readlink(nxt)
+            parts.extend([x for x in target.split("/") if x][::-1])
+            cur = "/" if target.startswith("/") else cur
+        else:
+            cur = nxt
+    return seen
+
+
+class Guard:
+    """What a confined run can change, and what content from there may still grant.
+
+    ``writable`` are the resolved read-write roots.  Whatever the read-set computation reads from
+    them — a file's bytes (``#!`` line, ELF headers, ``package.json``), a link's target, a directory
+    listing — a confined program could have written in an earlier run, so an entry derived from it
+    that lies *outside* them is granted only when ``admit`` says so: a symbolic link (recreated
+    as a link: it exposes no data), a file in a system tree, an ELF file (a program or library:
+    code, not data), an executable file in a ``PATH`` directory of the caller (a tool the caller can
+    run anyway), or a CPython standard library directory (``lib/pythonX.Y`` holding ``os.py``).
+    Never another directory: a ``package.json`` dependency, a venv beside a planted link, a version
+    manager root.  ``path_dirs``: the caller's ``PATH`` directories outside ``writable``, resolved.
+    """
+
+    __slots__ = ("writable", "_path", "_path_dirs")
+
+    def __init__(self, writable: Sequence[str], env: Mapping[str, str]) -> None:
+        self.writable = tuple(writable)
+        self._path = env.get("PATH", "")
+        self._path_dirs: frozenset[str] | None = None
+
+    @property
+    def path_dirs(self) -> frozenset[str]:
+        if self._path_dirs is None:  # computed on first use: most runs never ask
+            self._path_dirs = frozenset(os.path.realpath(d) for d in self._path.split(":")
+                                        if d and os.path.isabs(d) and not self.touches(d))
+        return self._path_dirs
+
+    def inside(self, path: str) -> bool:
+        """True when ``path`` (absolute, normalised) lies in a read-write root."""
+        return any(within(path, w) for w in self.writable)
+
+    def touches(self, path: str) -> bool:
+        """True when reading ``path`` reads what a confined run can change: it is spelled, resolves
+        or passes a symbolic link inside a read-write root."""
+        a = os.path.abspath(path)
+        if self.inside(a) or self.inside(os.path.realpath(a)):
+            return True
+        try:
+            return any(self.inside(q) for q in links_on_way(a))
+        except OSError:
+            return True
+
+    def on_path(self, path: str) -> bool:
+        """True for an executable regular file whose directory is one of the caller's ``PATH``
+        directories (outside the read-write roots)."""
+        return (os.path.realpath(os.path.dirname(os.path.abspath(path))) in self.path_dirs
+                and os.path.isfile(path) and os.access(path, os.X_OK))
+
+    def admit(self, entry: str) -> bool:
+        """Whether ``entry``, derived from content a confined run can change, may be granted."""
+        if os.path.islink(entry) or self.inside(os.path.realpath(entry)) or in_system(entry):
+            return True
+        if os.path.isdir(entry):
+            real = os.path.realpath(entry)
+            return (python_name(os.path.basename(real)) not in (None, "")
+                    and os.path.basename(os.path.dirname(real)) == "lib"
+                    and os.path.isfile(os.path.join(real, "os.py")))
+        return is_elf(entry) or self.on_path(entry)
+
+    def keep(self, entries: list[str], trusted: bool) -> list[str]:
+        """``entries`` as they are when derived from trusted content, else only the admitted ones."""
+        return entries if trusted else [e for e in entries if self.admit(e)]
+
+
+def is_elf(path: str) -> bool:
+    """True for a regular file starting with the ELF magic (elf(5))."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"\x7fELF" and os.path.isfile(path)
+    except OSError:
+        return False
 
 
 def in_system(path: str) -> bool:
@@ -199,14 +298,20 @@ def _expand(dirs: list[str], origin: str) -> list[str]:
     return [d.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) for d in dirs if d]
 
 
-def shared_objects(path: str, env: Mapping[str, str], _seen: set[str] | None = None) -> list[str]:
+def shared_objects(path: str, env: Mapping[str, str], _seen: set[str] | None = None,
+                   guard: Guard | None = None, trusted: bool = True) -> list[str]:
     """The ELF interpreter and shared libraries ``path`` loads that lie *outside* the system trees
-    (each with its symlink chain), found as ld.so(8) searches; objects inside are not listed."""
+    (each with its symlink chain), found as ld.so(8) searches; objects inside are not listed.
+
+    With a ``guard``, an object read from a read-write root (or named by one that was: ``trusted``
+    False) grants outside them only what ``Guard.admit`` allows (ELF files, links): a planted
+    ``DT_RUNPATH``/``DT_NEEDED`` cannot name a data file."""
     seen = set() if _seen is None else _seen
     real = os.path.realpath(path)
     if real in seen:
         return []
     seen.add(real)
+    here = trusted and (guard is None or not guard.touches(path))
     dyn = elf_dynamic(real)
     if dyn is None:
         return []
@@ -223,9 +328,12 @@ def shared_objects(path: str, env: Mapping[str, str], _seen: set[str] | None = N
         found = next((c for c in cands if os.path.isfile(c)), None)
         if found is None or in_system(found):
             continue
-        out += symlink_chain(found)
-        out += shared_objects(found, env, seen)
-    return out
+        chain = symlink_chain(found)
+        if guard is not None and not here and not guard.admit(chain[-1]):
+            continue
+        out += chain
+        out += shared_objects(found, env, seen, guard, here)
+    return out if guard is None else guard.keep(out, here)
 
 
 # ---- language runtimes ---------------------------------------------------------------------------------
@@ -300,14 +408,32 @@ def _package_root(script: str) -> str | None:
     return None
 
 
-def node_packages(script: str) -> list[str]:
-    """The package root of a script inside ``node_modules`` and its dependencies, recursively."""
+def _package_name(dep: object) -> bool:
+    """True for a dependency name npm could have installed (``name`` or ``@scope/name``): no
+    absolute path, no empty, ``.`` or ``..`` component (``os.path.join`` would drop or climb)."""
+    if not isinstance(dep, str) or not dep or dep.startswith("/") or "\\" in dep or "\0" in dep:
+        return False
+    parts = dep.split("/")
+    if len(parts) > (2 if dep.startswith("@") else 1):
+        return False
+    return all(p not in ("", ".", "..") for p in parts)
+
+
+def node_packages(script: str, guard: Guard | None = None, trusted: bool = True) -> list[str]:
+    """The package root of a script inside ``node_modules`` and its dependencies, recursively.
+
+    With a ``guard``, a ``package.json`` a confined run can change (``Guard.touches``) only leads to
+    packages inside the read-write roots: a planted dependency (``node_modules/x -> ../../other``,
+    or a name that is an absolute path) grants nothing outside them."""
     root = _package_root(script)
     out: list[str] = []
-    todo = [root] if root else []
+    todo = [(root, trusted)] if root else []
     while todo:
-        pkg = todo.pop()
+        pkg, ok = todo.pop()
         if pkg in out or len(out) > 2000:
+            continue
+        ok = ok and (guard is None or not guard.touches(pkg))
+        if guard is not None and not ok and not guard.inside(os.path.realpath(pkg)):
             continue
         out.append(pkg)
         import json
@@ -317,16 +443,18 @@ def node_packages(script: str) -> list[str]:
                 meta = json.load(fh)
         except (OSError, ValueError):
             continue
+        if not isinstance(meta, dict):
+            continue
         deps: list[str] = []
         for key in ("dependencies", "optionalDependencies"):
             if isinstance(meta.get(key), dict):
-                deps += [k for k in meta[key] if isinstance(k, str) and ".." not in k.split("/")]
+                deps += [k for k in meta[key] if _package_name(k)]
         for dep in deps:
             d = pkg
             while d not in ("/", ""):
                 cand = os.path.join(d, "node_modules", dep)
                 if os.path.isfile(os.path.join(cand, "package.json")):
-                    todo.append(os.path.realpath(cand))
+                    todo.append((os.path.realpath(cand), ok and (guard is None or not guard.touches(cand))))
                     break
                 d = os.path.dirname(d)
     return out
@@ -347,7 +475,7 @@ def resolve_name(name: str, path: str) -> str | None:
 
 
 def runtime_read_set(exe: str, env: Mapping[str, str], *, invoked: str | None = None,
-                     depth: int = _MAX_DEPTH) -> list[str]:
+                     depth: int = _MAX_DEPTH, guard: Guard | None = None, trusted: bool = True) -> list[str]:
     """Everything ``exe`` needs read-only to run, outside the system trees (absolute paths; links
     listed as links, to be recreated inside).
 
@@ -357,27 +485,37 @@ def runtime_read_set(exe: str, env: Mapping[str, str], *, invoked: str | None = 
             ``LD_LIBRARY_PATH``).
         invoked: for an interpreter reached from a script, the script (for the user-base rule).
         depth: interpreter-chain depth limit (execve(2) allows 4 levels; we follow up to 8).
+        guard: the read-write roots (``Guard``); None trusts every file read.
+        trusted: False when ``exe`` itself was named by content a confined run can change.
     """
     if not os.path.isabs(exe) or depth <= 0:
         return []
-    out = symlink_chain(exe)
-    real = out[-1]
-    out += shared_objects(real, env)
+    here = trusted and (guard is None or not guard.touches(exe))
+    chain = symlink_chain(exe)
+    real = chain[-1]
+    if guard is not None and not here:
+        chain = guard.keep(chain, False)
+        if not chain or chain[-1] != real:
+            return chain  # not admitted: its content is not followed either
+    out = chain + shared_objects(real, env, guard=guard, trusted=here)
+    own: list[str] = []
     parent = os.path.dirname(real)
     root = os.path.dirname(parent)
     if os.path.basename(parent) == "shims" and os.path.isdir(os.path.join(root, "libexec")):
-        out.append(root)  # a version manager's shim (pyenv, rbenv, nodenv): its own tree runs it
+        own.append(root)  # a version manager's shim (pyenv, rbenv, nodenv): its own tree runs it
     name = os.path.basename(real)
     if python_name(name) is not None:
-        out += python_tree(exe, env, invoked)
+        own += python_tree(exe, env, invoked)
+    out += own if guard is None else guard.keep(own, here)
     words = shebang(real)
     if words:
         interp = words[0]
-        out += runtime_read_set(interp, env, invoked=real, depth=depth - 1)
+        out += runtime_read_set(interp, env, invoked=real, depth=depth - 1, guard=guard, trusted=here)
         if os.path.basename(os.path.realpath(interp)) == "env":
             names = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
             found = resolve_name(names[0], env.get("PATH", os.defpath)) if names else None
-            if found:
-                out += runtime_read_set(found, env, invoked=real, depth=depth - 1)
-        out += node_packages(real)
+            if found:  # a tool on the caller's PATH is the caller's: its own content is trusted
+                ok = here or (guard is not None and "/" not in names[0] and guard.on_path(found))
+                out += runtime_read_set(found, env, invoked=real, depth=depth - 1, guard=guard, trusted=ok)
+        out += node_packages(real, guard, here)
     return out

@@ -114,6 +114,12 @@ def probe_bwrap(bwrap: str | None = None) -> Capability:
     return cap
 
 
+def parent_death_signal(sig: int) -> bool:
+    """``prctl(PR_SET_PDEATHSIG, sig)`` for this process (prctl(2)) through the ``_ctypes`` the
+    Landlock layer loads anyway (no ``ctypes`` import); True when set."""
+    return ll._libc().prctl(1, sig, 0, 0, 0) == 0
+
+
 def probe_landlock() -> Capability:
     """Report the Landlock layer: ``landlock_create_ruleset(..., VERSION)`` (kernel doc, landlock.rst)."""
     from ...capability import Capability

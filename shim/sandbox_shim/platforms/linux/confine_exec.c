@@ -155,8 +155,16 @@ int main(int argc, char **argv)
     }
     if (strchr(program[0], '/')) execv(program[0], program);
     else execvp(program[0], program);
-    fprintf(stderr, "sandbox-shim confine: %s: %s\n", program[0], strerror(errno));
-    return errno == ENOENT ? 127 : 126;
+    {
+        int err = errno;
+        fputs("sandbox-shim confine: ", stderr);
+        for (const unsigned char *c = (const unsigned char *)program[0]; *c; c++) {
+            if (*c < 0x20 || *c == 0x7f || *c == '\\') fprintf(stderr, "\\x%02x", *c);  /* one line */
+            else fputc(*c, stderr);
+        }
+        fprintf(stderr, ": %s\n", strerror(err));
+        return err == ENOENT ? 127 : 126;
+    }
 
 usage:
     fprintf(stderr, "sandbox-shim-confine-exec: bad arguments (see the source's header); not running\n");

@@ -432,7 +432,7 @@ def main(argv: Sequence[str]) -> int:
         else:  # unresolved name: let the PATH search give the OS's own error
             os.execvpe(cmd[0], cmd, env if env is not None else os.environ)
     except OSError as e:
-        sys.stderr.write(f"sandbox-shim confine: {cmd[0]}: {e.strerror}\n")
+        sys.stderr.write(f"sandbox-shim confine: {cmd[0]!r}: {e.strerror}\n")
         return 127 if e.errno == errno.ENOENT else 126
     return 126  # not reached
 

@@ -1,0 +1,404 @@
+"""Git repositories inside the read-write paths of the confinement profile: where they are, and
+which of their files make the user's next ``git`` run code.
+
+* ``git_dirs(roots)``: every git directory at any depth under the read-write roots, found by one
+  walk (``os.scandir``, no ``stat`` beyond the directory entry's type, links never followed): a
+  ``.git`` directory, a gitfile ``.git`` (``gitdir: PATH``, gitrepository-layout(5)) with its
+  target, a bare repository (``HEAD`` file beside ``objects`` and ``refs`` directories), and for
+  each the ``commondir`` it names.  The walk does not descend into a git directory (its
+  ``modules``/``worktrees`` are the caller's to follow) and stops at ``MAX_ENTRIES`` directory
+  entries, beyond which ``TooLarge`` is raised (fail closed: the caller refuses to start rather
+  than leave repositories it did not see writable).
+* ``hooks_paths(config_files)`` / ``includes``: ``core.hooksPath`` values and ``include.path`` /
+  ``includeIf.*.path`` targets of git-config(1) files (a small reader of that syntax: sections,
+  subsections, ``key = value``, quotes, ``#``/``;`` comments; every ``includeIf`` is taken as if its
+  condition held, which can only hold more).
+* ``user_configs(env)``: the configuration files git reads before the repository's own: system
+  (``GIT_CONFIG_SYSTEM`` or ``/etc/gitconfig``), global (``GIT_CONFIG_GLOBAL``, else
+  ``$XDG_CONFIG_HOME/git/config`` and ``~/.gitconfig``), and what they include.
+
+Stdlib only; no subprocess (``git config --show-origin`` costs a process per repository).
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # start-up cost: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+#: directory entries the walk reads at most (all read-write roots together)
+MAX_ENTRIES = 1_000_000
+_MAX_INCLUDE_DEPTH = 10  # git's own limit (config.c MAX_INCLUDE_DEPTH)
+
+
+class TooLarge(Exception):
+    """The read-write paths hold more than ``MAX_ENTRIES`` directory entries."""
+
+
+def gitfile_target(path: str) -> str | None:
+    """The directory a gitfile names (``gitdir: PATH``, relative to the file's directory), resolved,
+    or None when ``path`` is no gitfile or names no directory."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            line = fh.read(4096).strip()
+    except OSError:
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    real = os.path.realpath(os.path.join(os.path.dirname(path), line[7:].strip()))
+    return real if os.path.isdir(real) else None
+
+
+def commondir(gitdir: str) -> str | None:
+    """The ``commondir`` a (worktree) git directory names, resolved, or None."""
+    try:
+        with open(os.path.join(gitdir, "commondir"), encoding="utf-8", errors="replace") as fh:
+            rel = fh.read(4096).strip()
+    except OSError:
+        return None
+    if not rel:
+        return None
+    real = os.path.realpath(os.path.join(gitdir, rel))
+    return real if os.path.isdir(real) else None
+
+
+def _load_cache(path: str | None) -> dict[str, tuple[int, int, int, tuple[str, ...], tuple[str, ...]]]:
+    if not path:
+        return {}
+    import marshal
+
+    try:
+        with open(path, "rb") as fh:
+            data = marshal.loads(fh.read())
+    except (OSError, EOFError, ValueError, TypeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save_cache(path: str, data: dict[str, tuple[int, int, int, tuple[str, ...], tuple[str, ...]]]) -> None:
+    import marshal
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(marshal.dumps(data))
+        os.rename(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+#: a directory whose ctime is this close to the walk's start is listed again every time: ctime
+#: has the kernel's coarse clock, so an entry made in the same tick could leave it unchanged
+RACY_NS = 2_000_000_000
+
+
+def git_dirs(roots: Sequence[str], limit: int = MAX_ENTRIES,
+             cache: str | None = None) -> list[tuple[str, str | None, str | None]]:
+    """``(gitdir, worktree, gitfile)`` for every repository under ``roots``: ``worktree`` is the
+    directory holding ``.git`` (None for a bare repository), ``gitfile`` the ``.git`` file that
+    named ``gitdir`` (else None).  Raises ``TooLarge`` past ``limit`` entries.
+
+    ``cache``: a file (outside the read-write paths: the confined program must not write it) that
+    keeps, per directory, its inode and ctime with its subdirectories and git entries.  A directory
+    whose ``(st_ino, st_ctime_ns)`` is unchanged (and not within ``RACY_NS`` of now) is not listed
+    again: any entry made, removed or renamed in it changes its ctime (inode(7)), which no
+    unprivileged program can set back.  Gitfiles are read again every time (their content is not
+    in their directory's ctime)."""
+    import time
+
+    old = _load_cache(cache)
+    new: dict[str, tuple[int, int, int, tuple[str, ...], tuple[str, ...]]] = {}
+    racy = time.time_ns() - RACY_NS
+    out: list[tuple[str, str | None, str | None]] = []
+    count = 0
+    todo = list(roots)
+    while todo:
+        d = todo.pop()
+        try:
+            st = os.lstat(d)
+        except OSError:
+            continue
+        if (st.st_mode & 0o170000) != 0o040000:
+            continue  # no longer a directory (a link swapped in): nothing is followed
+        hit = old.get(d)
+        if hit is not None and hit[0] == st.st_ino and hit[1] == st.st_ctime_ns and st.st_ctime_ns < racy:
+            n, subdirs, found = hit[2], hit[3], hit[4]
+        else:
+            try:
+                with os.scandir(d) as it:
+                    entries = list(it)
+            except OSError:
+                continue
+            n = len(entries)
+            dirs, found_l = [], []
+            names: dict[str, bool] = {}
+            for e in entries:
+                name = e.name
+                is_dir = e.is_dir(follow_symlinks=False)
+                if name in ("HEAD", "objects", "refs"):
+                    names[name] = is_dir
+                if name == ".git":
+                    if is_dir:
+                        found_l.append("dir")
+                    elif e.is_file(follow_symlinks=False):
+                        found_l.append("file")
+                elif is_dir:
+                    dirs.append(name)
+            if names.get("HEAD") is False and names.get("objects") and "refs" in names:
+                found_l, dirs = ["bare"], []  # a bare repository (or a git dir met whole)
+            subdirs, found = tuple(dirs), tuple(found_l)
+        new[d] = (st.st_ino, st.st_ctime_ns, n, subdirs, found)
+        count += n
+        if count > limit:
+            raise TooLarge(f"more than {limit} entries under {', '.join(roots)}")
+        for kind in found:
+            if kind == "bare":
+                out.append((os.path.realpath(d), None, None))
+            elif kind == "dir":
+                out.append((os.path.realpath(os.path.join(d, ".git")), d, None))
+            else:
+                target = gitfile_target(os.path.join(d, ".git"))
+                if target is not None:
+                    out.append((target, d, os.path.join(d, ".git")))
+        todo += [os.path.join(d, n) for n in subdirs]
+    if cache and new != old:
+        _save_cache(cache, new)
+    extra = []
+    for gitdir, _, _ in out:
+        common = commondir(gitdir)
+        if common is not None:
+            extra.append((common, None, None))
+    return out + extra
+
+
+def _parse(path: str) -> list[tuple[str, str, str]]:
+    """``(section.subsection, key, value)`` of a git-config(1) file, lower-cased section and key
+    (the subsection keeps its case); unreadable files give ``[]``."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 20)
+    except OSError:
+        return []
+    out: list[tuple[str, str, str]] = []
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            end = line.find("]")
+            head = line[1:end] if end > 0 else line[1:]
+            name, _, sub = head.partition(" ")
+            section = name.strip().lower() + ("." + sub.strip().strip('"') if sub.strip() else "")
+            line = line[end + 1:].strip() if end > 0 else ""
+            if not line:
+                continue
+        if not line or line[0] in "#;":
+            continue
+        key, eq, value = line.partition("=")
+        value = value.strip()
+        if value.startswith('"'):
+            value = value[1:value.find('"', 1)] if '"' in value[1:] else value[1:]
+        else:
+            for c in "#;":
+                value = value.split(c, 1)[0]
+        out.append((section, key.strip().lower(), value.strip() if eq else "true"))
+    return out
+
+
+def includes(path: str, home: str = "") -> list[str]:
+    """The files ``path`` includes (``include.path``, every ``includeIf.*.path``), recursively,
+    resolved (relative to the including file's directory; ``~/`` from ``home``)."""
+    out: list[str] = []
+    todo = [(path, 0)]
+    while todo:
+        p, depth = todo.pop()
+        for section, key, value in _parse(p):
+            if key != "path" or not (section == "include" or section.startswith("includeif.")):
+                continue
+            if value.startswith("~/") and home:
+                value = os.path.join(home, value[2:])
+            inc = os.path.realpath(value if os.path.isabs(value) else os.path.join(os.path.dirname(p), value))
+            if inc not in out and depth < _MAX_INCLUDE_DEPTH:
+                out.append(inc)
+                todo.append((inc, depth + 1))
+    return out
+
+
+def hooks_paths(files: Sequence[str]) -> list[str]:
+    """Every ``core.hooksPath`` value set in ``files`` (as written: absolute, ``~/`` or relative)."""
+    return [v for f in files for s, k, v in _parse(f) if s == "core" and k == "hookspath" and v]
+
+
+def user_configs(env: Mapping[str, str]) -> list[str]:
+    """The system and global git configuration files (git-config(1) FILES) and their includes."""
+    home = env.get("HOME", "")
+    files = [env.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig"] if not env.get("GIT_CONFIG_NOSYSTEM") else []
+    if env.get("GIT_CONFIG_GLOBAL"):
+        files.append(env["GIT_CONFIG_GLOBAL"])
+    else:
+        xdg = env.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else "")
+        files += [p for p in (os.path.join(xdg, "git", "config") if xdg else "",
+                              os.path.join(home, ".gitconfig") if home else "") if p]
+    out = [f for f in files if os.path.isfile(f)]
+    for f in list(out):
+        out += includes(f, home)
+    return out
+
+
+# ---- repositories a confined run created ---------------------------------------------------------------
+
+#: the configuration keys kept in a repository a confined run created (``disarm``): none of them
+#: names a program, a file git reads code or configuration from, or another repository
+#: (git-config(1); ``remote.*.url`` stays, a transport helper's ``ext::`` form is off by default,
+#: ``protocol.allow``).  ``section.*.key`` matches any subsection.
+SAFE_KEYS = frozenset((
+    "core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates",
+    "core.ignorecase", "core.precomposeunicode", "core.symlinks", "core.autocrlf", "core.eol",
+    "extensions.objectformat", "extensions.worktreeconfig", "init.defaultbranch", "user.name",
+    "user.email", "remote.*.url", "remote.*.pushurl", "remote.*.fetch", "branch.*.remote",
+    "branch.*.merge", "branch.*.rebase", "submodule.*.url", "submodule.*.active",
+))
+DISARMED = ".sandbox-shim-disarmed"
+#: the start of the item ``disarm_new`` returns when it could not walk the read-write paths
+TOO_LARGE = "!not checked (too many entries): "
+
+
+def all_git_dirs(roots: Sequence[str], found: Sequence[str] | None = None,
+                 cache: str | None = None) -> list[str]:
+    """Every git directory under ``roots`` (``git_dirs``, or the given ``found`` ones), with each
+    one's ``modules/*`` and ``worktrees/*`` git directories, resolved, sorted; only those inside
+    ``roots`` (a gitfile may name a repository elsewhere)."""
+    out: set[str] = set()
+    todo = list(found) if found is not None else [g for g, _, _ in git_dirs(roots, cache=cache)]
+    while todo:
+        d = todo.pop()
+        if d in out:
+            continue
+        out.add(d)
+        for sub in ("modules", "worktrees"):
+            top = os.path.join(d, sub)
+            if os.path.isdir(top) and not os.path.islink(top):
+                for dirpath, dirnames, filenames in os.walk(top):
+                    dirnames[:] = [n for n in dirnames if not os.path.islink(os.path.join(dirpath, n))]
+                    if "HEAD" in filenames:
+                        todo.append(os.path.realpath(dirpath))
+                        dirnames[:] = []
+    return sorted(d for d in out if any(d == r or d.startswith(r.rstrip("/") + "/") for r in roots))
+
+
+def _safe_key(section: str, key: str) -> bool:
+    name, _, sub = section.partition(".")
+    return f"{name}.{key}" in SAFE_KEYS or (bool(sub) and f"{name}.*.{key}" in SAFE_KEYS)
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def disarm(gitdir: str) -> list[str]:
+    """Make a repository a confined run created harmless to the user's next ``git`` there: its
+    ``config`` (and ``config.worktree``) rewritten with ``SAFE_KEYS`` only, the original kept as
+    ``config.sandbox-shim-disarmed``; a ``hooks`` directory holding anything but git's ``*.sample``
+    files moved to ``hooks.sandbox-shim-disarmed`` (an empty one made).  Returns what was changed
+    (paths); never raises."""
+    changed: list[str] = []
+    for name in ("config", "config.worktree"):
+        path = os.path.join(gitdir, name)
+        if not os.path.isfile(path) or os.path.islink(path):
+            if os.path.islink(path):
+                try:
+                    os.rename(path, path + DISARMED)
+                    changed.append(path)
+                except OSError:
+                    pass
+            continue
+        entries = _parse(path)
+        kept = [(s, k, v) for s, k, v in entries if _safe_key(s, k)]
+        if len(kept) == len(entries):
+            continue
+        lines, current = [], None
+        for s, k, v in kept:
+            if s != current:
+                head, _, sub = s.partition(".")
+                lines.append(f"[{head}" + (f" {_quote(sub)}" if sub else "") + "]")
+                current = s
+            lines.append(f"\t{k} = {_quote(v)}")
+        try:
+            os.rename(path, path + DISARMED)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write("\n".join(lines) + "\n")
+            changed.append(path)
+        except OSError:
+            pass
+    hooks = os.path.join(gitdir, "hooks")
+    try:
+        armed = os.path.islink(hooks) or (os.path.isdir(hooks) and any(
+            not n.endswith(".sample") for n in os.listdir(hooks)))
+    except OSError:
+        armed = False
+    if armed:
+        try:
+            os.rename(hooks, hooks + DISARMED)
+            os.mkdir(hooks, 0o755)
+            changed.append(hooks)
+        except OSError:
+            pass
+    return changed
+
+
+def disarm_new(roots: Sequence[str], known: Sequence[str], cache: str | None = None) -> list[str]:
+    """``disarm`` every git directory under ``roots`` that is not in ``known`` (the ones found
+    before the run); returns what was changed.  Never raises: a walk past its limit disarms
+    nothing and returns one item starting with ``TOO_LARGE`` (the caller warns)."""
+    try:
+        now = all_git_dirs(roots, cache=cache)
+    except TooLarge:
+        return [TOO_LARGE + ", ".join(roots)]
+    seen = set(known)
+    return [c for g in now if g not in seen for c in disarm(g)]
+
+
+def write_snapshot(path: str, roots: Sequence[str], known: Sequence[str]) -> None:
+    """Record ``roots`` and the git directories ``known`` before a run (NUL-separated, the two
+    lists apart by an empty field), atomically (a temporary name, then rename(2)).  Raises OSError."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, b"\0".join([*(os.fsencode(r) for r in roots), b"", *(os.fsencode(k) for k in known)]))
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+
+
+def check_snapshot(path: str | None) -> list[str]:
+    """``disarm_new`` against a ``write_snapshot`` record, then remove the record; returns what was
+    changed.  Never raises."""
+    if not path:
+        return []
+    try:
+        with open(path, "rb") as fh:
+            fields = [os.fsdecode(f) for f in fh.read().split(b"\0")]
+    except OSError:
+        return []
+    cut = fields.index("") if "" in fields else len(fields)
+    cache = walk_cache(os.path.dirname(path), fields[:cut])
+    changed = disarm_new(fields[:cut], fields[cut + 1:], cache) if fields[:cut] else []
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    return changed
+
+
+def walk_cache(directory: str, roots: Sequence[str]) -> str:
+    """The ``git_dirs`` cache file for ``roots`` in ``directory`` (the journal directory)."""
+    import zlib
+
+    key = zlib.crc32(b"\0".join(os.fsencode(r) for r in roots))
+    return os.path.join(directory, f"walk-{key:08x}")

@@ -1,0 +1,110 @@
+"""A repository the confined program creates cannot run code at the user's next ``git``.
+
+The attack: inside the permit path, make ``sub`` a repository whose config sets
+``core.fsmonitor = "touch MARKER"`` and register it as a gitlink in the parent's index; the user's
+next plain ``git status`` in the parent recurses into ``sub`` and runs the command unconfined.
+Control: with ``--allow-protected-writes`` (no check) the same steps make ``git status`` run it.
+Then: after a normal exit, and after ``kill -9`` of the whole run followed by the next run, the
+repository is disarmed (config reduced to safe keys, original kept aside) and nothing runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sandbox_shim.hardening import confine_git
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
+                                reason="needs Linux with bwrap at /usr/bin/bwrap")
+
+ATTACK = """set -e
+cd "$1"
+git init -q sub
+git -C sub config core.fsmonitor "touch $2"
+git -C sub -c user.name=x -c user.email=x@x commit -q --allow-empty -m x
+git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub
+echo ATTACKED
+"""
+
+
+@pytest.fixture
+def proj(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    home = tmp_path / "home"
+    p = home / "proj"
+    p.mkdir(parents=True)
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "init", "-q", str(p)], check=True, env=env)
+    return p, env
+
+
+def confine_cmd(p: Path, *cmd: str, opt: tuple[str, ...] = ()) -> list[str]:
+    return [sys.executable, "-m", "sandbox_shim", "confine", "--permit-path", str(p), *opt, "--", *cmd]
+
+
+def user_git_status(p: Path, env: dict[str, str]) -> None:
+    subprocess.run(["git", "status"], cwd=p, env=env, capture_output=True, timeout=60)
+
+
+def test_created_repository_is_disarmed_after_the_run(proj: tuple[Path, dict[str, str]],
+                                                      tmp_path: Path) -> None:
+    p, env = proj
+    marker = tmp_path / "pwned"
+    r = subprocess.run(confine_cmd(p, "sh", "-c", ATTACK, "x", str(p), str(marker),
+                                   opt=("--allow-protected-writes",)),
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert "ATTACKED" in r.stdout, r.stderr
+    user_git_status(p, env)
+    assert marker.exists(), "control: the planted fsmonitor did not run (the probe is broken)"
+    marker.unlink()
+    subprocess.run(["rm", "-rf", str(p / "sub")], check=True)
+    subprocess.run(["git", "rm", "-q", "--cached", "sub"], cwd=p, env=env, capture_output=True)
+    r = subprocess.run(confine_cmd(p, "sh", "-c", ATTACK, "x", str(p), str(marker)),
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert "ATTACKED" in r.stdout, r.stderr
+    end = time.monotonic() + 10  # the check runs in confine's child when the command ends
+    while not (p / "sub" / ".git" / ("config" + confine_git.DISARMED)).exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    user_git_status(p, env)
+    assert not marker.exists(), "the created repository ran code at the user's git status"
+    assert "fsmonitor" in (p / "sub" / ".git" / ("config" + confine_git.DISARMED)).read_text()
+    assert "fsmonitor" not in (p / "sub" / ".git" / "config").read_text()
+
+
+def test_created_repository_is_disarmed_after_kill_9(proj: tuple[Path, dict[str, str]],
+                                                     tmp_path: Path) -> None:
+    p, env = proj
+    marker = tmp_path / "pwned"
+    cmd = confine_cmd(p, "sh", "-c", ATTACK + "sleep 60\n", "x", str(p), str(marker))
+    run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                           start_new_session=True)
+    assert run.stdout is not None
+    assert run.stdout.readline().strip() == "ATTACKED"
+    os.killpg(run.pid, signal.SIGKILL)  # confine, its child and the command: nothing gets to check
+    run.wait(timeout=30)
+    time.sleep(0.3)
+    r = subprocess.run(confine_cmd(p, "true"), env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    user_git_status(p, env)
+    assert not marker.exists(), "a killed run's repository ran code after the next run"
+    assert (p / "sub" / ".git" / ("config" + confine_git.DISARMED)).exists()
+
+
+def test_disarm_keeps_safe_keys_and_moves_hooks(tmp_path: Path) -> None:
+    g = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", str(g)], check=True)
+    subprocess.run(["git", "-C", str(g), "remote", "add", "origin", "https://example.com/x.git"], check=True)
+    subprocess.run(["git", "-C", str(g), "config", "core.sshCommand", "touch /tmp/x"], check=True)
+    (g / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\n")
+    changed = confine_git.disarm(str(g / ".git"))
+    assert str(g / ".git" / "config") in changed and str(g / ".git" / "hooks") in changed
+    got = subprocess.run(["git", "-C", str(g), "config", "--get", "remote.origin.url"], capture_output=True,
+                         text=True).stdout.strip()
+    assert got == "https://example.com/x.git"
+    assert "sshcommand" not in (g / ".git" / "config").read_text().lower()
+    assert os.listdir(g / ".git" / "hooks") == []

@@ -1,0 +1,109 @@
+"""Placeholders survive no crash: ``kill -9`` of ``confine`` at several moments, then the next run.
+
+Control: a normal run leaves nothing behind, and a directory the user made (empty, like a
+placeholder) is never removed.  Breach attempt: kill -9 at 0.05-1.0 s (before, during and after the
+placeholders are made and the command is exec'd); the next run must remove what the killed one left
+(its journal's owner is gone) and a run whose owner is alive must keep its placeholders.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sandbox_shim.hardening import confine_journal
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
+                                reason="needs Linux with bwrap at /usr/bin/bwrap")
+
+NAMES = (".claude", ".idea", ".vscode", ".mcp.json")
+
+
+def env_for(home: Path) -> dict[str, str]:
+    return {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
+def confine_cmd(proj: Path, *cmd: str) -> list[str]:
+    return [sys.executable, "-m", "sandbox_shim", "confine", "--permit-path", str(proj), "--", *cmd]
+
+
+def records(journal: str | None) -> list[str]:
+    """Journal records (not the walk caches) in ``journal``."""
+    if not journal or not os.path.isdir(journal):
+        return []
+    return [n for n in os.listdir(journal) if not n.startswith("walk-")]
+
+
+def left(proj: Path) -> list[str]:
+    return sorted(n for n in NAMES if os.path.lexists(proj / n))
+
+
+def settle(proj: Path, want: list[str], timeout: float = 10) -> list[str]:
+    end = time.monotonic() + timeout
+    while left(proj) != want and time.monotonic() < end:
+        time.sleep(0.05)
+    return left(proj)
+
+
+@pytest.fixture
+def proj(tmp_path: Path) -> Path:
+    (tmp_path / "home").mkdir()
+    p = tmp_path / "home" / "proj"
+    p.mkdir()
+    return p
+
+
+def test_normal_run_leaves_nothing_and_keeps_the_users_own(proj: Path) -> None:
+    env = env_for(proj.parent)
+    r = subprocess.run(confine_cmd(proj, "true"), env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert settle(proj, []) == []
+    (proj / ".vscode").mkdir()  # the user's own, empty: looks like a placeholder, is not one
+    r = subprocess.run(confine_cmd(proj, "true"), env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    time.sleep(0.5)
+    assert left(proj) == [".vscode"]
+    journal = confine_journal.journal_dir(env)
+    assert journal and records(journal) == []
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.15, 0.25, 0.4, 0.7, 1.2])
+def test_kill_9_at_any_moment_is_cleaned_by_the_next_run(proj: Path, delay: float) -> None:
+    env = env_for(proj.parent)
+    p = subprocess.Popen(confine_cmd(proj, "sleep", "30"), env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(delay)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    killed_left = left(proj)
+    r = subprocess.run(confine_cmd(proj, "true"), env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert settle(proj, []) == [], f"killed at {delay}s left {killed_left}; the next run kept them"
+    journal = confine_journal.journal_dir(env)
+    end = time.monotonic() + 10
+    while records(journal) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert records(journal) == []
+    try:
+        os.killpg(p.pid, signal.SIGKILL)  # whatever of the killed run is left (its sandbox dies with it)
+    except ProcessLookupError:
+        pass
+
+
+def test_placeholders_of_a_live_run_are_not_swept(proj: Path) -> None:
+    env = env_for(proj.parent)
+    p = subprocess.Popen(confine_cmd(proj, "sleep", "4"), env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    try:
+        assert settle(proj, sorted(NAMES)) == sorted(NAMES)
+        r = subprocess.run(confine_cmd(proj, "true"), env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert left(proj) == sorted(NAMES), "a second run removed the placeholders of a live one"
+    finally:
+        p.wait(timeout=60)
+    assert settle(proj, []) == []
