@@ -18,7 +18,7 @@ Layers:
 * macOS: a deny-default SBPL profile for ``sandbox-exec`` (``platforms/darwin/confine.py``).
 
 This module is platform-neutral: it reaches the renderer for this OS through
-``platforms/confine_select.py`` only.
+``platforms/select.py`` (``confine_backend``) only.
 
 ``confine`` returns a launch spec or raises ``CannotEnforce``; never a spec without the confinement.
 Environment knob: ``SANDBOX_SHIM_BWRAP`` names the bwrap binary (default ``/usr/bin/bwrap``).
@@ -179,7 +179,7 @@ def resolve_subpath(p: str, permit: str, given: str | None = None, what: str = "
 
 
 def _backend() -> Any:
-    from ..platforms.confine_select import confine_backend
+    from ..platforms.select import confine_backend
 
     backend = confine_backend()
     if backend is None:

@@ -16,6 +16,7 @@ import sys
 
 TYPE_CHECKING = False  # typing is not imported at run time: the lifecycle verbs import this module
 if TYPE_CHECKING:
+    from types import ModuleType
     from typing import Any
 
     from ..errors import BundleProblem
@@ -130,3 +131,19 @@ def enter_helper() -> str:
     import os
 
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "linux", "enter.py")
+
+
+def confine_backend() -> ModuleType | None:
+    """The control-plane confinement's renderer for this OS (Linux: bwrap + Landlock; macOS: SBPL), or
+    None.  A renderer offers ``render(exe, args, sets, cd, **options) -> (argv, layers, not_enforced)``,
+    ``report(bwrap) -> list[Capability]``, ``helper_interpreters(egress) -> list[str]``, ``EGRESS_TCP``
+    and ``PROXY_PORT`` (``hardening/confinement.py``)."""
+    if sys.platform.startswith("linux"):
+        from .linux import confine as linux
+
+        return linux
+    if sys.platform == "darwin":
+        from .darwin import confine as darwin
+
+        return darwin
+    return None
