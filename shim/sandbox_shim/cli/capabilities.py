@@ -18,7 +18,7 @@ from .output import emit_json
 def capability_document() -> dict[str, Any]:
     """``{"host": {kernel, arch, platform}, "elapsed_ms": float, "capabilities": [report dicts]}``."""
     from ..capability import clear_cache, report
-    from ..probes import host_facts
+    from ..probes.cache import host_facts
 
     clear_cache()  # this command means "probe now"
     started = time.perf_counter()

@@ -79,8 +79,9 @@ def parse(argv: list[str]) -> tuple[dict[str, object], list[str]]:
             i += 1
         i += 1
         if name in _LISTS:
-            opts.setdefault(_LISTS[name], [])
-            opts[_LISTS[name]].append(value)  # type: ignore[union-attr]
+            listed = opts.setdefault(_LISTS[name], [])
+            assert isinstance(listed, list)  # only this loop sets a list option
+            listed.append(value)
         else:
             opts[_SCALARS[name]] = value
     command = argv[i:]
@@ -114,15 +115,15 @@ def load_settings(path: str) -> dict[str, object]:
         "confine-settings.schema.json").read_text(encoding="utf-8"))
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.path))
     if errors:
-        e = errors[0]
-        pointer = "".join(f"/{p}" for p in e.absolute_path)
-        if e.validator == "additionalProperties" and isinstance(e.instance, dict):
-            known = set(e.schema.get("properties", {}))
-            extra = sorted(set(e.instance) - known)
+        first = errors[0]
+        pointer = "".join(f"/{p}" for p in first.absolute_path)
+        if first.validator == "additionalProperties" and isinstance(first.instance, dict):
+            known = set(first.schema.get("properties", {}))
+            extra = sorted(set(first.instance) - known)
             pointer += f"/{extra[0]}" if extra else ""
             raise UsageError(f"settings {path}: {pointer or '/'}: unknown key; known keys: "
                              f"{', '.join(sorted(known))}")
-        raise UsageError(f"settings {path}: {pointer or '/'}: {e.message}")
+        raise UsageError(f"settings {path}: {pointer or '/'}: {first.message}")
     base = os.path.dirname(os.path.abspath(path))
 
     def absolute(p: str) -> str:

@@ -19,7 +19,7 @@ import io
 import json
 import re
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from .errors import ImageInvalid
 
@@ -82,11 +82,20 @@ def descriptor(obj: Any, where: str) -> Descriptor:
     return Descriptor(str(obj.get("mediaType", "")), digest, size, ann, plat)
 
 
+
+class Reader(Protocol):
+    """A binary stream read front to back: ``read(n)`` gives at most ``n`` bytes (all when ``n < 0``),
+    ``b""`` at the end.  What a layer passes through: a blob file, ``Verified``, a decompressor,
+    ``Bounded``."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 class Verified(io.RawIOBase):
     """A blob stream checked against its descriptor: hashes what is read, refuses more than ``size``
     bytes; ``finish()`` drains the rest and checks size and digest.  Raises ImageInvalid."""
 
-    def __init__(self, fh: IO[bytes], desc: Descriptor, what: str) -> None:
+    def __init__(self, fh: Reader, desc: Descriptor, what: str) -> None:
         self.fh, self.desc, self.what = fh, desc, what
         self.h = hashlib.sha256()
         self.n = 0
@@ -149,7 +158,7 @@ class Bounded(io.RawIOBase):
     """The uncompressed layer stream: hashed (the diff-id) and counted against the per-layer and
     whole-image limits.  ``total`` is a one-element list shared by every layer of one image."""
 
-    def __init__(self, inner: IO[bytes], limits: Limits, total: list[int], what: str) -> None:
+    def __init__(self, inner: Reader, limits: Limits, total: list[int], what: str) -> None:
         self.inner, self.limits, self.total, self.what = inner, limits, total, what
         self.h = hashlib.sha256()
         self.n = 0
@@ -192,19 +201,21 @@ def sniff(head: bytes) -> str:
     return "none"
 
 
-def decompressor(raw: IO[bytes], compression: str, what: str) -> IO[bytes]:
+def decompressor(raw: Reader, compression: str, what: str) -> Reader:
     """A stream of ``raw`` decompressed.  zstd needs the ``zstandard`` package; without it zstd
     layers are refused with that fix.  Raises ImageInvalid."""
     if compression == "none":
         return raw
     if compression == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        # typeshed asks for seek() too; reading front to back calls only read() (Lib/gzip.py)
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[call-overload]
     if compression == "zstd":
         try:
             import zstandard
         except ImportError:
             raise ImageInvalid(f"{what}: zstd-compressed, and the zstandard package is not installed",
                                "pip install 'sandbox-shim[image]' (or zstandard)") from None
-        # max_window_size bounds the decoder's memory whatever the frame header asks (RFC 8878 3.1.1.1.2)
-        return zstandard.ZstdDecompressor(max_window_size=1 << 27).stream_reader(raw)  # type: ignore[return-value]
+        # max_window_size bounds the decoder's memory whatever the frame header asks (RFC 8878 3.1.1.1.2);
+        # the stub asks for IO[bytes], the reader calls only read() (zstandard's stream_reader docs)
+        return zstandard.ZstdDecompressor(max_window_size=1 << 27).stream_reader(raw)  # type: ignore[arg-type]
     raise ImageInvalid(f"{what}: unknown compression {compression!r}", "use gzip, zstd or none")

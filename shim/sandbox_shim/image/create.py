@@ -12,7 +12,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from .blobs import Bounded, Limits, Verified, decompressor, sniff
+from .blobs import Bounded, Limits, Reader, Verified, decompressor, sniff
 from .cache import Cache, Materialized, materialize, snapshot_key
 from .config_gen import generate
 from .errors import ImageInvalid
@@ -175,7 +175,7 @@ def _apply_one(image: Image, layer: object, applier: Applier, limits: Limits, to
         src = verified if verified is not None else raw
         buffered = _Peek(src)
         compression = layer.compression or sniff(buffered.peek(4))
-        bounded = Bounded(decompressor(buffered, compression, what), limits, total, what)  # type: ignore[arg-type]
+        bounded = Bounded(decompressor(buffered, compression, what), limits, total, what)
         tick = _ticker(what, layer.desc.size, lambda: verified.n if verified else 0, say)
         try:
             applier.apply(bounded, what, tick if layer.desc.size >= PROGRESS_MIN_BYTES else None)
@@ -198,21 +198,21 @@ def _apply_one(image: Image, layer: object, applier: Applier, limits: Limits, to
 class _Peek:
     """A read-only stream with one ``peek`` (for magic bytes) before reading."""
 
-    def __init__(self, inner: object) -> None:
+    def __init__(self, inner: Reader) -> None:
         self.inner = inner
         self.head = b""
 
     def peek(self, n: int) -> bytes:
-        self.head = self.inner.read(n)  # type: ignore[attr-defined]
+        self.head = self.inner.read(n)
         return self.head
 
     def read(self, n: int = -1) -> bytes:
         if self.head:
             out, self.head = self.head, b""
             if n < 0:
-                return out + self.inner.read()  # type: ignore[attr-defined,no-any-return]
-            return out if len(out) >= n else out + self.inner.read(n - len(out))  # type: ignore[attr-defined]
-        return self.inner.read(n)  # type: ignore[attr-defined,no-any-return]
+                return out + self.inner.read()
+            return out if len(out) >= n else out + self.inner.read(n - len(out))
+        return self.inner.read(n)
 
     def readable(self) -> bool:
         return True

@@ -24,10 +24,13 @@ import stat
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO
 
 from .errors import ImageInvalid
 from .rootdir import RootDir, remove_at, split_entry
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .blobs import Reader
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
@@ -82,7 +85,7 @@ class Applier:
     report: LayerReport = field(default_factory=LayerReport)
     _chown: bool = field(default_factory=lambda: os.geteuid() == 0)
 
-    def apply(self, stream: IO[bytes], what: str, progress: Callable[[], None] | None = None) -> None:
+    def apply(self, stream: Reader, what: str, progress: Callable[[], None] | None = None) -> None:
         """Read the tar ``stream`` to its end-of-archive and apply every entry.  Raises ImageInvalid."""
         created: set[tuple[str, ...]] = set()
         try:

@@ -335,9 +335,9 @@ def walked_trees(plan: Plan) -> tuple[list[str], list[str]]:
         except OSError:
             continue
     walked = sorted({la.host for la in view.entered if la.fs in ("rootfs", "bind")})
-    writable = [] if plan.root_readonly else [plan.rootfs]
-    writable += [mt.source for mt in plan.mounts if mt.kind == "bind" and not mt.readonly]
-    return walked, sorted(set(writable))
+    trees = [] if plan.root_readonly else [plan.rootfs]
+    trees += [mt.source for mt in plan.mounts if mt.kind == "bind" and not mt.readonly]
+    return walked, sorted(set(trees))
 
 
 def _mask(view: View, dest: str, host: str) -> list[str]:

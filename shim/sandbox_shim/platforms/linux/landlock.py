@@ -103,9 +103,11 @@ class _Libc:
     ``bytes`` (passed as a pointer to their contents) or None (NULL)."""
 
     def __init__(self) -> None:
-        self._handle = _ctypes.dlopen(None)
-        self._syscall = _Func(("syscall", self))
-        self._prctl = _Func(("prctl", self))
+        # typeshed's _ctypes stubs are narrower than the C code: dlopen(NULL) is the running program
+        # (dlopen(3)), and a (name, library) pair takes any object with a ``_handle``, as ctypes.CDLL is
+        self._handle = _ctypes.dlopen(None)  # type: ignore[arg-type]
+        self._syscall = _Func(("syscall", self))  # type: ignore[arg-type]
+        self._prctl = _Func(("prctl", self))  # type: ignore[arg-type]
 
     @staticmethod
     def _args(args: tuple[object, ...]) -> list[object]:
@@ -275,7 +277,11 @@ def apply_tty_filter(libc: _Libc | None = None) -> None:
     """
     libc = libc or _libc()
     code = tty_filter()
-    buf = type("_Prog", (_ctypes.Array,), {"_type_": _Char, "_length_": len(code)}).from_buffer_copy(code)
+    class _Prog(_ctypes.Array):  # what ctypes.c_char * len(code) is
+        _type_ = _Char
+        _length_ = len(code)
+
+    buf = _Prog.from_buffer_copy(code)
     fprog = struct.pack("=HxxxxxxQ", len(code) // 8, _ctypes.addressof(buf))  # struct sock_fprog
     _check(libc, libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     _check(libc, libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0), "prctl(PR_SET_SECCOMP)")

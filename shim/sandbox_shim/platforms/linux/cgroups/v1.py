@@ -192,8 +192,8 @@ class V1Manager(CgroupManager):
         if limits.cpu_cpus or limits.cpu_mems:
             d = self._dir("cpuset")
             parent = os.path.dirname(d)
-            for name, val in (("cpuset.cpus", limits.cpu_cpus), ("cpuset.mems", limits.cpu_mems)):
-                write(os.path.join(d, name), val or read(os.path.join(parent, name)) or "")
+            for name, wanted in (("cpuset.cpus", limits.cpu_cpus), ("cpuset.mems", limits.cpu_mems)):
+                write(os.path.join(d, name), wanted or read(os.path.join(parent, name)) or "")
         self._apply_blkio(limits)
         for size, limit in limits.hugepage_limits or []:
             write(self._file("hugetlb", f"hugetlb.{size}.limit_in_bytes"), str(limit))
