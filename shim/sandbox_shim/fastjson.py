@@ -66,13 +66,13 @@ def raw_decode(text: str, idx: int = 0) -> tuple[Any, int]:
         return json.JSONDecoder().raw_decode(text, idx)
     try:
         try:
-            return _scan(text, idx)  # type: ignore[no-any-return]
+            return _scan(text, idx)
         except SystemError:
             # CPython's scanner reports malformed text as json.decoder.JSONDecodeError, which it only
             # finds if json.decoder is loaded (3.11: a SystemError otherwise): load it, scan again
             import json.decoder  # noqa: F401
 
-            return _scan(text, idx)  # type: ignore[no-any-return]
+            return _scan(text, idx)
     except StopIteration as e:
         raise ValueError(f"expecting a JSON value at offset {e.value}") from None
 

@@ -24,7 +24,7 @@ def pids(mechanism: Any, sandbox: Sandbox | str) -> list[int]:
 
 def processes(mechanism: Any, sandbox: Sandbox | str) -> list[tuple[int, str]]:
     """``[(pid, command line with arguments joined by spaces)]``, sorted by pid.  Raises SandboxNotFound."""
-    import psutil  # type: ignore[import-untyped]
+    import psutil
 
     out = []
     for pid in pids(mechanism, sandbox):

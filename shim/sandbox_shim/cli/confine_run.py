@@ -124,6 +124,7 @@ def load_settings(path: str) -> dict[str, object]:
             raise UsageError(f"settings {path}: {pointer or '/'}: unknown key; known keys: "
                              f"{', '.join(sorted(known))}")
         raise UsageError(f"settings {path}: {pointer or '/'}: {first.message}")
+    assert isinstance(doc, dict)  # the schema's top level is an object
     base = os.path.dirname(os.path.abspath(path))
 
     def absolute(p: str) -> str:

@@ -208,7 +208,8 @@ def decompressor(raw: Reader, compression: str, what: str) -> Reader:
         return raw
     if compression == "gzip":
         # typeshed asks for seek() too; reading front to back calls only read() (Lib/gzip.py)
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[call-overload]
+        unzipped: Reader = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[call-overload]
+        return unzipped
     if compression == "zstd":
         try:
             import zstandard

@@ -43,11 +43,12 @@ _EXT_TYPES = {tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYP
 class _BoundedTarInfo(tarfile.TarInfo):
     """tarfile reads a PAX/GNU extension header's whole body into memory: check its size first."""
 
-    def _proc_member(self, tf: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
+    def _proc_member(self, tf: tarfile.TarFile) -> tarfile.TarInfo:
         if self.type in _EXT_TYPES and self.size > EXT_HEADER_LIMIT:
             raise ImageInvalid(f"layer: a tar extension header of {self.size} bytes (limit "
                                f"{EXT_HEADER_LIMIT})", "this is not an ordinary image")
-        return super()._proc_member(tf)  # type: ignore[misc]
+        member: tarfile.TarInfo = super()._proc_member(tf)  # type: ignore[misc]  # private: not in typeshed
+        return member
 
 
 @dataclass
@@ -89,10 +90,11 @@ class Applier:
         """Read the tar ``stream`` to its end-of-archive and apply every entry.  Raises ImageInvalid."""
         created: set[tuple[str, ...]] = set()
         try:
+            # typeshed asks a fileobj for write/tell/seek/close; stream mode ("r|") only reads (tarfile docs)
             tf = tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo)  # type: ignore[call-overload]
             n = 0
             while (m := tf.next()) is not None:
-                tf.members.clear()  # type: ignore[attr-defined]  # stream mode keeps every header otherwise: memory would grow per entry
+                tf.members.clear()  # stream mode keeps every header otherwise: memory would grow per entry
                 n += 1
                 if n > self.max_entries:
                     raise ImageInvalid(f"{what}: more than {self.max_entries} entries",

@@ -256,7 +256,7 @@ def libseccomp_version() -> str:
     class _Ver(ctypes.Structure):
         _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
 
-    fn = pyseccomp._libseccomp.seccomp_version  # type: ignore[attr-defined]
+    fn = pyseccomp._libseccomp.seccomp_version
     fn.restype = ctypes.POINTER(_Ver)
     v = fn().contents
     return f"{v.major}.{v.minor}.{v.micro}"
