@@ -116,9 +116,10 @@ def claim(state_root: str, owner: str, walked: list[str], writable: list[str]) -
             if hit:
                 raise BundleInvalid([BundleProblem(
                     "/mounts", f"{hit[0]} and {hit[1]}: one is writable by a sandbox, the other's set-up "
-                    f"makes mount points inside it (pid {entry['pid']} is running); the tenant could race "
-                    "the set-up onto the host", "tenant profile: set-up never walks a tree another tenant "
-                    "writes", "give each running sandbox its own writable storage and rootfs")])
+                    f"makes mount points inside it (pid {entry['pid']} is running); "
+                    "the tenant could race the set-up onto the host",
+                    "tenant profile: set-up never walks a tree another tenant writes",
+                    "give each running sandbox its own writable storage and rootfs")])
         path = os.path.join(d, name)
         _write(path, {"owner": owner, "pid": os.getpid(), "start": proc_start_time(os.getpid()),
                       "walked": walked, "writable": writable})

@@ -242,24 +242,25 @@ def tty_filter() -> bytes:
     (the kernel takes ``unsigned int cmd``)."""
     ld_w, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
     allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM
-    prog: list[tuple[int, int, object, object]] = []  # (code, k, jt, jf); jt/jf labels or ints
+    # (code, k, jt, jf); a str code is a label marking the next instruction, a str jt/jf jumps to one
+    prog: list[tuple[int | str, int, int | str, int | str]] = []
     for arch, nrs in _IOCTL_NR.items():
         prog += [(ld_w, 4, 0, 0), (jeq, arch, 0, f"next{arch}"), (ld_w, 0, 0, 0)]
         prog += [(jeq, nr, "check", 0) for nr in nrs]
-        prog += [(ret, allow, 0, 0), (f"next{arch}", 0, 0, 0)]  # type: ignore[list-item]
-    prog += [(ret, allow, 0, 0), ("check", 0, 0, 0),  # type: ignore[list-item]
+        prog += [(ret, allow, 0, 0), (f"next{arch}", 0, 0, 0)]
+    prog += [(ret, allow, 0, 0), ("check", 0, 0, 0),
              (ld_w, 24, 0, 0), (jeq, TIOCSTI, "deny", 0), (jeq, TIOCLINUX, "deny", 0), (ret, allow, 0, 0),
-             ("deny", 0, 0, 0), (ret, deny, 0, 0)]  # type: ignore[list-item]
-    labels: dict[object, int] = {}
-    real: list[tuple[int, int, object, object]] = []
-    for ins in prog:
-        if isinstance(ins[0], str):
-            labels[ins[0]] = len(real)
+             ("deny", 0, 0, 0), (ret, deny, 0, 0)]
+    labels: dict[str, int] = {}
+    real: list[tuple[int, int, int | str, int | str]] = []
+    for op, k, jt, jf in prog:
+        if isinstance(op, str):
+            labels[op] = len(real)
         else:
-            real.append(ins)
+            real.append((op, k, jt, jf))
     out = b""
-    def rel(t: object, at: int) -> int:
-        return labels[t] - at - 1 if isinstance(t, str) else int(t)  # type: ignore[call-overload]
+    def rel(t: int | str, at: int) -> int:
+        return labels[t] - at - 1 if isinstance(t, str) else int(t)
 
     for i, (code, k, jt, jf) in enumerate(real):
         out += struct.pack("=HBBI", code, rel(jt, i), rel(jf, i), k)

@@ -94,7 +94,8 @@ def open_joins(join: dict[str, str]) -> list[tuple[str, int]]:
                 raise BundleInvalid([BundleProblem(
                     "/linux/namespaces", f"the {t} namespace {path} is {host}'s: joining it would share it "
                     "with the host", "tenant profile: a sandbox never shares a namespace with the host",
-                    f"give the path of another sandbox's {t} namespace, or drop the path to get a new one")])
+                    f"give the path of another sandbox's {t} namespace, "
+                    "or drop the path to get a new one")])
     except BaseException:
         for _, fd in out:
             os.close(fd)
