@@ -1,5 +1,7 @@
 """Names a package loads on first use (PEP 562), so importing the package itself costs nothing.
 
+In the package's ``__init__``::
+
     __getattr__, __dir__ = lazy_exports(__name__, {"Name": "submodule", "alias": "submodule:attr"})
 """
 
