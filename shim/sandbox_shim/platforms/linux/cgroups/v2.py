@@ -232,7 +232,13 @@ class V2Manager(CgroupManager):
     def kill_all(self, signum: int = 9, exclude: set[int] | frozenset[int] = frozenset()) -> None:
         kill_file = os.path.join(self.dir, "cgroup.kill")
         if signum == 9 and not exclude and os.path.exists(kill_file):
-            write(kill_file, "1")  # the kernel kills every process, forks included (Linux 5.14)
+            try:
+                write(kill_file, "1")  # the kernel kills every process, forks included (Linux 5.14)
+            except LaunchFailed:
+                if os.path.isdir(self.dir):
+                    raise
+                # gone meanwhile: its last process exited and its owner (systemd, for a transient
+                # scope) removed it, so nothing is left to kill
             return
         super().kill_all(signum, exclude)
 
