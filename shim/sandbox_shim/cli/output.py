@@ -65,8 +65,9 @@ def fail(g: Globals, err: ShimError) -> NoReturn:
 
 
 def report(g: Globals, err: ShimError) -> int:
-    """Write ``err`` as one line on stderr (``ShimError.line``: control characters escaped) (a JSON record with ``--log-format json`` and no ``--log``)
-    and as a log record; return its exit status.  A closed stderr is not an error of its own."""
+    """Write ``err`` as one line on stderr (a JSON record with ``--log-format json`` and no ``--log``)
+    and as a log record; return its exit status.  ``ShimError.line`` escapes control characters, so
+    nothing quoted from input breaks the line.  A closed stderr is not an error of its own."""
     log(g, "error", err.line(), **{k: v for k, v in err.to_dict().items() if k != "msg"})
     try:
         if g.log_format == "json" and not g.log:
