@@ -1,0 +1,91 @@
+"""Path rules of config.json past form: length limits, and paths the tenant profile's masks would hide.
+
+* ``length_problems``: a path field (mount destinations and sources, ``maskedPaths``, ``readonlyPaths``,
+  ``process.cwd``, hook paths, ``root.path``, namespace and device paths, ``process.args[0]``) longer
+  than ``PATH_MAX`` (4096 bytes with its NUL) or with a component longer than ``NAME_MAX`` (255 bytes)
+  is refused with its pointer: the kernel answers ENAMETOOLONG (path_resolution(7), limits.h), which
+  create would meet only after making the sandbox's resources.
+* ``hidden_problems``: a ``process.cwd`` at or below a ``linux.maskedPaths`` entry, or below a
+  ``linux.readonlyPaths`` entry, and a mount destination at or below a masked path, are refused at
+  ``/process/cwd`` / ``/mounts/N/destination``: the directory made for them would make the masked or
+  read-only path exist after the launcher decided there was nothing to protect, so the mask would
+  not be applied (runtime-spec config-linux.md "Masked Paths", "Readonly Paths").  Decided from the
+  config alone, whether or not the path exists in the rootfs yet.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from .errors import BundleProblem
+
+NAME_MAX = 255  # limits.h: bytes of one path component
+PATH_MAX = 4096  # limits.h: bytes of a path, its terminating NUL included
+
+
+def _ptr(parts: list[Any]) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def length_problems(fields: list[tuple[list[Any], Any]]) -> list[BundleProblem]:
+    """``fields``: (pointer parts, value) of path-valued fields; a non-string value is the schema's."""
+    out: list[BundleProblem] = []
+    for path, value in fields:
+        if not isinstance(value, str):
+            continue
+        raw = value.encode("utf-8", "surrogatepass")
+        if len(raw) >= PATH_MAX:
+            out.append(BundleProblem(_ptr(path), f"path is {len(raw)} bytes; at most {PATH_MAX - 1} can be "
+                                     "resolved", "limits.h PATH_MAX (path_resolution(7) ENAMETOOLONG)",
+                                     "use a shorter path"))
+            continue
+        longest = max((len(c) for c in raw.split(b"/")), default=0)
+        if longest > NAME_MAX:
+            out.append(BundleProblem(_ptr(path), f"a path component is {longest} bytes; at most {NAME_MAX}",
+                                     "limits.h NAME_MAX (path_resolution(7) ENAMETOOLONG)",
+                                     "use shorter file names"))
+    return out
+
+
+def _under(path: str, top: str, equal: bool) -> bool:
+    return (equal and path == top) or path.startswith(top + "/")
+
+
+def hidden_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """cwd / mount destinations made inside a masked or read-only path (module docstring)."""
+    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+
+    def paths(key: str) -> list[str]:
+        v = linux.get(key)
+        return [posixpath.normpath(p) for p in v if isinstance(p, str) and p.startswith("/")] \
+            if isinstance(v, list) else []
+
+    masked, readonly = paths("maskedPaths"), paths("readonlyPaths")
+    out: list[BundleProblem] = []
+    proc = cfg.get("process")
+    cwd = proc.get("cwd") if isinstance(proc, dict) else None
+    if isinstance(cwd, str) and cwd.startswith("/"):
+        cwd = posixpath.normpath(cwd)
+        hit = next((("masked", m) for m in masked if m != "/" and _under(cwd, m, True)), None) or \
+            next((("read-only", r) for r in readonly if r != "/" and _under(cwd, r, False)), None)
+        if hit:
+            where = "in" if cwd == hit[1] else "below"
+            out.append(BundleProblem("/process/cwd", f"cwd {cwd} lies {where} the {hit[0]} path {hit[1]}: it "
+                                     f"could not be made without undoing the {hit[0]} path",
+                                     "runtime-spec config-linux.md masked/readonly paths",
+                                     f"use a cwd outside {hit[1]}, or remove {hit[1]} from the list"))
+    mounts = cfg.get("mounts")
+    for i, m in enumerate(mounts if isinstance(mounts, list) else []):
+        dest = m.get("destination") if isinstance(m, dict) else None
+        if not isinstance(dest, str) or not dest.startswith("/"):
+            continue
+        dest = posixpath.normpath(dest)
+        top = next((p for p in masked if p != "/" and _under(dest, p, True)), None)
+        if top is not None:
+            out.append(BundleProblem(_ptr(["mounts", i, "destination"]),
+                                     f"mount at {dest} lies in the masked path {top}: it would unmask "
+                                     "it or be hidden by it",
+                                     "runtime-spec config-linux.md masked paths",
+                                     f"mount outside {top}, or remove {top} from maskedPaths"))
+    return out
