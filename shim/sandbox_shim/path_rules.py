@@ -54,7 +54,8 @@ def _under(path: str, top: str, equal: bool) -> bool:
 
 def hidden_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     """cwd / mount destinations made inside a masked or read-only path (module docstring)."""
-    linux = cfg.get("linux") if isinstance(cfg.get("linux"), dict) else {}
+    got = cfg.get("linux")
+    linux: dict[str, Any] = got if isinstance(got, dict) else {}
 
     def paths(key: str) -> list[str]:
         v = linux.get(key)
