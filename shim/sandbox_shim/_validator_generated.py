@@ -6,7 +6,7 @@ Used by ``validation.schema_problems`` for the success path only (jsonschema giv
 # ruff: noqa
 # fmt: off
 
-SCHEMA_SHA256 = "e37660e9b63a7316e02fbd64ccadc972d049151dcbf5b26213eb25b2550475e8"
+SCHEMA_SHA256 = "77f00334937c1505806791f90eb1bc566a975631976452685a471b0353d91281"
 GENERATOR = "fastjsonschema 2.22.3"
 
 
