@@ -6,11 +6,12 @@
   is refused with its pointer: the kernel answers ENAMETOOLONG (path_resolution(7), limits.h), which
   create would meet only after making the sandbox's resources.
 * ``hidden_problems``: a ``process.cwd`` at or below a ``linux.maskedPaths`` entry, or below a
-  ``linux.readonlyPaths`` entry, and a mount destination at or below a masked path, are refused at
-  ``/process/cwd`` / ``/mounts/N/destination``: the directory made for them would make the masked or
-  read-only path exist after the launcher decided there was nothing to protect, so the mask would
-  not be applied (runtime-spec config-linux.md "Masked Paths", "Readonly Paths").  Decided from the
-  config alone, whether or not the path exists in the rootfs yet.
+  ``linux.readonlyPaths`` entry, is refused at ``/process/cwd``: the directory made for it would make
+  the masked or read-only path exist after the launcher decided there was nothing to protect, so the
+  mask would not be applied (runtime-spec config-linux.md "Masked Paths", "Readonly Paths").  Decided
+  from the config alone, whether or not the path exists in the rootfs yet (``bwrap._cwd`` decides the
+  same after symlinks).  Mount points below a masked path are protected by the launcher as if made
+  (``bwrap.layout``: the mask covers them).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _under(path: str, top: str, equal: bool) -> bool:
 
 
 def hidden_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
-    """cwd / mount destinations made inside a masked or read-only path (module docstring)."""
+    """A cwd made inside a masked or read-only path (module docstring)."""
     got = cfg.get("linux")
     linux: dict[str, Any] = got if isinstance(got, dict) else {}
 
@@ -76,17 +77,4 @@ def hidden_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
                                      f"could not be made without undoing the {hit[0]} path",
                                      "runtime-spec config-linux.md masked/readonly paths",
                                      f"use a cwd outside {hit[1]}, or remove {hit[1]} from the list"))
-    mounts = cfg.get("mounts")
-    for i, m in enumerate(mounts if isinstance(mounts, list) else []):
-        dest = m.get("destination") if isinstance(m, dict) else None
-        if not isinstance(dest, str) or not dest.startswith("/"):
-            continue
-        dest = posixpath.normpath(dest)
-        top = next((p for p in masked if p != "/" and _under(dest, p, True)), None)
-        if top is not None:
-            out.append(BundleProblem(_ptr(["mounts", i, "destination"]),
-                                     f"mount at {dest} lies in the masked path {top}: it would unmask "
-                                     "it or be hidden by it",
-                                     "runtime-spec config-linux.md masked paths",
-                                     f"mount outside {top}, or remove {top} from maskedPaths"))
     return out
