@@ -140,3 +140,56 @@ def test_the_readme_execute_example_runs(tmp_path: Path, state_root: Path, rootf
     lines = r.stdout.splitlines()
     assert lines[0].startswith("0 hello from") and lines[-1] == "3 b'hi\\n' False", r.stdout
     assert json.loads((bundles / "busybox" / "config.json").read_text())  # the shipped bundle, unchanged
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), -float("inf")])
+def test_a_timeout_out_of_its_domain_is_a_usage_error_naming_it(running: Any, bad: float) -> None:
+    from sandbox_shim.errors import InvalidArgument, UsageError
+
+    mech, box = running
+    assert execute(mech, box, ("true", []), timeout=0.001 + 5).exit_status == 0  # the control
+    with pytest.raises(InvalidArgument) as info:
+        execute(mech, box, ("true", []), timeout=bad)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, UsageError)
+    assert info.value.parameter == "timeout" and "timeout" in info.value.line()
+    with pytest.raises(InvalidArgument):
+        api.stop(mech, box, grace=-1 if bad == 0 else bad)
+    assert api.status(mech, box).status == "running"  # refused before anything was done
+
+
+def _script_bundle(make_bundle: Any, name: str, first_line: str, mode: int = 0o755) -> Path:
+    bundle = make_bundle(base_config(["/badsh"]), name=name)
+    script = bundle / "rootfs" / "badsh"
+    script.write_text(first_line + "\necho ran\n")
+    script.chmod(0o755)
+    (bundle / "rootfs" / "interp").write_text("#!/bin/sh\n")
+    (bundle / "rootfs" / "interp").chmod(mode)
+    return bundle
+
+
+@pytest.mark.parametrize(("first_line", "status"), [
+    ("#!/nonexistent/interp", 127), ("#!/interp", 126), ("#! /bin/sh", 0)])
+def test_a_script_whose_interpreter_cannot_run_is_could_not_run(make_bundle: Any, state_root: Path,
+                                                               first_line: str, status: int) -> None:
+    from sandbox_shim.errors import CouldNotRun
+    from sandbox_shim.execution import run_bundle
+
+    bundle = _script_bundle(make_bundle, f"s{status}", first_line, 0o644)
+    mech = api.default_mechanism(str(state_root))
+    for fmt in ([], ["--log-format", "json"]):
+        r = run_shim(state_root, *fmt, "run", "--bundle", str(bundle), f"c{status}")
+        assert r.returncode == status, (first_line, r.stderr)
+        if status:
+            assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+            if fmt:
+                assert json.loads(r.stderr)["error"] == "could_not_run"
+        else:
+            assert r.stdout == "ran\n"  # the control: the same script with a good interpreter runs
+        assert not (state_root / f"c{status}").exists()
+    if status:
+        with pytest.raises(CouldNotRun) as info:
+            run_bundle(mech, "lib", bundle)
+        assert info.value.exit_status == status
+        c = run_shim(state_root, "create", "--bundle", str(bundle), "cr")
+        assert c.returncode == status and len(c.stderr.strip().splitlines()) == 1, c.stderr
+        assert not (state_root / "cr").exists()

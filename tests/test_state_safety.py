@@ -71,3 +71,49 @@ def test_bind_source_through_a_link_planted_in_storage_is_refused(make_bundle, s
     assert r.returncode == 3 and "/mounts/4/source" in r.stderr and "symlink" in r.stderr
     assert "HOST-SECRET" not in r.stdout + r.stderr
     assert not (state_root / "brk").exists()
+
+
+def test_a_sandbox_whose_state_and_cgroup_record_are_lost_is_listed_and_removed(make_bundle, state_root: Path,
+                                                                                tmp_path: Path) -> None:
+    import uuid
+
+    sid = "lost-" + uuid.uuid4().hex[:8]
+    other_root = tmp_path / "other"
+    other_root.mkdir()
+    b = make_bundle(base_config(["sleep", "600"]))
+    assert run_shim(state_root, "run", "--detach", "--bundle", str(b), sid).returncode == 0
+    assert run_shim(other_root, "run", "--detach", "--bundle", str(b), sid).returncode == 0  # another root's
+    try:
+        pid = json.loads(run_shim(state_root, "state", sid).stdout)["pid"]
+        from sandbox_shim import api
+
+        mech = api.default_mechanism(str(state_root))
+        assert [(s.id, s.source) for s in api.list_sandboxes(mech)] == [(sid, "state")]  # the control
+        mine = [d for d in cgroup_dirs(sid) if os.path.isdir(d)]
+        assert len(mine) >= 2  # both roots' cgroups exist
+        away = tmp_path / "away"
+        away.mkdir()
+        shutil.move(str(state_root / sid), str(away / "state"))
+        shutil.move(str(state_root / ".cgroups"), str(away / "cgroups"))
+        listed = json.loads(run_shim(state_root, "list", "--format", "json").stdout)
+        assert [(s["id"], s["status"]) for s in listed] == [(sid, "running")], listed
+        seen = [(s.id, s.source, pid in s.pids) for s in api.list_sandboxes(mech)]
+        assert seen == [(sid, "observed", True)]
+        r = run_shim(state_root, "delete", "--force", sid)
+        assert r.returncode == 0, r.stderr
+        import time
+
+        for _ in range(100):
+            stat = Path(f"/proc/{pid}/stat")
+            if not stat.exists() or stat.read_text().split(")")[-1].split()[0] == "Z":
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the lost sandbox's process still runs")
+        assert json.loads(run_shim(state_root, "list", "--format", "json").stdout) == []
+        left = [d for d in cgroup_dirs(sid) if os.path.isdir(d)]
+        assert left and len(left) < len(mine)  # only this root's went; the other root's sandbox is kept
+        assert json.loads(run_shim(other_root, "state", sid).stdout)["status"] == "running"
+    finally:
+        run_shim(other_root, "delete", "--force", sid)
+        run_shim(state_root, "delete", "--force", sid)

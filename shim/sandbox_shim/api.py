@@ -263,7 +263,14 @@ def signal(mechanism: Mechanism, sandbox: Sandbox | str, signum: int, all_proces
 
 
 def stop(mechanism: Mechanism, sandbox: Sandbox | str, grace: float = 10.0) -> Status:
-    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL every process of the cgroup; resources stay."""
+    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL every process of the cgroup; resources stay.
+
+    Raises:
+        InvalidArgument (``grace`` negative, NaN or infinite), SandboxNotFound.
+    """
+    from .errors import check_seconds
+
+    check_seconds("grace", grace, zero_ok=True)
     sandbox_id = id_of(sandbox)
     import signal as _signal
 

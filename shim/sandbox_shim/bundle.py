@@ -336,6 +336,12 @@ def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> lis
             # a mount that cannot be made is refused, never silently left out
             out.append(BundleProblem(f"/mounts/{i}/type", f"mount type {kind!r} is not supported",
                                      "sandbox-shim: mounts", "use one of " + ", ".join(MOUNT_TYPES)))
+        elif kind and kind not in ("bind", "none") and {"bind", "rbind"} & set(m.get("options") or []):
+            # mount(2) ignores the type of MS_BIND: a type given there would be accepted and not applied
+            out.append(BundleProblem(f"/mounts/{i}/type",
+                                     f"a bind mount's type {kind!r} would not be applied",
+                                     "mount(2) MS_BIND ignores filesystemtype",
+                                     'use "bind" (or "none"), or drop the bind option'))
         if kind == "bind" or {"bind", "rbind"} & set(m.get("options") or []):
             try:
                 host = bind_source(bundle, m.get("source") or "")

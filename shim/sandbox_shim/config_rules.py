@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .errors import BundleProblem
+from .path_rules import hidden_problems, length_problems
 
 #: mounts + maskedPaths + readonlyPaths (the tenant floor included) one sandbox may have.  bwrap reads
 #: /proc/self/mountinfo for every bind it makes, so its set-up grows with the square of this number
@@ -174,7 +175,9 @@ def _path_fields(cfg: dict[str, Any]) -> list[BundleProblem]:
         elif ".." in value.split("/"):
             out.append(BundleProblem(_ptr(path), "path must not hold a '..' component", "path safety",
                                      "write the path it means without '..'"))
-    return out
+    args = proc.get("args")
+    arg0 = [(["process", "args", 0], args[0])] if isinstance(args, list) and args else []
+    return out + length_problems([(p, v) for p, v in fields + loose + arg0 if _ptr(p) not in bad])
 
 
 def number_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
@@ -391,7 +394,7 @@ def problems(cfg: dict[str, Any], schema_valid: bool = True
     errors = string_problems(cfg)
     if errors or not schema_valid:
         return errors, []
-    errors += number_problems(cfg) + unapplied_problems(cfg) + cwd_problems(cfg)
+    errors += number_problems(cfg) + unapplied_problems(cfg) + cwd_problems(cfg) + hidden_problems(cfg)
     linux = _obj(cfg, "linux")
     count = sum(len(x) for x in (cfg.get("mounts"), linux.get("maskedPaths"), linux.get("readonlyPaths"))
                 if isinstance(x, list))

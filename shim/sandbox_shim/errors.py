@@ -16,6 +16,16 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable escaped as Python would write it
+    (``\\n``, ``\\x00``, ``\\u2028``, a lone surrogate ``\\udc80``): a message quotes keys, values and
+    paths from config.json, and none of them may break the one line or forge a second one.
+    A backslash is doubled only where text was escaped, so the common case is unchanged."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] if c not in "'\"" else c for c in text)
+
+
 class ShimError(Exception):
     """Base of every error sandbox-shim raises on purpose.
 
@@ -34,14 +44,14 @@ class ShimError(Exception):
         self.hint = hint
 
     def line(self) -> str:
-        """One line for people: the message, then the fix."""
-        return f"{self.message}; {self.hint}" if self.hint else self.message
+        """One line for people: the message, then the fix (control characters escaped, ``printable``)."""
+        return printable(f"{self.message}; {self.hint}" if self.hint else self.message)
 
     def to_dict(self) -> dict[str, Any]:
         """The structured form used by ``--log-format json``."""
-        d: dict[str, Any] = {"error": self.kind, "msg": self.message}
+        d: dict[str, Any] = {"error": self.kind, "msg": printable(self.message)}
         if self.hint:
-            d["hint"] = self.hint
+            d["hint"] = printable(self.hint)
         return d
 
 
@@ -50,6 +60,30 @@ class UsageError(ShimError):
 
     exit_status = 2
     kind = "usage"
+
+
+class InvalidArgument(UsageError, ValueError):
+    """A library call got an argument out of its domain (a timeout that is not a positive finite
+    number of seconds, ...).  ``parameter`` names it."""
+
+    def __init__(self, parameter: str, message: str, hint: str = "") -> None:
+        self.parameter = parameter
+        super().__init__(f"{parameter}: {message}", hint)
+
+
+def check_seconds(parameter: str, value: float | None, zero_ok: bool = False) -> None:
+    """Refuse a duration that is not a finite number of seconds > 0 (>= 0 with ``zero_ok``); None passes.
+
+    Raises:
+        InvalidArgument naming ``parameter``.
+    """
+    if value is None:
+        return
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+        and value not in (float("inf"), float("-inf")) and (value >= 0 if zero_ok else value > 0)
+    if not ok:
+        want = "a finite number of seconds >= 0" if zero_ok else "a finite number of seconds > 0"
+        raise InvalidArgument(parameter, f"{value!r} is not {want}", "pass None for no deadline")
 
 
 class BundleProblem(FrozenValue):
@@ -74,7 +108,7 @@ class BundleProblem(FrozenValue):
     def line(self) -> str:
         where = self.pointer or "/"
         fix = f" (fix: {self.hint})" if self.hint else ""
-        return f"{where}: {self.message} [{self.rule}]{fix}"
+        return printable(f"{where}: {self.message} [{self.rule}]{fix}")
 
 
 class BundleInvalid(ShimError):
@@ -86,7 +120,8 @@ class BundleInvalid(ShimError):
     def __init__(self, problems: Sequence[BundleProblem], what: str = "bundle") -> None:
         self.problems = list(problems)
         first = self.problems[0]
-        more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+        more = f" (and {len(self.problems) - 1} more: sandbox-shim validate lists them)" \
+            if len(self.problems) > 1 else ""
         super().__init__(f"invalid {what}: {first.pointer or '/'}: {first.message}{more}", first.hint)
 
     def to_dict(self) -> dict[str, Any]:

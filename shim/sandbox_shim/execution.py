@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from . import api
 from .capture import MAX_OUTPUT, Collected, collect
 from .control import Facts, facts
-from .errors import CouldNotRun, LimitExceeded
+from .errors import CouldNotRun, LimitExceeded, check_seconds
 from .mechanism import Completion, Sandbox, Usage
 from .spawn import Started, spawn
 
@@ -82,7 +82,8 @@ def execute(mechanism: Mechanism, sandbox: Any, command: tuple[str, Sequence[str
 
     Args:
         sandbox: a ``Sandbox`` or its id (as every call of ``api``).
-        timeout: a wall-clock deadline in seconds, counted from the program's start (None: none).  It
+        timeout: a wall-clock deadline in seconds > 0 and finite, counted from the program's start
+            (None: none; 0, a negative number, NaN or infinity: ``InvalidArgument``).  It
             holds whatever the program's children do: the wait ends when the program itself exits
             (a background child holding stdout open does not extend it), or at the deadline, when
             the program is killed.
@@ -98,8 +99,9 @@ def execute(mechanism: Mechanism, sandbox: Any, command: tuple[str, Sequence[str
         ceiling for small programs; the sandbox's own peak is ``api.usage``.
     Raises:
         CouldNotRun, LimitExceeded(``wall_clock`` | ``memory`` | ``cpu`` | ``pids``, completion=partial),
-        UsageError, SandboxNotFound, InvalidState, LaunchFailed.
+        UsageError (``InvalidArgument`` for ``timeout``), SandboxNotFound, InvalidState, LaunchFailed.
     """
+    check_seconds("timeout", timeout)
     cmd, args = command
     sandbox_id = api.id_of(sandbox)
     store = api.store_of(mechanism)
@@ -230,7 +232,7 @@ def run_bundle(mechanism: Mechanism, sandbox_id: str, bundle: str | os.PathLike[
 
     Args:
         timeout: wall-clock seconds; the bundle's ``sandbox-shim.wall-clock-seconds`` applies too (the
-            smaller wins).  Counted from start.
+            smaller wins).  Counted from start.  Finite and > 0, else ``InvalidArgument``.
         stdio: fds for the sandbox's stdin/stdout/stderr instead of capturing (output then is b"").
         pid_file: written as by ``api.provision``.  keep: leave the stopped sandbox (no destroy).
         on_start: called with the id once the process is released (e.g. to forward signals).
@@ -242,6 +244,7 @@ def run_bundle(mechanism: Mechanism, sandbox_id: str, bundle: str | os.PathLike[
         LimitExceeded(kind, completion=...); CouldNotRun (``preflight``); BundleInvalid,
         CapabilityUnavailable, SandboxExists, LaunchFailed (as ``api.provision``).
     """
+    check_seconds("timeout", timeout)
     preflight(os.fspath(bundle))
     sb = Sandbox(sandbox_id, os.fspath(bundle))
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, open(os.devnull, "rb") as null:

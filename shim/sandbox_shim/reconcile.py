@@ -1,7 +1,9 @@
 """What the kernel shows, independent of the state store, so a host can reconcile after a restart.
 
 ``observe(mechanism)`` lists every sandbox the state store knows *and* every one it has lost: cgroups
-recorded in ``ROOT/.cgroups/ID`` (kept outside the state dir) whose directories still exist.  For each,
+recorded in ``ROOT/.cgroups/ID`` (kept outside the state dir) whose directories still exist, and
+those the cgroup tree shows under the root's own parent (``Mechanism.observed_cgroups`` where the
+mechanism has one), so a loss of ``ROOT/.cgroups`` too still lists them.  For each,
 the processes in its cgroup are reported with their pid and start time (proc(5) field 22), so a caller
 compares them with its own records instead of trusting a pid alone.  What "still exists" means is the
 mechanism's to say (``Mechanism.lost_pids``).
@@ -31,12 +33,15 @@ def lost_sandboxes(mechanism: Mechanism, store: StateStore, known: set[str]) -> 
     """
     index = os.path.join(store.root, ".cgroups")
     try:
-        lost = sorted({n for n in os.listdir(index) if not n.startswith(".")} - known)
+        recorded = {n for n in os.listdir(index) if not n.startswith(".")}
     except FileNotFoundError:
-        return []
+        recorded = set()
+    # the cgroup tree itself (the root's tagged parent), for a loss that took ROOT/.cgroups too
+    shown = getattr(mechanism, "observed_cgroups", None)
+    seen: dict[str, dict[str, object]] = shown(store.root) if shown is not None else {}
     out = []
-    for sid in lost:
-        info = store.read_cgroup_index(sid)
+    for sid in sorted((recorded | set(seen)) - known):
+        info = store.read_cgroup_index(sid) or seen.get(sid)
         if not info or os.path.isdir(store.dir(sid)):
             continue
         pids = mechanism.lost_pids(info)

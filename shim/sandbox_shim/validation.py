@@ -66,6 +66,8 @@ def _describe(err: Any) -> tuple[str, str]:
         return "must not be empty", "give a non-empty value"
     if kw == "additionalProperties":
         return "unexpected key", "remove it"
+    if kw == "anyOf" and err.schema.get("description"):  # the schema says what the alternatives mean
+        return f"value must be {err.schema['description']}", "use a value in range"
     return f"fails schema rule {kw!r}", "see schemas/config.schema.json"
 
 

@@ -66,18 +66,16 @@ def fail(g: Globals, err: ShimError) -> NoReturn:
 
 def report(g: Globals, err: ShimError) -> int:
     """Write ``err`` as one line on stderr (a JSON record with ``--log-format json`` and no ``--log``)
-    and as a log record; return its exit status.  A closed stderr is not an error of its own."""
+    and as a log record; return its exit status.  ``ShimError.line`` escapes control characters, so
+    nothing quoted from input breaks the line.  A closed stderr is not an error of its own."""
     log(g, "error", err.line(), **{k: v for k, v in err.to_dict().items() if k != "msg"})
     try:
         if g.log_format == "json" and not g.log:
             sys.stderr.write(json.dumps({"level": "error", "msg": err.line(), "time": rfc3339_now(),
                                          **err.to_dict()}) + "\n")
         else:
+            # one line: the other problems are in the --log record and in ``sandbox-shim validate``
             sys.stderr.write(f"sandbox-shim: {err.line()}\n")
-            problems = getattr(err, "problems", None)
-            if problems and len(problems) > 1:
-                for p in problems[1:]:
-                    sys.stderr.write(f"  {p.line()}\n")
         sys.stderr.flush()
     except (BrokenPipeError, OSError, ValueError):
         pass

@@ -461,6 +461,17 @@ def _cwd(plan: Plan, view: View) -> list[str]:
     except OSError as e:
         raise _refuse("/process/cwd", f"cwd {plan.cwd} cannot be resolved inside the sandbox", e,
                       "use a directory of the rootfs or of a bind/tmpfs mount") from e
+    for key, paths, equal in (("masked", plan.masked_paths, True), ("read-only", plan.readonly_paths, False)):
+        for p in paths:  # after symlinks: path_rules.hidden_problems decides on the config's spelling
+            try:
+                top = view.resolve(p)[0]
+            except OSError:
+                continue
+            if top != "/" and ((equal and cwd == top) or cwd.startswith(top.rstrip("/") + "/")):
+                raise BundleInvalid([BundleProblem("/process/cwd", f"cwd {plan.cwd} resolves into the {key} "
+                                                   f"path {p}: making it would undo the {key} path",
+                                                   "runtime-spec config-linux.md masked/readonly paths",
+                                                   f"use a cwd outside {p}")])
     if layer.fs in _KERNEL_FS:
         raise BundleInvalid([BundleProblem("/process/cwd", f"cwd {plan.cwd} lies in a kernel filesystem "
                                            f"({layer.fs} at {layer.dest})",

@@ -56,12 +56,11 @@ class LinuxMechanism:
 
     def make_plan(self, spec: Spec, sandbox_id: str) -> Plan:
         """The tenant Plan for ``spec``; raises ``CapabilityUnavailable`` if this host lacks what it needs."""
-        import hashlib
-
         from ...plan import make_plan
+        from .residue import root_tag
 
         root = getattr(self, "root", None) or ""
-        tag = hashlib.sha256(root.encode()).hexdigest()[:10]  # ids are unique per state root only
+        tag = root_tag(root)  # ids are unique per state root only
         plan = make_plan(spec, sandbox_id, cgroup_parent=f"/sandbox-shim/{tag}", state_root=root)
         from .credentials import net_raw_problem, problems
 
@@ -406,6 +405,13 @@ class LinuxMechanism:
         problems = residue.remove(store, sandbox_id)
         residue.sweep_probe_cgroups()  # a prober killed mid-probe (a first create on this root) left these
         return problems
+
+    def observed_cgroups(self, root: str) -> dict[str, dict[str, Any]]:
+        """Records (as ``ROOT/.cgroups/ID`` holds them) of the sandboxes the cgroup tree shows under
+        this state root's own tagged parent (``residue.observed``), whatever the store still has."""
+        from . import residue
+
+        return residue.observed(root)
 
     def lost_pids(self, info: dict[str, Any]) -> list[int] | None:
         """Live pids (pid + start time readable) of the cgroup recorded in ``info`` (``ROOT/.cgroups/ID``),

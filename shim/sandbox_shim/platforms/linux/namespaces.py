@@ -282,11 +282,63 @@ def check_program(child: int, plan: Plan) -> None:
                 os.statvfs(host).f_flag & os.ST_NOEXEC:
             denied = True
             continue
+        _check_interpreter(root, host, cand, plan, uid, gids)
         return
     if denied:
         raise CouldNotRun("permission_denied", f'exec: "{name}"')
     raise CouldNotRun("not_found", f'exec: "{name}"', "no such file or directory in $PATH" if "/" not in name
                       else "no such file or directory")
+
+
+def _check_interpreter(root: str, host: str, shown: str, plan: Plan, uid: int, gids: set[int],
+                       depth: int = 0) -> None:
+    """Follow what execve(2) loads before the program: a ``#!`` script's interpreter ("Interpreter
+    scripts": the first word after ``#!`` in the first 256 bytes, BINPRM_BUF_SIZE), recursively up to
+    the kernel's 4 levels, and an ELF file's ``PT_INTERP`` loader (elf(5)).  A missing one fails
+    execve with ENOENT, one that is not executable with EACCES: both are refused here, by name.
+
+    Raises:
+        CouldNotRun(``not_found`` | ``permission_denied``) naming the program and the interpreter.
+    """
+    try:
+        fd = os.open(host, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return  # unreadable by us is not a judgement on the tenant's exec (execute-only files exist)
+    try:
+        head = os.read(fd, 256)
+    except OSError:
+        head = b""
+    finally:
+        os.close(fd)
+    if head.startswith(b"#!"):
+        words = head[2:].split(b"\n", 1)[0].split()
+        if not words:
+            raise CouldNotRun("exec_failed", f'exec: "{shown}"', "empty #! line (ENOEXEC)")
+        interp = os.fsdecode(words[0])
+    elif head.startswith(b"\x7fELF"):
+        from ...hardening.readset import elf_dynamic
+
+        found = elf_dynamic(host)
+        interp = found[0] if found and found[0] else ""
+        if not interp:
+            return
+    else:
+        return
+    if depth >= 4:
+        raise CouldNotRun("exec_failed", f'exec: "{shown}"', "interpreter chain deeper than 4 (ELOOP)")
+    path = interp if interp.startswith("/") else os.path.join(plan.cwd, interp)
+    try:
+        ihost = resolve_in_root(root, path)
+        ist = os.stat(ihost)
+    except PermissionError:
+        raise CouldNotRun("permission_denied", f'exec: "{shown}"', f"interpreter {interp}") from None
+    except OSError:
+        raise CouldNotRun("not_found", f'exec: "{shown}"',
+                          f"interpreter {interp}: no such file or directory") from None
+    if not _executable(ist, uid, gids, "CAP_DAC_OVERRIDE" in plan.capabilities) or \
+            os.statvfs(ihost).f_flag & os.ST_NOEXEC:
+        raise CouldNotRun("permission_denied", f'exec: "{shown}"', f"interpreter {interp}")
+    _check_interpreter(root, ihost, shown, plan, uid, gids, depth + 1)
 
 
 def _executable(st: os.stat_result, uid: int, gids: set[int], dac_override: bool) -> bool:

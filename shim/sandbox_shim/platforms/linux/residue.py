@@ -27,6 +27,37 @@ if TYPE_CHECKING:
 
 PROBE_PREFIX = ".probe-"
 
+
+def root_tag(root: str) -> str:
+    """The cgroup directory name of a state root: sandboxes without a ``cgroupsPath`` live under
+    ``/sandbox-shim/TAG/ID`` in every hierarchy (ids are unique per state root only)."""
+    import hashlib
+
+    return hashlib.sha256(root.encode()).hexdigest()[:10]
+
+
+def observed(root: str) -> dict[str, dict[str, Any]]:
+    """Sandboxes of this state root that the cgroup tree itself shows: each directory ``ID`` under
+    ``/sandbox-shim/TAG`` (``root_tag``) in any hierarchy, as a record shaped like ``planned``'s
+    (``planned``: those directories).  Only this root's own tagged parent is read, so another root's
+    (or another runtime's) cgroups are never listed or removed.  A state loss that took
+    ``ROOT/.cgroups`` with it still leaves these, so ``list`` and ``delete --force`` find them."""
+    from ...state import valid_id
+
+    parent = f"/sandbox-shim/{root_tag(root)}"
+    found: dict[str, set[str]] = {}
+    for mount in _mounts():
+        try:
+            names = os.listdir(mount.rstrip("/") + parent)
+        except OSError:
+            continue
+        for name in names:
+            d = f"{mount.rstrip('/')}{parent}/{name}"
+            if not name.startswith(".") and valid_id(name) and os.path.isdir(d):
+                found.setdefault(name, set()).add(d)
+    return {sid: {"version": None, "path": f"{parent}/{sid}", "planned": sorted(dirs), "parents": [],
+                  "created": [], "observed": True} for sid, dirs in found.items()}
+
 def _unwritable(path: str, e: OSError) -> Exception:
     from ...errors import StateUnwritable
 
@@ -137,13 +168,14 @@ def remove(store: StateStore, sandbox_id: str) -> list[str]:
                 problems.append(f"network: {e}")
         except ShimError as e:
             problems.append(f"network: {e}")
-    info = store.read_cgroup_index(sandbox_id)
+    # the record, else (the record lost with the state) what the cgroup tree shows under this root's tag
+    info = store.read_cgroup_index(sandbox_id) or observed(store.root).get(sandbox_id)
     if info:
         try:
             problems += _remove_cgroups(store, info)
         except StateUnwritable as e:
             refused = refused or e
-    if not problems and refused is None:
+    if not problems and refused is None and not (info or {}).get("observed"):
         store.drop_cgroup_index(sandbox_id)
     if refused is not None:
         raise refused

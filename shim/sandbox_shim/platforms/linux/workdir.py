@@ -8,8 +8,10 @@ while the process is held: the cwd is looked up in the sandbox's own mount names
 (``/proc/CHILD/root``, so binds and tmpfs mounts count) and must be a directory the sandbox's user
 may search, as path_resolution(7) requires of every component (search permission for the owner,
 group or other class; CAP_DAC_OVERRIDE or CAP_DAC_READ_SEARCH bypass it, capabilities(7)).
-A failure is ``CouldNotRun("exec_failed")`` — the program never ran — as ``exec`` reports a cwd
-it cannot enter (``spawn._refusal``).
+Both bwrap's entry (as the runtime's ids, with the capabilities it keeps) and the program's (as
+``process.user`` — uid, gid, additionalGids — with its effective capabilities after execve(2)) are
+checked along the whole path.  A failure is ``CouldNotRun("exec_failed")`` (126) — the program never
+ran — as ``exec`` reports a cwd it cannot enter (``spawn._refusal``).
 """
 
 from __future__ import annotations
@@ -81,7 +83,15 @@ def check(child: int, plan: Plan) -> None:
     userns = "user" in plan.unshare
     gids = {0} if userns or plan.uid or plan.gid else {0, *plan.additional_gids}
     uid = 0
-    why = problem(f"/proc/{child}/root", plan.cwd, uid, gids, bypass, userns)
+    root = f"/proc/{child}/root"
+    why = problem(root, plan.cwd, uid, gids, bypass, userns)
+    if not why and not userns and (plan.uid or plan.gid):
+        # then the helper switches to the process's ids and execs the program: its cwd stays the one
+        # bwrap entered, but every relative lookup (``ls``, ``./x``) is searched with the ids and the
+        # effective capabilities it holds after execve(2) (``plan.capabilities``: hardening.capabilities
+        # .granted), so the cwd must be searchable for those too (path_resolution(7)).
+        after = bool({"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"} & set(plan.capabilities))
+        why = problem(root, plan.cwd, plan.uid, {plan.gid, *plan.additional_gids}, after)
     if why:
         name = plan.args[0] if plan.args else ""
         raise CouldNotRun("exec_failed", f'exec: "{name}"',

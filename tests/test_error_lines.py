@@ -1,0 +1,82 @@
+"""Every message is one line per fact: text taken from config.json (keys, values, paths) is escaped where
+a problem or error is rendered, so no input can break a line or forge one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import base_config, shim_cmd
+from sandbox_shim.errors import BundleProblem, ShimError, printable
+
+PREFIXES = (b"error: ", b"warning: ", b"sandbox-shim: ")
+
+
+def _ann(c: dict[str, Any]) -> None:
+    c.setdefault("annotations", {})["sandbox-shim.x\nFAKE LINE"] = "1"
+
+
+def _top(c: dict[str, Any]) -> None:
+    c["a\nb\nerror: fake"] = 1
+
+
+def _nul(c: dict[str, Any]) -> None:
+    c["a\x00b"] = 1
+
+
+def _sep(c: dict[str, Any]) -> None:
+    c["process"]["cwd"] = "/x\u2028error: fake\r"
+
+
+def _rel(c: dict[str, Any]) -> None:
+    c["process"]["cwd"] = "rel/x"
+
+
+def _empty(c: dict[str, Any]) -> None:
+    c["process"]["cwd"] = ""
+
+
+def _run(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(shim_cmd(root, *args), capture_output=True, timeout=60)
+
+
+def test_printable_escapes_what_would_break_a_line() -> None:
+    assert printable("plain /path ~ é") == "plain /path ~ é"  # the control: printable text is unchanged
+    for bad in ("\n", "\r", "\x00", "\x1b", "\x7f", "\x85", "\u2028", "\u2029", "\udc80"):
+        out = printable(f"a{bad}b")
+        assert out.isprintable() and len(out) > 3, repr(bad)
+    assert "\n" not in BundleProblem("/a\nb", "m\x00", "r", "h\r").line()
+    assert ShimError("x\ny", "z\n").line() == "x\\ny; z\\n"
+
+
+@pytest.mark.parametrize(("mutate", "invalid"), [(_ann, True), (_top, False), (_nul, True), (_sep, True),
+                                                 (_rel, True), (_empty, True)])
+def test_input_cannot_break_or_forge_a_line(make_bundle: Any, tmp_path: Path,
+                                            mutate: Callable[[dict[str, Any]], None], invalid: bool) -> None:
+    cfg = base_config(["true"])
+    mutate(cfg)
+    bundle = make_bundle(cfg)
+    root = tmp_path / "state"
+    v = _run(root, "validate", "--bundle", str(bundle))
+    lines = v.stderr.splitlines()
+    assert lines and all(line.startswith(PREFIXES) for line in lines), v.stderr
+    assert b"\x00" not in v.stderr and not any(line.startswith(b"error: fake") for line in lines)
+    assert v.returncode == (3 if invalid else 0), v.stderr
+    verbs = (["create", "--bundle", str(bundle), "c"], ["run", "--bundle", str(bundle), "r"])
+    for verb in verbs if invalid else ():
+        r = _run(root, *verb)
+        assert r.returncode == 3, (verb, r.stderr)
+        assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith(b"sandbox-shim: "), r.stderr
+        assert b"\x00" not in r.stderr and b"\r" not in r.stderr
+        j = _run(root, "--log-format", "json", *verb)
+        rec = json.loads(j.stderr)
+        assert j.returncode == 3 and rec["error"] == "bundle_invalid" and rec["msg"].isprintable()
+        assert not (root / verb[-1]).exists()
+
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CLI runs bundles on Linux")
