@@ -68,7 +68,8 @@ def test_plugin_reports_a_leaky_mechanism_as_failed(tmp_path: Path) -> None:
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from sandbox_shim.cli import main; main(['conformance', *sys.argv[1:]])"  # the CLI boundary
+    # through the CLI's error boundary, as a user calls it
+    code = "import sys; from sandbox_shim.cli import main; main(['conformance', *sys.argv[1:]])"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
                           env=env or dict(os.environ))
 
