@@ -35,12 +35,14 @@ class BuildHelper(build_ext):
         where = os.path.dirname(out)
         os.makedirs(where, exist_ok=True)
         try:
-            objs = self.compiler.compile(ext.sources, output_dir=self.build_temp,
-                                         extra_postargs=["-O2", "-Wall"])
+            objs = self.compiler.compile(
+                ext.sources, output_dir=self.build_temp, extra_postargs=["-O2", "-Wall"]
+            )
             for extra in (["-static"], []):  # static where libc.a exists, else dynamic
                 try:
-                    self.compiler.link_executable(objs, os.path.basename(out), output_dir=where,
-                                                  extra_postargs=[*extra, "-s"])
+                    self.compiler.link_executable(
+                        objs, os.path.basename(out), output_dir=where, extra_postargs=[*extra, "-s"]
+                    )
                     break
                 except Exception:
                     if not extra:

@@ -52,12 +52,18 @@ def make_image(work: Path, mib: int) -> Path:
     layout = work / "image"
     layout.mkdir()
     (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
-    descs = [_blob(layout, gzip.compress(raw, 1, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
-             for raw in layers]
+    descs = [
+        _blob(layout, gzip.compress(raw, 1, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
+        for raw in layers
+    ]
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
     diff_ids = ["sha256:" + hashlib.sha256(x).hexdigest() for x in layers]
-    cfg = {"architecture": arch, "os": "linux", "config": {"Cmd": ["/bin/true"]},
-           "rootfs": {"type": "layers", "diff_ids": diff_ids}}
+    cfg = {
+        "architecture": arch,
+        "os": "linux",
+        "config": {"Cmd": ["/bin/true"]},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }
     c = _blob(layout, json.dumps(cfg).encode(), "application/vnd.oci.image.config.v1+json")
     mt = "application/vnd.oci.image.manifest.v1+json"
     manifest = {"schemaVersion": 2, "mediaType": mt, "config": c, "layers": descs}
@@ -78,8 +84,23 @@ def new_bytes(bundle: Path, cache: Path) -> int:
 
 def create(root: Path, layout: Path, out: Path, *extra: str) -> float:
     """Seconds inside the command (its own report; the interpreter's start-up is left out)."""
-    r = subprocess.run([str(SHIM), "--root", str(root), "bundle", "create", "-q", *extra, "--image",
-                        f"oci:{layout}", str(out)], check=True, capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            str(SHIM),
+            "--root",
+            str(root),
+            "bundle",
+            "create",
+            "-q",
+            *extra,
+            "--image",
+            f"oci:{layout}",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return float(r.stdout.rsplit("; ", 1)[1].rstrip(")\n").rstrip("s"))
 
 
@@ -92,22 +113,36 @@ def main(argv: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="sandbox-shim-bench-images-"))
     try:
         layout = make_image(work, a.mib)
-        rows: dict[str, list[tuple[float, int]]] = {"first": [], "second (read-only)": [],
-                                                    "second (writable)": []}
+        rows: dict[str, list[tuple[float, int]]] = {
+            "first": [],
+            "second (read-only)": [],
+            "second (writable)": [],
+        }
         for r in range(a.rounds):
             root = work / f"root{r}"
             b1, b2, b3 = (work / f"b{r}-{i}" for i in (1, 2, 3))
             t1 = create(root, layout, b1)
             cache = root / ".images" / "snapshots"
-            rows["first"].append((t1, new_bytes(b1, cache) + sum(
-                p.lstat().st_blocks * 512 for p in cache.rglob("*") if p.is_file() and not p.is_symlink())))
+            rows["first"].append(
+                (
+                    t1,
+                    new_bytes(b1, cache)
+                    + sum(
+                        p.lstat().st_blocks * 512
+                        for p in cache.rglob("*")
+                        if p.is_file() and not p.is_symlink()
+                    ),
+                )
+            )
             rows["second (read-only)"].append((create(root, layout, b2), new_bytes(b2, cache)))
             t3 = create(root, layout, b3, "--writable-rootfs")
             rows["second (writable)"].append((t3, new_bytes(b3, cache)))
             for d in (b1, b2, b3, root):
                 shutil.rmtree(d)
-        res = {k: {"seconds": median(x[0] for x in v), "new_bytes": int(median(x[1] for x in v))}
-               for k, v in rows.items()}
+        res = {
+            k: {"seconds": median(x[0] for x in v), "new_bytes": int(median(x[1] for x in v))}
+            for k, v in rows.items()
+        }
         print(f"bundle create --image, {a.mib} MiB data layer + busybox, median of {a.rounds}:")
         print(f"  {'':22} {'seconds':>9} {'new MiB':>9}")
         for k, v in res.items():

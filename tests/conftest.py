@@ -124,7 +124,11 @@ def cgroup_dirs(sandbox_id: str) -> list[str]:
     import glob
 
     found = []
-    for pattern in ("/sys/fs/cgroup/*/sandbox-shim/*/{}", "/sys/fs/cgroup/sandbox-shim/*/{}",
-                    "/sys/fs/cgroup/*/sandbox-shim/{}", "/sys/fs/cgroup/sandbox-shim/{}"):
+    for pattern in (
+        "/sys/fs/cgroup/*/sandbox-shim/*/{}",
+        "/sys/fs/cgroup/sandbox-shim/*/{}",
+        "/sys/fs/cgroup/*/sandbox-shim/{}",
+        "/sys/fs/cgroup/sandbox-shim/{}",
+    ):
         found += glob.glob(pattern.format(glob.escape(sandbox_id)))
     return found

@@ -17,13 +17,26 @@ from typing import Any
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
 
 
-def entry(name: str, kind: str = "file", data: bytes = b"", mode: int | None = None, link: str = "",
-          uid: int = 0, gid: int = 0) -> tuple[tarfile.TarInfo, bytes | None]:
+def entry(
+    name: str,
+    kind: str = "file",
+    data: bytes = b"",
+    mode: int | None = None,
+    link: str = "",
+    uid: int = 0,
+    gid: int = 0,
+) -> tuple[tarfile.TarInfo, bytes | None]:
     """One tar member: kind in file, dir, symlink, hardlink, chr, fifo."""
     ti = tarfile.TarInfo(name)
     ti.uid, ti.gid, ti.mtime = uid, gid, 1_700_000_000
-    types = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE,
-             "hardlink": tarfile.LNKTYPE, "chr": tarfile.CHRTYPE, "fifo": tarfile.FIFOTYPE}
+    types = {
+        "file": tarfile.REGTYPE,
+        "dir": tarfile.DIRTYPE,
+        "symlink": tarfile.SYMTYPE,
+        "hardlink": tarfile.LNKTYPE,
+        "chr": tarfile.CHRTYPE,
+        "fifo": tarfile.FIFOTYPE,
+    }
     ti.type = types[kind]
     ti.mode = mode if mode is not None else (0o755 if kind == "dir" else 0o644)
     ti.linkname = link
@@ -61,13 +74,22 @@ def blob(layout: Path, data: bytes, media_type: str, **extra: Any) -> dict[str, 
 
 
 def image_config(layers: list[bytes], **cfg: Any) -> dict[str, Any]:
-    return {"architecture": ARCH, "os": "linux", "config": cfg,
-            "rootfs": {"type": "layers", "diff_ids": [sha(x) for x in layers]}}
+    return {
+        "architecture": ARCH,
+        "os": "linux",
+        "config": cfg,
+        "rootfs": {"type": "layers", "diff_ids": [sha(x) for x in layers]},
+    }
 
 
-def write_layout(layout: Path, layers: list[bytes], config: dict[str, Any] | None = None,
-                 compression: str = "gzip", tag: str | None = "latest",
-                 compressed: list[bytes] | None = None) -> Path:
+def write_layout(
+    layout: Path,
+    layers: list[bytes],
+    config: dict[str, Any] | None = None,
+    compression: str = "gzip",
+    tag: str | None = "latest",
+    compressed: list[bytes] | None = None,
+) -> Path:
     """An OCI image layout at ``layout``; ``config`` defaults to one whose diff_ids fit ``layers``.
     ``compressed`` gives the layer blobs as stored (else they are made with ``compression``)."""
     layout.mkdir(parents=True, exist_ok=True)
@@ -89,11 +111,20 @@ def write_layout(layout: Path, layers: list[bytes], config: dict[str, Any] | Non
         mt = base + ({"gzip": "+gzip", "zstd": "+zstd"}.get(compression, ""))
         descs.append(blob(layout, stored, mt))
     cfg_desc = blob(layout, json.dumps(config).encode(), "application/vnd.oci.image.config.v1+json")
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "config": cfg_desc, "layers": descs}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": cfg_desc,
+        "layers": descs,
+    }
     ann = {"org.opencontainers.image.ref.name": tag} if tag else {}
-    m_desc = blob(layout, json.dumps(manifest).encode(), "application/vnd.oci.image.manifest.v1+json",
-                  annotations=ann, platform={"os": "linux", "architecture": ARCH})
+    m_desc = blob(
+        layout,
+        json.dumps(manifest).encode(),
+        "application/vnd.oci.image.manifest.v1+json",
+        annotations=ann,
+        platform={"os": "linux", "architecture": ARCH},
+    )
     (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [m_desc]}))
     return layout
 
@@ -105,8 +136,9 @@ def manifest_of(layout: Path) -> tuple[dict[str, Any], Path]:
     return json.loads(p.read_bytes()), p
 
 
-def write_docker_archive(path: Path, layers: list[bytes], config: dict[str, Any] | None = None,
-                         tag: str = "localhost/test:latest") -> Path:
+def write_docker_archive(
+    path: Path, layers: list[bytes], config: dict[str, Any] | None = None, tag: str = "localhost/test:latest"
+) -> Path:
     """A docker-archive (``docker save`` format: manifest.json, <hex>.json config, <hex>/layer.tar)."""
     config = config if config is not None else image_config(layers, Cmd=["/bin/sh"])
     cfg = json.dumps(config).encode()
@@ -116,8 +148,12 @@ def write_docker_archive(path: Path, layers: list[bytes], config: dict[str, Any]
         name = f"{sha(raw)[7:]}/layer.tar"
         members.append((name, raw))
         names.append(name)
-    members.append(("manifest.json", json.dumps([{"Config": members[0][0], "RepoTags": [tag],
-                                                  "Layers": names}]).encode()))
+    members.append(
+        (
+            "manifest.json",
+            json.dumps([{"Config": members[0][0], "RepoTags": [tag], "Layers": names}]).encode(),
+        )
+    )
     with tarfile.open(path, "w") as tf:
         for name, data in members:
             ti = tarfile.TarInfo(name)

@@ -75,8 +75,12 @@ def launch(how: str, root: Path, bundle: Path, sid: str, caller_env: dict[str, s
     if how == "cli":
         r = run_shim(root, "run", "--bundle", str(bundle), sid, env=dict(os.environ, **extra))
         refused = r.stderr if "invalid bundle" in r.stderr else ""
-        return Result(None if refused else r.returncode, out.read_text() if out.exists() else "", refused,
-                      r.stdout + r.stderr)
+        return Result(
+            None if refused else r.returncode,
+            out.read_text() if out.exists() else "",
+            refused,
+            r.stdout + r.stderr,
+        )
     from sandbox_shim import api
     from sandbox_shim.mechanism import Sandbox
 

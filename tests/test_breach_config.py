@@ -59,15 +59,20 @@ STRINGS = [
     (["linux", "cgroupsPath"], "/g/sb", "/g/../../../x", "/linux/cgroupsPath"),
     (["linux", "cgroupsPath"], "/g/sb", "/g/\nsb", "/linux/cgroupsPath"),
     (["linux", "maskedPaths", 0], "/proc/kcore", "/proc/../etc/shadow", "/linux/maskedPaths/0"),
-    (["linux", "sysctl"], {"net.ipv4.ip_forward": "1"}, {"net.ipv4.ip_forward": "1\n0"},
-     "/linux/sysctl/net.ipv4.ip_forward"),
+    (
+        ["linux", "sysctl"],
+        {"net.ipv4.ip_forward": "1"},
+        {"net.ipv4.ip_forward": "1\n0"},
+        "/linux/sysctl/net.ipv4.ip_forward",
+    ),
     (["annotations", "x\0y"], "", "", "/annotations/x\0y"),
     (["annotations", "sandbox-shim.port"], "8080", "70000", "/annotations/sandbox-shim.port"),
 ]
 
 
-@pytest.mark.parametrize(("path", "clean", "bad", "pointer"), STRINGS, ids=[s[3] + ":" + repr(s[2])[:20]
-                                                                            for s in STRINGS])
+@pytest.mark.parametrize(
+    ("path", "clean", "bad", "pointer"), STRINGS, ids=[s[3] + ":" + repr(s[2])[:20] for s in STRINGS]
+)
 def test_hostile_string_is_refused_with_its_pointer(make_bundle, path, clean, bad, pointer) -> None:
     if path[0] == "annotations" and "\0" in path[1]:
         ctl = base_config()
@@ -109,8 +114,9 @@ NUMBERS = [
 ]
 
 
-@pytest.mark.parametrize(("path", "ok", "bad"), NUMBERS,
-                         ids=["/".join(map(str, n[0])) + f"={n[2]}" for n in NUMBERS])
+@pytest.mark.parametrize(
+    ("path", "ok", "bad"), NUMBERS, ids=["/".join(map(str, n[0])) + f"={n[2]}" for n in NUMBERS]
+)
 def test_number_out_of_its_spec_range_is_refused(make_bundle, path, ok, bad) -> None:
     def cfg_with(v: int) -> dict[str, Any]:
         c = base_config()
@@ -139,20 +145,35 @@ def _example(pattern: str) -> tuple[list[Any], Any]:
     """A config path and a value that the ``UNAPPLIED`` entry refuses."""
     parts: list[Any] = [0 if p == "*" else p for p in pattern.strip("/").split("/")]
     examples: dict[str, Any] = {
-        "oomScoreAdj": 100, "ioPriority": {"class": "IOPRIO_CLASS_IDLE"},
-        "scheduler": {"policy": "SCHED_OTHER"}, "execCPUAffinity": {"initial": "0"},
+        "oomScoreAdj": 100,
+        "ioPriority": {"class": "IOPRIO_CLASS_IDLE"},
+        "scheduler": {"policy": "SCHED_OTHER"},
+        "execCPUAffinity": {"initial": "0"},
         "uidMappings": [{"containerID": 0, "hostID": 1000, "size": 1}],
         "gidMappings": [{"containerID": 0, "hostID": 1000, "size": 1}],
         "devices": [{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}],
-        "swappiness": 10, "disableOOMKiller": True, "kernel": 1 << 20, "kernelTCP": 1 << 20,
-        "useHierarchy": True, "checkBeforeUpdate": True, "realtimeRuntime": 1000, "realtimePeriod": 1000,
-        "burst": 10, "idle": 1, "blockIO": {"weight": 10},
+        "swappiness": 10,
+        "disableOOMKiller": True,
+        "kernel": 1 << 20,
+        "kernelTCP": 1 << 20,
+        "useHierarchy": True,
+        "checkBeforeUpdate": True,
+        "realtimeRuntime": 1000,
+        "realtimePeriod": 1000,
+        "burst": 10,
+        "idle": 1,
+        "blockIO": {"weight": 10},
         "hugepageLimits": [{"pageSize": "2MB", "limit": 1}],
-        "network": {"classID": 1048577}, "rdma": {"mlx": {"hcaHandles": 1}}, "unified": {"memory.high": "1"},
-        "rootfsPropagation": "shared", "mountLabel": "system_u:object_r:container_file_t:s0",
-        "intelRdt": {"closID": "x"}, "personality": {"domain": "LINUX32"},
+        "network": {"classID": 1048577},
+        "rdma": {"mlx": {"hcaHandles": 1}},
+        "unified": {"memory.high": "1"},
+        "rootfsPropagation": "shared",
+        "mountLabel": "system_u:object_r:container_file_t:s0",
+        "intelRdt": {"closID": "x"},
+        "personality": {"domain": "LINUX32"},
         "memoryPolicy": {"mode": "MPOL_BIND"},
-        "timeOffsets": {"monotonic": {"secs": 1}}, "netDevices": {"eth1": {}},
+        "timeOffsets": {"monotonic": {"secs": 1}},
+        "netDevices": {"eth1": {}},
     }
     if parts[-1] == "devices" and parts[-2] == "resources":
         return parts, [{"allow": False, "type": "c", "major": 1, "minor": 3, "access": "rwm"}]
@@ -198,6 +219,7 @@ def test_more_path_entries_than_the_limit_are_refused(make_bundle) -> None:
 
 # -- item 7: nothing the runtime reads later is writable from inside -----------------------------
 
+
 def test_rootfs_holding_the_bundle_is_refused_unless_read_only(make_bundle) -> None:
     cfg = base_config()
     cfg["root"] = {"path": ".", "readonly": True}
@@ -214,8 +236,9 @@ def test_writable_bind_of_the_bundle_or_a_hook_is_refused(make_bundle, tmp_path:
     (hook_dir / "h").write_text("#!/bin/sh\ntrue\n")
     cfg = base_config()
     cfg["hooks"] = {"poststop": [{"path": str(hook_dir / "h")}]}
-    cfg["mounts"].append({"destination": "/h", "type": "bind", "source": str(hook_dir),
-                          "options": ["rbind", "ro"]})
+    cfg["mounts"].append(
+        {"destination": "/h", "type": "bind", "source": str(hook_dir), "options": ["rbind", "ro"]}
+    )
     load(str(make_bundle(copy.deepcopy(cfg), name="ctl")))  # control: read-only bind of the hook's directory
     cfg["mounts"][-1]["options"] = ["rbind"]
     assert f"/mounts/{len(cfg['mounts']) - 1}/source" in _pointers(make_bundle, cfg, "evil")
@@ -277,8 +300,11 @@ def test_hook_argument_or_env_naming_a_tenant_writable_file_is_refused(make_bund
     b = make_bundle(copy.deepcopy(cfg), name="probe")
     host_script = b.parent / "hook.sh"
     host_script.write_text("true\n")
-    cfg["hooks"] = {"poststop": [{"path": "/bin/sh", "args": ["sh", str(host_script)],
-                                  "env": ["LD_PRELOAD=/usr/lib/x.so"]}]}
+    cfg["hooks"] = {
+        "poststop": [
+            {"path": "/bin/sh", "args": ["sh", str(host_script)], "env": ["LD_PRELOAD=/usr/lib/x.so"]}
+        ]
+    }
     load(str(make_bundle(copy.deepcopy(cfg), name="ctl")))  # control: the script lies outside storage/
     evil = copy.deepcopy(cfg)
     script = b.parent / "evil" / "storage" / "hook.sh"
@@ -289,7 +315,7 @@ def test_hook_argument_or_env_naming_a_tenant_writable_file_is_refused(make_bund
     assert "/hooks/poststop/0/args/1" in _pointers(make_bundle, rel, "evil2")
     opt = copy.deepcopy(cfg)
     script = b.parent / "evil3" / "storage" / "hook.sh"
-    opt["hooks"]["poststop"][0]["args"][1:] = ["-c", ". \"$F\"", f"--rcfile={script}"]
+    opt["hooks"]["poststop"][0]["args"][1:] = ["-c", '. "$F"', f"--rcfile={script}"]
     assert "/hooks/poststop/0/args/3" in _pointers(make_bundle, opt, "evil3")
     env = copy.deepcopy(cfg)
     env["hooks"]["poststop"][0]["env"] = [f"BASH_ENV={b.parent / 'evil4' / 'storage' / 'x'}"]
@@ -317,8 +343,9 @@ def test_bind_of_a_parent_of_the_hosts_kernel_mounts_is_refused(make_bundle, tmp
     plain = tmp_path / "plain"
     plain.mkdir()
     cfg = base_config()
-    cfg["mounts"].append({"destination": "/tmp/x", "type": "bind", "source": str(plain),
-                          "options": ["rbind", "ro"]})
+    cfg["mounts"].append(
+        {"destination": "/tmp/x", "type": "bind", "source": str(plain), "options": ["rbind", "ro"]}
+    )
     load(str(make_bundle(copy.deepcopy(cfg), name="ctl")))  # control: a plain directory binds
     n = len(cfg["mounts"]) - 1
     for i, src in enumerate(["/", "/dev", "/dev/pts"]):  # recursive: the host's /proc, /sys, devtmpfs

@@ -26,16 +26,38 @@ from sandbox_shim.platforms.linux.bwrap import Fds, build_args, bwrap_path
 pytestmark = SANDBOX_MARKS
 
 
-def bare_bwrap(bundle: Path, script: str, *extra: str, after: tuple[str, ...] = ()
-               ) -> subprocess.CompletedProcess[str]:
+def bare_bwrap(
+    bundle: Path, script: str, *extra: str, after: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     """The CONTROL: ``script`` under bare bwrap — the bundle's rootfs read-only, its storage at
     /storage, a plain proc, new pid/uts/ipc/net namespaces, no seccomp filter, no floor; ``extra``
     options before the mounts, ``after`` options after them."""
     exe = bwrap_path()
     assert exe
-    argv = [exe, "--die-with-parent", "--unshare-pid", "--unshare-uts", "--unshare-ipc", "--unshare-net",
-            *extra, "--ro-bind", str(bundle / "rootfs"), "/", "--proc", "/proc", "--dev", "/dev",
-            "--bind", str(bundle / "storage"), "/storage", *after, "--", "sh", "-c", script]
+    argv = [
+        exe,
+        "--die-with-parent",
+        "--unshare-pid",
+        "--unshare-uts",
+        "--unshare-ipc",
+        "--unshare-net",
+        *extra,
+        "--ro-bind",
+        str(bundle / "rootfs"),
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--bind",
+        str(bundle / "storage"),
+        "/storage",
+        *after,
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
@@ -46,8 +68,9 @@ def mount_api(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("no C compiler to build the static mount-api probe")
     d = tmp_path_factory.mktemp("mount-api")
     (d / "m.c").write_text(MOUNT_API_C)
-    p = subprocess.run([cc, "-static", "-O1", "-o", str(d / "mount-api"), str(d / "m.c")],
-                       capture_output=True)
+    p = subprocess.run(
+        [cc, "-static", "-O1", "-o", str(d / "mount-api"), str(d / "m.c")], capture_output=True
+    )
     if p.returncode != 0:
         pytest.skip(f"cannot build the static probe: {p.stderr[-200:]!r}")
     return d / "mount-api"
@@ -62,17 +85,27 @@ def _userns_admin(cfg: dict[str, Any]) -> dict[str, Any]:
 
 # -- class 2: the new mount API under self-granted CAP_SYS_ADMIN ---------------------------------
 
+
 @pytest.mark.parametrize("target", ["/", "/proc/sys"])
 @pytest.mark.parametrize("how", RUNNERS)
-def test_mount_api_cannot_make_read_only_writable(make_bundle, state_root: Path, mount_api: Path,
-                                                  how: str, target: str) -> None:
+def test_mount_api_cannot_make_read_only_writable(
+    make_bundle, state_root: Path, mount_api: Path, how: str, target: str
+) -> None:
     file = "/wrote" if target == "/" else "/proc/sys/kernel/hostname"  # the UTS namespace's own
     cfg = _userns_admin(base_config(probe(f"/storage/mount-api {target} {file}", exit_zero=True)))
     b = make_bundle(cfg, name="evil")
     shutil.copy(mount_api, b / "storage" / "mount-api")
     ro = ["--ro-bind", "/proc/sys", "/proc/sys"] if target != "/" else []
-    ctl = bare_bwrap(b, f"/storage/mount-api {target} {file}", "--unshare-user", "--uid", "0",
-                     "--cap-add", "CAP_SYS_ADMIN", after=tuple(ro))
+    ctl = bare_bwrap(
+        b,
+        f"/storage/mount-api {target} {file}",
+        "--unshare-user",
+        "--uid",
+        "0",
+        "--cap-add",
+        "CAP_SYS_ADMIN",
+        after=tuple(ro),
+    )
     assert "MOUNT_SETATTR-OK" in ctl.stdout and "WROTE-FILE" in ctl.stdout, ctl  # control: the probe works
     (b / "rootfs" / "wrote").unlink(missing_ok=True)
     r = launch(how, state_root, b, "mapi")
@@ -84,6 +117,7 @@ def test_mount_api_cannot_make_read_only_writable(make_bundle, state_root: Path,
 
 # -- classes 3/4/9: the kernel-file floor -------------------------------------------------------
 
+
 def _no_lists(cfg: dict[str, Any]) -> dict[str, Any]:
     cfg["linux"].pop("maskedPaths", None)
     cfg["linux"].pop("readonlyPaths", None)
@@ -92,14 +126,17 @@ def _no_lists(cfg: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("how", RUNNERS)
 def test_floor_holds_when_the_config_lists_nothing(make_bundle, state_root: Path, how: str) -> None:
-    script = ("echo sandbox > /proc/sys/kernel/hostname && echo SYSCTL-WROTE; "
-              "echo sandbox > /mnt/p/sys/kernel/hostname && echo SYSCTL2-WROTE; "
-              "wc -c < /proc/timer_list; ls /proc/acpi 2>&1 | head -1; echo DONE")
+    script = (
+        "echo sandbox > /proc/sys/kernel/hostname && echo SYSCTL-WROTE; "
+        "echo sandbox > /mnt/p/sys/kernel/hostname && echo SYSCTL2-WROTE; "
+        "wc -c < /proc/timer_list; ls /proc/acpi 2>&1 | head -1; echo DONE"
+    )
     cfg = _no_lists(base_config(probe(script, exit_zero=True)))
     cfg["mounts"].append({"destination": "/mnt/p", "type": "proc", "source": "proc"})  # a second proc
     b = make_bundle(cfg, name="evil")
-    ctl = bare_bwrap(b, "echo sandbox > /proc/sys/kernel/hostname && echo SYSCTL-WROTE; "
-                     "wc -c < /proc/timer_list")
+    ctl = bare_bwrap(
+        b, "echo sandbox > /proc/sys/kernel/hostname && echo SYSCTL-WROTE; wc -c < /proc/timer_list"
+    )
     assert "SYSCTL-WROTE" in ctl.stdout, ctl  # control: uid 0 without capabilities writes /proc/sys
     assert int(ctl.stdout.split()[-1]) > 0  # and reads /proc/timer_list
     r = launch(how, state_root, b, "floor")
@@ -122,8 +159,9 @@ def test_read_only_pid_entries_of_proc_are_refused(make_bundle, state_root: Path
 
 
 @pytest.mark.parametrize("how", RUNNERS)
-def test_masked_path_moved_away_in_a_writable_rootfs_fails_closed(make_bundle, state_root: Path,
-                                                                   how: str) -> None:
+def test_masked_path_moved_away_in_a_writable_rootfs_fails_closed(
+    make_bundle, state_root: Path, how: str
+) -> None:
     cfg = base_config(probe("cat /secret/key; echo DONE", exit_zero=True))
     cfg["root"]["readonly"] = False
     cfg["linux"]["maskedPaths"].append("/secret/key")
@@ -142,6 +180,7 @@ def test_masked_path_moved_away_in_a_writable_rootfs_fails_closed(make_bundle, s
 
 
 # -- class 6: the caller's supplementary groups ------------------------------------------------
+
 
 def test_callers_supplementary_groups_never_reach_the_tenant(make_bundle, state_root: Path) -> None:
     script = "grep '^Groups:' /proc/self/status; cat /storage/g && echo READ-MARKER"
@@ -180,6 +219,7 @@ def test_umask_is_applied(make_bundle, state_root: Path, how: str) -> None:
 
 # -- class 8: files the runtime makes inside a rootfs ------------------------------------------
 
+
 def test_terminal_helper_is_never_made_through_a_dev_symlink(make_bundle, tmp_path: Path) -> None:
     victim = tmp_path / "host-dev"
     victim.mkdir()
@@ -199,6 +239,7 @@ def test_terminal_helper_is_never_made_through_a_dev_symlink(make_bundle, tmp_pa
 
 
 # -- class 13: set-up linear in the number of paths --------------------------------------------
+
 
 def test_set_up_is_linear_in_masked_paths(make_bundle) -> None:
     def timed(n: int) -> float:
@@ -220,8 +261,10 @@ def test_set_up_is_linear_in_masked_paths(make_bundle) -> None:
 
 # -- class 10: concurrent sandboxes sharing a writable tree ------------------------------------
 
-def test_set_up_never_walks_a_tree_a_running_sandbox_writes(make_bundle, state_root: Path,
-                                                             tmp_path: Path) -> None:
+
+def test_set_up_never_walks_a_tree_a_running_sandbox_writes(
+    make_bundle, state_root: Path, tmp_path: Path
+) -> None:
     from sandbox_shim import api
     from sandbox_shim.mechanism import Sandbox
 

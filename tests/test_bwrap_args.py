@@ -50,15 +50,22 @@ def userns() -> dict[str, Any]:
     cfg["process"]["user"] = {"uid": 1000, "gid": 1000}
     cfg["hostname"] = "golden"
     cfg["root"]["readonly"] = True
-    cfg["mounts"].append({"destination": "/scratch", "type": "tmpfs", "source": "tmpfs",
-                          "options": ["nosuid", "size=8m", "mode=0700"]})
+    cfg["mounts"].append(
+        {
+            "destination": "/scratch",
+            "type": "tmpfs",
+            "source": "tmpfs",
+            "options": ["nosuid", "size=8m", "mode=0700"],
+        }
+    )
     return cfg
 
 
 def storage_bind() -> dict[str, Any]:
     cfg = base_config(["ls"])
-    cfg["mounts"].append({"destination": "/data/new/deep", "type": "bind", "source": "storage",
-                          "options": ["rbind", "rw"]})
+    cfg["mounts"].append(
+        {"destination": "/data/new/deep", "type": "bind", "source": "storage", "options": ["rbind", "rw"]}
+    )
     cfg["process"]["cwd"] = "/work/here"
     cfg["linux"]["maskedPaths"] = [*cfg["linux"].get("maskedPaths", []), "/etc/shadow"]
     cfg["linux"]["readonlyPaths"] = [*cfg["linux"].get("readonlyPaths", []), "/data/new/deep"]
@@ -74,8 +81,12 @@ def uid_switch_caps() -> dict[str, Any]:
     return cfg
 
 
-PLANS = {"default": default, "userns": userns, "storage_bind": storage_bind,
-         "uid_switch_caps": uid_switch_caps}
+PLANS = {
+    "default": default,
+    "userns": userns,
+    "storage_bind": storage_bind,
+    "uid_switch_caps": uid_switch_caps,
+}
 
 
 def tree(root: Path) -> list[str]:
@@ -88,8 +99,9 @@ def pinned_floor(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(PLANS))
-def test_the_argv_is_the_golden_one_and_nothing_is_made(name: str, make_bundle: Any, pinned_floor: None
-                                                        ) -> None:
+def test_the_argv_is_the_golden_one_and_nothing_is_made(
+    name: str, make_bundle: Any, pinned_floor: None
+) -> None:
     b = make_bundle(PLANS[name](), name=name)
     before = tree(b)
     plan = make_plan(load(str(b)), "golden")
@@ -106,8 +118,9 @@ def test_the_argv_is_the_golden_one_and_nothing_is_made(name: str, make_bundle: 
     assert argv == json.loads(path.read_text())
 
 
-def test_missing_mount_points_and_cwd_are_steps_made_only_by_make_missing(make_bundle: Any,
-                                                                        pinned_floor: None) -> None:
+def test_missing_mount_points_and_cwd_are_steps_made_only_by_make_missing(
+    make_bundle: Any, pinned_floor: None
+) -> None:
     b = make_bundle(storage_bind(), name="steps")
     plan = make_plan(load(str(b)), "golden")
     got = bwrap.layout(plan, bwrap.Fds(5, 6))
@@ -120,8 +133,9 @@ def test_missing_mount_points_and_cwd_are_steps_made_only_by_make_missing(make_b
     assert again.argv == got.argv and not again.steps  # made: the same argv, nothing left to make
 
 
-def test_a_planted_link_is_refused_at_make_time_with_its_pointer(make_bundle: Any, pinned_floor: None,
-                                                                 tmp_path: Path) -> None:
+def test_a_planted_link_is_refused_at_make_time_with_its_pointer(
+    make_bundle: Any, pinned_floor: None, tmp_path: Path
+) -> None:
     """A component turned into a link out of the tree between planning and making: refused at
     ``/process/cwd``, nothing made outside."""
     b = make_bundle(storage_bind(), name="race")
@@ -137,11 +151,13 @@ def test_a_planted_link_is_refused_at_make_time_with_its_pointer(make_bundle: An
     assert list(outside.iterdir()) == []
 
 
-def test_a_file_where_a_directory_is_planned_is_refused_before_anything_is_made(make_bundle: Any,
-                                                                                 pinned_floor: None) -> None:
+def test_a_file_where_a_directory_is_planned_is_refused_before_anything_is_made(
+    make_bundle: Any, pinned_floor: None
+) -> None:
     cfg = storage_bind()
-    cfg["mounts"].append({"destination": "/data/new", "type": "bind", "source": "/etc/hostname",
-                          "options": ["rbind", "ro"]})
+    cfg["mounts"].append(
+        {"destination": "/data/new", "type": "bind", "source": "/etc/hostname", "options": ["rbind", "ro"]}
+    )
     cfg["mounts"].append({"destination": "/data/new/x", "type": "tmpfs", "source": "tmpfs"})
     ok = copy.deepcopy(cfg)
     ok["mounts"] = ok["mounts"][:-1]
@@ -152,8 +168,9 @@ def test_a_file_where_a_directory_is_planned_is_refused_before_anything_is_made(
     assert tree(b) == before
 
 
-def test_paths_under_a_planned_mount_point_are_protected_as_if_it_were_made(make_bundle: Any,
-                                                                             pinned_floor: None) -> None:
+def test_paths_under_a_planned_mount_point_are_protected_as_if_it_were_made(
+    make_bundle: Any, pinned_floor: None
+) -> None:
     """A masked or read-only path inside a directory the argv still has to make is treated as made:
     the same argv as when the directory already exists (a tmpfs mask over a directory, not a
     refusal).  Control: the run with the directory made first."""
@@ -169,5 +186,7 @@ def test_paths_under_a_planned_mount_point_are_protected_as_if_it_were_made(make
     b = bwrap.layout(make_plan(load(str(made)), "golden"), bwrap.Fds(5, 6))
     assert not b.steps and a.steps
     assert [x.replace(str(planned), "B") for x in a.argv] == [x.replace(str(made), "B") for x in b.argv]
-    assert "--tmpfs" in a.argv[a.argv.index("/opt/app") - 1:a.argv.index("/opt/app")] or \
-        a.argv[a.argv.index("/opt/app") - 1] == "--tmpfs"
+    assert (
+        "--tmpfs" in a.argv[a.argv.index("/opt/app") - 1 : a.argv.index("/opt/app")]
+        or a.argv[a.argv.index("/opt/app") - 1] == "--tmpfs"
+    )

@@ -26,8 +26,12 @@ def test_setpriv_argv_lowers_only_what_the_config_leaves_out() -> None:
     assert setpriv_argv(CAPS, CAPS, CAPS) == []
     assert setpriv_argv(CAPS, None, None) == []
     assert setpriv_argv(CAPS, ["CAP_KILL"], []) == [
-        "setpriv", "--inh-caps", "-chown,-net_bind_service",
-        "--ambient-caps", "-chown,-kill,-net_bind_service"]
+        "setpriv",
+        "--inh-caps",
+        "-chown,-net_bind_service",
+        "--ambient-caps",
+        "-chown,-kill,-net_bind_service",
+    ]
 
 
 @pytest.mark.parametrize("how", RUNNERS)

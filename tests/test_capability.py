@@ -67,18 +67,23 @@ def run_child(body: str, deny: Deny | None = None) -> Any:
     return json.loads(run.stdout)
 
 
-def probe_in_child(names: list[str], deny: Deny | None = None,
-                   cache_dir: str | None = None) -> dict[str, dict[str, Any]]:
+def probe_in_child(
+    names: list[str], deny: Deny | None = None, cache_dir: str | None = None
+) -> dict[str, dict[str, Any]]:
     """The named probes' reports from a child process (through the cache in ``cache_dir`` if given)."""
-    return run_child(f"""
+    return run_child(
+        f"""
         from sandbox_shim import capability, probes
         names, cache_dir = {names!r}, {cache_dir!r}
         reports = probes.cached_report(names, cache_dir) if cache_dir else capability.report(names)
         print(json.dumps({{c.name: c.to_dict() for c in reports}}))
-    """, deny)
+    """,
+        deny,
+    )
 
 
 # ---- each probe, where the thing truly works ---------------------------------------------------
+
 
 @needs_linux_root
 @pytest.mark.parametrize("name", NAMESPACE_NAMES + ["no_new_privs", "seccomp"])
@@ -161,6 +166,7 @@ def test_all_probes_are_cheap() -> None:
 
 # ---- probes fail for real ------------------------------------------------------------------------
 
+
 @needs_linux_root
 def test_namespace_probes_fail_under_a_seccomp_filter_denying_unshare() -> None:
     got = probe_in_child(NAMESPACE_NAMES, deny={"unshare": 1})  # EPERM
@@ -204,7 +210,6 @@ def test_landlock_probe_fails_when_the_syscall_is_missing() -> None:
     assert not cap["available"] and "CONFIG_SECURITY_LANDLOCK" in cap["detail"], cap
 
 
-
 @needs_linux_root
 def test_landlock_probe_explains_landlock_disabled_at_boot() -> None:
     cap = probe_in_child(["landlock"], deny={"landlock_create_ruleset": 95})["landlock"]  # EOPNOTSUPP
@@ -241,11 +246,17 @@ def test_cgroup_probe_fails_on_a_read_only_hierarchy() -> None:
     if layout.version != 1 or "memory" not in layout.v1_mounts or shutil.which("unshare") is None:
         pytest.skip("needs a cgroup v1 memory hierarchy and util-linux unshare")
     mount = layout.v1_mounts["memory"]
-    code = (f"import subprocess; subprocess.run(['mount', '-o', 'remount,bind,ro', {mount!r}], check=True); "
-            "from sandbox_shim.platforms.linux import probes as linux_probes; import json; "
-            "print(json.dumps(linux_probes.probe_cgroup('memory').to_dict()))")
-    run = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", code],
-                         capture_output=True, text=True, timeout=60)
+    code = (
+        f"import subprocess; subprocess.run(['mount', '-o', 'remount,bind,ro', {mount!r}], check=True); "
+        "from sandbox_shim.platforms.linux import probes as linux_probes; import json; "
+        "print(json.dumps(linux_probes.probe_cgroup('memory').to_dict()))"
+    )
+    run = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     cap = json.loads(run.stdout)
     assert not cap["available"]
@@ -254,6 +265,7 @@ def test_cgroup_probe_fails_on_a_read_only_hierarchy() -> None:
 
 
 # ---- the cross-process cache ----------------------------------------------------------------------
+
 
 @pytest.fixture
 def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -314,14 +326,21 @@ def test_cache_is_not_reused_when_a_hierarchy_is_remounted_read_only(tmp_path: P
     if layout.version != 1 or "memory" not in layout.v1_mounts or shutil.which("unshare") is None:
         pytest.skip("needs a cgroup v1 memory hierarchy and util-linux unshare")
     mount = layout.v1_mounts["memory"]
-    code = ("import json, sys; from sandbox_shim import probes; "
-            "c = probes.cached_report(['cgroup.memory'], sys.argv[1])[0]; print(json.dumps(c.to_dict()))")
+    code = (
+        "import json, sys; from sandbox_shim import probes; "
+        "c = probes.cached_report(['cgroup.memory'], sys.argv[1])[0]; print(json.dumps(c.to_dict()))"
+    )
 
     def in_namespace(remount: bool) -> dict[str, Any]:
-        script = (f"mount -o remount,bind,ro {mount} && " if remount else "") + \
-            f"exec {sys.executable} -c \"{code}\" {tmp_path}"
-        run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                             capture_output=True, text=True, timeout=60)
+        script = (
+            f"mount -o remount,bind,ro {mount} && " if remount else ""
+        ) + f'exec {sys.executable} -c "{code}" {tmp_path}'
+        run = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert run.returncode == 0, run.stderr
         return json.loads(run.stdout)
 
@@ -337,6 +356,7 @@ def test_cache_key_is_stable_within_a_boot() -> None:
 
 # ---- the commands and their schemas ----------------------------------------------------------------
 
+
 def test_capabilities_json_validates() -> None:
     result = CliRunner().invoke(capabilities_cmd, ["--format", "json"])
     assert result.exit_code == 0, result.output
@@ -347,9 +367,12 @@ def test_capabilities_json_validates() -> None:
 
 
 def test_capabilities_schema_rejects_an_unavailable_report_without_detail() -> None:
-    bad = {"host": {"kernel": "6", "arch": "x86_64", "platform": "linux"},
-           "capabilities": [{"name": "seccomp", "available": False, "mechanism": "", "detail": "",
-                             "measured_by": "prctl"}]}
+    bad = {
+        "host": {"kernel": "6", "arch": "x86_64", "platform": "linux"},
+        "capabilities": [
+            {"name": "seccomp", "available": False, "mechanism": "", "detail": "", "measured_by": "prctl"}
+        ],
+    }
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft202012Validator(schema("capabilities.schema.json")).validate(bad)
 
@@ -383,8 +406,10 @@ def test_features_document_validates_and_claims_only_what_was_probed() -> None:
 
 def test_features_drop_what_a_probe_could_not_do() -> None:
     down = [Capability(n, False, "unshare(2)", "EPERM", "unshare") for n in NAMESPACE_NAMES]
-    down += [Capability("seccomp", False, "seccomp BPF", "EPERM", "prctl"),
-             Capability("cgroup.memory", True, "cgroup v2", "", "mkdir")]
+    down += [
+        Capability("seccomp", False, "seccomp BPF", "EPERM", "prctl"),
+        Capability("cgroup.memory", True, "cgroup v2", "", "mkdir"),
+    ]
     doc = features(down)
     jsonschema.Draft202012Validator(schema("features.schema.json")).validate(doc)
     assert doc["linux"]["namespaces"] == []
@@ -394,9 +419,12 @@ def test_features_drop_what_a_probe_could_not_do() -> None:
 
 @needs_linux_root
 def test_features_under_a_seccomp_filter_lists_no_namespaces() -> None:
-    doc = run_child("""
+    doc = run_child(
+        """
         from sandbox_shim.features import features
         print(json.dumps(features()))
-    """, deny={"unshare": 1})
+    """,
+        deny={"unshare": 1},
+    )
     jsonschema.Draft202012Validator(schema("features.schema.json")).validate(doc)
     assert doc["linux"]["namespaces"] == []

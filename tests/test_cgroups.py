@@ -28,10 +28,13 @@ from sandbox_shim.platforms.linux.cgroups.v2 import V2Manager
 MiB = 1 << 20
 linux_root = sys.platform.startswith("linux") and os.geteuid() == 0
 LAYOUT = detect() if sys.platform.startswith("linux") else Layout()
-needs_v1 = pytest.mark.skipif(not (linux_root and LAYOUT.version == 1),
-                              reason=f"needs root and cgroup v1 (detected: version {LAYOUT.version})")
-needs_cgroup2_mount = pytest.mark.skipif(not (linux_root and LAYOUT.v2_mount),
-                                         reason="needs root and a cgroup2 mount (none in mountinfo)")
+needs_v1 = pytest.mark.skipif(
+    not (linux_root and LAYOUT.version == 1),
+    reason=f"needs root and cgroup v1 (detected: version {LAYOUT.version})",
+)
+needs_cgroup2_mount = pytest.mark.skipif(
+    not (linux_root and LAYOUT.v2_mount), reason="needs root and a cgroup2 mount (none in mountinfo)"
+)
 
 
 @pytest.fixture
@@ -60,51 +63,108 @@ def test_v2_applies_every_field_it_can(fake_v2: Path) -> None:
     m = V2Manager(str(fake_v2), "/sandbox-shim/all")
     m.create(["memory", "pids", "cpu", "io", "hugetlb"])
     d = fake_v2 / "sandbox-shim" / "all"
-    kernel_files(d, "memory.swap.max", "cpu.max.burst", "cpu.idle", "io.weight", "io.max", "hugetlb.2MB.max",
-                 "memory.high", "memory.oom.group")
+    kernel_files(
+        d,
+        "memory.swap.max",
+        "cpu.max.burst",
+        "cpu.idle",
+        "io.weight",
+        "io.max",
+        "hugetlb.2MB.max",
+        "memory.high",
+        "memory.oom.group",
+    )
     assert set((fake_v2 / "sandbox-shim" / "cgroup.subtree_control").read_text().split()) >= {
-        "+io", "+hugetlb", "+memory", "+pids", "+cpu", "+cpuset"}
+        "+io",
+        "+hugetlb",
+        "+memory",
+        "+pids",
+        "+cpu",
+        "+cpuset",
+    }
     resources = {
         "memory": {"limit": 64 * MiB, "swap": 96 * MiB, "reservation": 16 * MiB, "useHierarchy": True},
-        "cpu": {"shares": 2048, "quota": 20000, "period": 50000, "burst": 1000, "idle": 0,
-                "cpus": "0", "mems": "0"},
+        "cpu": {
+            "shares": 2048,
+            "quota": 20000,
+            "period": 50000,
+            "burst": 1000,
+            "idle": 0,
+            "cpus": "0",
+            "mems": "0",
+        },
         "pids": {"limit": 99},
-        "blockIO": {"weight": 500, "throttleReadBpsDevice": [{"major": 8, "minor": 0, "rate": 1048576}],
-                    "throttleWriteIOPSDevice": [{"major": 8, "minor": 0, "rate": 100}]},
+        "blockIO": {
+            "weight": 500,
+            "throttleReadBpsDevice": [{"major": 8, "minor": 0, "rate": 1048576}],
+            "throttleWriteIOPSDevice": [{"major": 8, "minor": 0, "rate": 100}],
+        },
         "hugepageLimits": [{"pageSize": "2MB", "limit": 4 * MiB}],
         "unified": {"memory.high": "50331648", "memory.oom.group": "1"},
     }
     m.apply(Limits.from_oci(resources))
-    files = ("memory.max", "memory.swap.max", "memory.low", "pids.max", "cpu.weight", "cpu.max",
-             "cpu.max.burst", "cpu.idle", "cpuset.cpus", "cpuset.mems", "io.weight", "io.max",
-             "hugetlb.2MB.max", "memory.high", "memory.oom.group")
+    files = (
+        "memory.max",
+        "memory.swap.max",
+        "memory.low",
+        "pids.max",
+        "cpu.weight",
+        "cpu.max",
+        "cpu.max.burst",
+        "cpu.idle",
+        "cpuset.cpus",
+        "cpuset.mems",
+        "io.weight",
+        "io.max",
+        "hugetlb.2MB.max",
+        "memory.high",
+        "memory.oom.group",
+    )
     got = {f: (d / f).read_text() for f in files}
-    assert got == {"memory.max": str(64 * MiB), "memory.swap.max": str(32 * MiB), "memory.low": str(16 * MiB),
-                   "pids.max": "99", "cpu.weight": "174", "cpu.max": "20000 50000", "cpu.max.burst": "1000",
-                   "cpu.idle": "0", "cpuset.cpus": "0", "cpuset.mems": "0", "io.weight": "default 4950",
-                   "io.max": "8:0 wiops=100",  # the fake file keeps the last write; the kernel merges them
-                   "hugetlb.2MB.max": str(4 * MiB), "memory.high": "50331648", "memory.oom.group": "1"}
+    assert got == {
+        "memory.max": str(64 * MiB),
+        "memory.swap.max": str(32 * MiB),
+        "memory.low": str(16 * MiB),
+        "pids.max": "99",
+        "cpu.weight": "174",
+        "cpu.max": "20000 50000",
+        "cpu.max.burst": "1000",
+        "cpu.idle": "0",
+        "cpuset.cpus": "0",
+        "cpuset.mems": "0",
+        "io.weight": "default 4950",
+        "io.max": "8:0 wiops=100",  # the fake file keeps the last write; the kernel merges them
+        "hugetlb.2MB.max": str(4 * MiB),
+        "memory.high": "50331648",
+        "memory.oom.group": "1",
+    }
 
 
-@pytest.mark.parametrize(("resources", "pointer"), [
-    ({"memory": {"kernel": 1 << 30}}, "/linux/resources/memory/kernel"),
-    ({"memory": {"kernelTCP": 1 << 30}}, "/linux/resources/memory/kernelTCP"),
-    ({"memory": {"swappiness": 10}}, "/linux/resources/memory/swappiness"),
-    ({"memory": {"disableOOMKiller": True}}, "/linux/resources/memory/disableOOMKiller"),
-    ({"memory": {"useHierarchy": False}}, "/linux/resources/memory/useHierarchy"),
-    ({"memory": {"swap": 1 << 30}}, "/linux/resources/memory/swap"),
-    ({"memory": {"limit": 1 << 30, "swap": 1 << 20}}, "/linux/resources/memory/swap"),
-    ({"cpu": {"realtimeRuntime": 1000}}, "/linux/resources/cpu/realtimeRuntime"),
-    ({"cpu": {"burst": 1000}}, "/linux/resources/cpu/burst"),  # no cpu.max.burst in this cgroup
-    ({"blockIO": {"leafWeight": 100}}, "/linux/resources/blockIO/leafWeight"),
-    ({"blockIO": {"weight": 100}}, "/linux/resources/blockIO/weight"),  # no io.weight
-    ({"hugepageLimits": [{"pageSize": "2MB", "limit": 1}]}, "/linux/resources/hugepageLimits/0/pageSize"),
-    ({"hugepageLimits": [{"pageSize": "huge", "limit": 1}]}, "/linux/resources/hugepageLimits/0/pageSize"),
-    ({"unified": {"cgroup.procs": "1"}}, "/linux/resources/unified/cgroup.procs"),
-    ({"unified": {"../../cgroup.procs": "1"}}, "/linux/resources/unified/..~1..~1cgroup.procs"),
-    ({"unified": {"memory.nonexistent": "1"}}, "/linux/resources/unified/memory.nonexistent"),
-    ({"unified": {"cpuset.cpus.partition": "root"}}, "/linux/resources/unified/cpuset.cpus.partition"),
-])
+@pytest.mark.parametrize(
+    ("resources", "pointer"),
+    [
+        ({"memory": {"kernel": 1 << 30}}, "/linux/resources/memory/kernel"),
+        ({"memory": {"kernelTCP": 1 << 30}}, "/linux/resources/memory/kernelTCP"),
+        ({"memory": {"swappiness": 10}}, "/linux/resources/memory/swappiness"),
+        ({"memory": {"disableOOMKiller": True}}, "/linux/resources/memory/disableOOMKiller"),
+        ({"memory": {"useHierarchy": False}}, "/linux/resources/memory/useHierarchy"),
+        ({"memory": {"swap": 1 << 30}}, "/linux/resources/memory/swap"),
+        ({"memory": {"limit": 1 << 30, "swap": 1 << 20}}, "/linux/resources/memory/swap"),
+        ({"cpu": {"realtimeRuntime": 1000}}, "/linux/resources/cpu/realtimeRuntime"),
+        ({"cpu": {"burst": 1000}}, "/linux/resources/cpu/burst"),  # no cpu.max.burst in this cgroup
+        ({"blockIO": {"leafWeight": 100}}, "/linux/resources/blockIO/leafWeight"),
+        ({"blockIO": {"weight": 100}}, "/linux/resources/blockIO/weight"),  # no io.weight
+        ({"hugepageLimits": [{"pageSize": "2MB", "limit": 1}]}, "/linux/resources/hugepageLimits/0/pageSize"),
+        (
+            {"hugepageLimits": [{"pageSize": "huge", "limit": 1}]},
+            "/linux/resources/hugepageLimits/0/pageSize",
+        ),
+        ({"unified": {"cgroup.procs": "1"}}, "/linux/resources/unified/cgroup.procs"),
+        ({"unified": {"../../cgroup.procs": "1"}}, "/linux/resources/unified/..~1..~1cgroup.procs"),
+        ({"unified": {"memory.nonexistent": "1"}}, "/linux/resources/unified/memory.nonexistent"),
+        ({"unified": {"cpuset.cpus.partition": "root"}}, "/linux/resources/unified/cpuset.cpus.partition"),
+    ],
+)
 def test_v2_refuses_with_the_pointer_and_writes_nothing(fake_v2: Path, resources: dict, pointer: str) -> None:
     m = V2Manager(str(fake_v2), "/sandbox-shim/r")
     m.create([])
@@ -118,12 +178,14 @@ def test_v2_refuses_with_the_pointer_and_writes_nothing(fake_v2: Path, resources
 
 def test_open_shapes_in_the_schema_are_refused_with_their_pointer() -> None:
     for resources, pointer in (
-            ({"blockIO": {"throttleReadBpsDevice": [{"major": "8", "minor": 0, "rate": 1}]}},
-             "/linux/resources/blockIO/throttleReadBpsDevice/0/major"),
-            ({"blockIO": {"weightDevice": "8:0 100"}}, "/linux/resources/blockIO/weightDevice"),
-            ({"hugepageLimits": [{"pageSize": "2MB", "limit": -1}]},
-             "/linux/resources/hugepageLimits/0/limit"),
-            ({"hugepageLimits": ["2MB"]}, "/linux/resources/hugepageLimits")):
+        (
+            {"blockIO": {"throttleReadBpsDevice": [{"major": "8", "minor": 0, "rate": 1}]}},
+            "/linux/resources/blockIO/throttleReadBpsDevice/0/major",
+        ),
+        ({"blockIO": {"weightDevice": "8:0 100"}}, "/linux/resources/blockIO/weightDevice"),
+        ({"hugepageLimits": [{"pageSize": "2MB", "limit": -1}]}, "/linux/resources/hugepageLimits/0/limit"),
+        ({"hugepageLimits": ["2MB"]}, "/linux/resources/hugepageLimits"),
+    ):
         with pytest.raises(LaunchFailed) as e:
             Limits.from_oci(resources)
         assert e.value.line().startswith(pointer + ":"), e.value.line()
@@ -135,11 +197,12 @@ def test_v1_refuses_unified_and_what_its_kernel_lacks(tmp_path: Path) -> None:
         os.makedirs(p)
     m = manager("/sandbox-shim/v1", 1, Layout(v1_mounts=mounts))
     m.create(["memory"])
-    for resources, pointer in (({"unified": {"memory.high": "1"}}, "/linux/resources/unified"),
-                               ({"blockIO": {"weight": 100}}, "/linux/resources/blockIO/weight"),
-                               ({"hugepageLimits": [{"pageSize": "2MB", "limit": 1}]},
-                                "/linux/resources/hugepageLimits/0/pageSize"),
-                               ({"memory": {"swappiness": 5}}, "/linux/resources/memory/swappiness")):
+    for resources, pointer in (
+        ({"unified": {"memory.high": "1"}}, "/linux/resources/unified"),
+        ({"blockIO": {"weight": 100}}, "/linux/resources/blockIO/weight"),
+        ({"hugepageLimits": [{"pageSize": "2MB", "limit": 1}]}, "/linux/resources/hugepageLimits/0/pageSize"),
+        ({"memory": {"swappiness": 5}}, "/linux/resources/memory/swappiness"),
+    ):
         with pytest.raises(LaunchFailed) as e:
             m.apply(Limits.from_oci(resources))
         assert e.value.line().startswith(pointer + ":"), e.value.line()
@@ -148,8 +211,9 @@ def test_v1_refuses_unified_and_what_its_kernel_lacks(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not linux_root, reason="needs root (creates a sandbox)")
-def test_a_cgroups_path_that_leaves_the_hierarchy_is_refused(make_bundle, state_root: Path,
-                                                             tmp_path: Path) -> None:
+def test_a_cgroups_path_that_leaves_the_hierarchy_is_refused(
+    make_bundle, state_root: Path, tmp_path: Path
+) -> None:
     target = tmp_path / "outside"
     cfg = base_config(["true"])
     cfg["linux"]["cgroupsPath"] = "/../../../../../../.." + str(target)
@@ -189,43 +253,59 @@ def test_stats_carry_psi_io_and_group_ooms(fake_v2: Path) -> None:
     m.create([])
     d = fake_v2 / "sandbox-shim" / "s"
     (d / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 2\noom_kill 0\noom_group_kill 1\n")
-    (d / "io.stat").write_text("8:0 rbytes=4096 wbytes=8192 rios=1 wios=2 dbytes=0 dios=0\n"
-                               "8:16 rbytes=1 wbytes=2 rios=1 wios=1 dbytes=0 dios=0\n")
-    psi = ("some avg10=1.50 avg60=0.25 avg300=0.00 total=12345\n"
-           "full avg10=0.00 avg60=0.00 avg300=0.00 total=7\n")
+    (d / "io.stat").write_text(
+        "8:0 rbytes=4096 wbytes=8192 rios=1 wios=2 dbytes=0 dios=0\n"
+        "8:16 rbytes=1 wbytes=2 rios=1 wios=1 dbytes=0 dios=0\n"
+    )
+    psi = (
+        "some avg10=1.50 avg60=0.25 avg300=0.00 total=12345\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=7\n"
+    )
     for res in ("cpu", "memory", "io"):
         (d / f"{res}.pressure").write_text(psi)
     f = control.facts(m)
     assert f.oom_kills == 1 and m.oom_killed()  # a group kill counts as an OOM kill (LimitExceeded memory)
     assert (f.io_read_bytes, f.io_write_bytes) == (4097, 8194)
     ev = control._stats_event("s", f)["data"]
-    assert ev["memory"]["psi"] == {"some": {"avg10": 1.5, "avg60": 0.25, "avg300": 0.0, "total": 12345},
-                                   "full": {"avg10": 0.0, "avg60": 0.0, "avg300": 0.0, "total": 7}}
+    assert ev["memory"]["psi"] == {
+        "some": {"avg10": 1.5, "avg60": 0.25, "avg300": 0.0, "total": 12345},
+        "full": {"avg10": 0.0, "avg60": 0.0, "avg300": 0.0, "total": 7},
+    }
     assert ev["cpu"]["psi"]["some"]["total"] == 12345 and ev["blkio"]["psi"]["full"]["total"] == 7
-    assert ev["blkio"]["ioServiceBytesRecursive"] == [{"op": "Read", "value": 4097},
-                                                      {"op": "Write", "value": 8194}]
+    assert ev["blkio"]["ioServiceBytesRecursive"] == [
+        {"op": "Read", "value": 4097},
+        {"op": "Write", "value": 8194},
+    ]
 
 
 # -- devices ---------------------------------------------------------------------------------------
 
-RULES = [{"allow": False, "type": "a", "major": None, "minor": None, "access": "rwm"},
-         {"allow": True, "type": "c", "major": 1, "minor": 5, "access": "rwm"},  # /dev/zero
-         {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"},  # /dev/null ...
-         {"allow": False, "type": "c", "major": 1, "minor": 3, "access": "r"}]  # ... but not for reading
+RULES = [
+    {"allow": False, "type": "a", "major": None, "minor": None, "access": "rwm"},
+    {"allow": True, "type": "c", "major": 1, "minor": 5, "access": "rwm"},  # /dev/zero
+    {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"},  # /dev/null ...
+    {"allow": False, "type": "c", "major": 1, "minor": 3, "access": "r"},
+]  # ... but not for reading
 
 
 def test_device_rules_as_v1_lines_and_refusals() -> None:
-    assert devices.v1_lines(RULES) == [("devices.deny", "a"), ("devices.deny", "a"),
-                                       ("devices.allow", "c 1:5 rwm"), ("devices.allow", "c 1:3 rwm"),
-                                       ("devices.deny", "c 1:3 r")]
+    assert devices.v1_lines(RULES) == [
+        ("devices.deny", "a"),
+        ("devices.deny", "a"),
+        ("devices.allow", "c 1:5 rwm"),
+        ("devices.allow", "c 1:3 rwm"),
+        ("devices.deny", "c 1:3 r"),
+    ]
     assert devices.v1_lines([{"allow": True, "type": "b", "major": 8, "minor": None, "access": "r"}])[1] == (
-        "devices.allow", "b 8:* r")
-    for bad, pointer in (({"allow": "yes", "type": "a"}, "/linux/resources/devices/0/allow"),
-                         ({"allow": True, "type": "x"}, "/linux/resources/devices/0/type"),
-                         ({"allow": True, "type": "c", "major": -1}, "/linux/resources/devices/0/major"),
-                         ({"allow": True, "type": "a", "minor": 3}, "/linux/resources/devices/0/minor"),
-                         ({"allow": True, "type": "c", "access": "rwx"},
-                          "/linux/resources/devices/0/access")):
+        "devices.allow",
+        "b 8:* r",
+    )
+    for bad, pointer in (
+        ({"allow": "yes", "type": "a"}, "/linux/resources/devices/0/allow"),
+        ({"allow": True, "type": "x"}, "/linux/resources/devices/0/type"),
+        ({"allow": True, "type": "c", "major": -1}, "/linux/resources/devices/0/major"),
+        ({"allow": True, "type": "a", "minor": 3}, "/linux/resources/devices/0/minor"),
+        ({"allow": True, "type": "c", "access": "rwx"}, "/linux/resources/devices/0/access"),
+    ):
         with pytest.raises(LaunchFailed) as e:
             devices.validate([bad])
         assert e.value.line().startswith(pointer + ":")
@@ -233,19 +313,25 @@ def test_device_rules_as_v1_lines_and_refusals() -> None:
 
 def open_results(cgroup_procs: list[str], paths: list[str]) -> dict[str, str]:
     """Open each path read-only and write-only from a child placed in the cgroups first."""
-    code = ("import json, os, sys\n"
-            "for f in filter(None, sys.argv[1].split(',')):\n"
-            "    open(f, 'w').write(str(os.getpid()))\n"
-            "out = {}\n"
-            "for p in sys.argv[2:]:\n"
-            "    for mode, flag in (('r', os.O_RDONLY), ('w', os.O_WRONLY)):\n"
-            "        try:\n"
-            "            os.close(os.open(p, flag)); out[p + ':' + mode] = 'ok'\n"
-            "        except OSError as e:\n"
-            "            out[p + ':' + mode] = e.strerror\n"
-            "print(json.dumps(out))\n")
-    r = subprocess.run([sys.executable, "-c", code, ",".join(cgroup_procs), *paths], capture_output=True,
-                       text=True, timeout=30)
+    code = (
+        "import json, os, sys\n"
+        "for f in filter(None, sys.argv[1].split(',')):\n"
+        "    open(f, 'w').write(str(os.getpid()))\n"
+        "out = {}\n"
+        "for p in sys.argv[2:]:\n"
+        "    for mode, flag in (('r', os.O_RDONLY), ('w', os.O_WRONLY)):\n"
+        "        try:\n"
+        "            os.close(os.open(p, flag)); out[p + ':' + mode] = 'ok'\n"
+        "        except OSError as e:\n"
+        "            out[p + ':' + mode] = e.strerror\n"
+        "print(json.dumps(out))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, ",".join(cgroup_procs), *paths],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -266,8 +352,12 @@ def nodes(tmp_path: Path) -> Iterator[dict[str, str]]:
 
 
 def expected(made: dict[str, str]) -> dict[str, str]:
-    return {f"{made['zero']}:r": "ok", f"{made['zero']}:w": "ok",
-            f"{made['null']}:r": "Operation not permitted", f"{made['null']}:w": "ok"}
+    return {
+        f"{made['zero']}:r": "ok",
+        f"{made['zero']}:w": "ok",
+        f"{made['null']}:r": "Operation not permitted",
+        f"{made['null']}:w": "ok",
+    }
 
 
 @needs_v1
@@ -309,6 +399,7 @@ def test_v2_device_program_loads_attaches_and_denies(nodes: dict[str, str]) -> N
 
 # -- the systemd driver ----------------------------------------------------------------------------
 
+
 def test_systemd_paths_expand_as_runc() -> None:
     from sandbox_shim.platforms.linux.cgroups.systemd import (
         cpuset_bits,
@@ -317,15 +408,26 @@ def test_systemd_paths_expand_as_runc() -> None:
         quota_per_sec,
     )
 
-    assert expand_slice("kubepods-besteffort-pod1.slice") == \
-        "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice"
+    assert (
+        expand_slice("kubepods-besteffort-pod1.slice")
+        == "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice"
+    )
     assert expand_slice("system.slice") == "/system.slice" and expand_slice("-.slice") == ""
-    assert parse_path("kubepods-pod1.slice:cri-containerd:abc", "x") == ("kubepods-pod1.slice",
-                                                                         "cri-containerd-abc.scope")
+    assert parse_path("kubepods-pod1.slice:cri-containerd:abc", "x") == (
+        "kubepods-pod1.slice",
+        "cri-containerd-abc.scope",
+    )
     assert parse_path("", "id1") == ("system.slice", "sandbox-shim-id1.scope")
     assert parse_path(":p:n", "x") == ("system.slice", "p-n.scope")
-    for bad in ("/sys/fs/cgroup/x", "a:b", "a-.slice:p:n", "a--b.slice:p:n", "x.scope:p:n",
-                "s.slice:p:n/../x", "s.slice:p:y.slice"):
+    for bad in (
+        "/sys/fs/cgroup/x",
+        "a:b",
+        "a-.slice:p:n",
+        "a--b.slice:p:n",
+        "x.scope:p:n",
+        "s.slice:p:n/../x",
+        "s.slice:p:y.slice",
+    ):
         with pytest.raises(LaunchFailed, match="^/linux/cgroupsPath:"):
             parse_path(bad, "x")
     assert cpuset_bits("0-3,9") == bytes([0x0F, 0x02]) and cpuset_bits("0") == b"\x01"
@@ -363,8 +465,11 @@ def test_systemd_scope_holds_the_sandbox_and_goes_at_delete(make_bundle, state_r
     cfg = base_config(["sleep", "30"])
     sid = f"sd-{uuid.uuid4().hex[:8]}"
     cfg["linux"]["cgroupsPath"] = f"sandboxshimtest-a.slice:sbx:{sid}"
-    cfg["linux"]["resources"] = {"memory": {"limit": 64 * MiB}, "pids": {"limit": 50},
-                                 "cpu": {"quota": 50000, "period": 100000}}
+    cfg["linux"]["resources"] = {
+        "memory": {"limit": 64 * MiB},
+        "pids": {"limit": 50},
+        "cpu": {"quota": 50000, "period": 100000},
+    }
     bundle = make_bundle(cfg)
     r = run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), sid)
     assert r.returncode == 0, r.stderr
@@ -377,8 +482,14 @@ def test_systemd_scope_holds_the_sandbox_and_goes_at_delete(make_bundle, state_r
         conn = connect()
         try:
             (path,) = call(conn, "GetUnit", "s", (f"sbx-{sid}.scope",))
-            (val,) = call(conn, "Get", "ss", ("org.freedesktop.systemd1.Scope", "MemoryMax"), path=path,
-                          iface="org.freedesktop.DBus.Properties")
+            (val,) = call(
+                conn,
+                "Get",
+                "ss",
+                ("org.freedesktop.systemd1.Scope", "MemoryMax"),
+                path=path,
+                iface="org.freedesktop.DBus.Properties",
+            )
             assert val[1] == 64 * MiB  # set as a unit property, as runc does
         finally:
             conn.close()
@@ -389,15 +500,19 @@ def test_systemd_scope_holds_the_sandbox_and_goes_at_delete(make_bundle, state_r
     assert not scope.exists()
 
 
-@pytest.mark.skipif(not linux_root or LAYOUT.version == 0,
-                    reason=f"needs root and a cgroup hierarchy (detected: version {LAYOUT.version})")
+@pytest.mark.skipif(
+    not linux_root or LAYOUT.version == 0,
+    reason=f"needs root and a cgroup hierarchy (detected: version {LAYOUT.version})",
+)
 def test_a_sandbox_cannot_open_a_device_its_rules_deny(make_bundle, state_root: Path) -> None:
     """The rule list in the plan reaches the cgroup (v1 devices.*, v2 the BPF program) before user code."""
     from sandbox_shim import api
     from sandbox_shim.execution import run_bundle
 
-    script = ("head -c1 /dev/zero >/dev/null && echo ZERO_READ_OK; head -c1 /dev/null && echo NULL_READ_OK; "
-              "echo x >/dev/null && echo NULL_WRITE_OK; true")
+    script = (
+        "head -c1 /dev/zero >/dev/null && echo ZERO_READ_OK; head -c1 /dev/null && echo NULL_READ_OK; "
+        "echo x >/dev/null && echo NULL_WRITE_OK; true"
+    )
     bundle = make_bundle(base_config(["sh", "-c", script]))
     mech = api.default_mechanism(str(state_root))
     make_plan = mech.make_plan
@@ -413,8 +528,9 @@ def test_a_sandbox_cannot_open_a_device_its_rules_deny(make_bundle, state_root: 
     assert "NULL_READ_OK" not in out, out
 
 
-def test_a_create_refused_for_an_existing_cgroup_leaves_it_and_its_processes(make_bundle,
-                                                                            state_root: Path) -> None:
+def test_a_create_refused_for_an_existing_cgroup_leaves_it_and_its_processes(
+    make_bundle, state_root: Path
+) -> None:
     """A cgroupsPath naming a cgroup someone else made: create refuses it, and its cleanup neither kills
     what runs there nor removes any directory of it.  Control: a fresh path runs."""
     lay = detect()
@@ -446,8 +562,9 @@ def test_a_create_refused_for_an_existing_cgroup_leaves_it_and_its_processes(mak
                 os.rmdir(d)
 
 
-def test_every_thread_and_child_of_the_sandbox_is_in_each_of_its_cgroups(make_bundle,
-                                                                        state_root: Path) -> None:
+def test_every_thread_and_child_of_the_sandbox_is_in_each_of_its_cgroups(
+    make_bundle, state_root: Path
+) -> None:
     """The join before bwrap's exec (v1: ``0`` into ``tasks``, which moves only the writing thread)
     places the whole container process and whatever it forks: every thread of every process of the
     sandbox is listed in ``tasks``/``cgroup.threads`` of each of its cgroup directories, and each
@@ -466,8 +583,11 @@ def test_every_thread_and_child_of_the_sandbox_is_in_each_of_its_cgroups(make_bu
         assert dirs, "no cgroup directory for the sandbox"
         procs: set[int] = set()
         for _ in range(200):  # both sleeps forked
-            procs = {pid} | {int(c) for t in os.listdir(f"/proc/{pid}/task")
-                             for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()}
+            procs = {pid} | {
+                int(c)
+                for t in os.listdir(f"/proc/{pid}/task")
+                for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()
+            }
             if len(procs) >= 3:
                 break
             time.sleep(0.01)

@@ -15,15 +15,22 @@ from typing import Any
 import pytest
 from conftest import base_config, cgroup_dirs, run_shim, shim_cmd
 
-linux_root = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
-                                reason="needs Linux, root, bwrap and cgroups")
+linux_root = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs Linux, root, bwrap and cgroups"
+)
 
 
 @pytest.mark.parametrize("verb", [["list"], ["state", "nope"], ["capabilities", "--format", "json"]])
 def test_global_flags_are_one_definition(tmp_path: Path, verb: list[str]) -> None:
     want = run_shim(tmp_path / "s", *verb).returncode
-    for flags in (["--rootless", "true"], ["--rootless=auto"], ["--systemd-cgroup"], ["--criu", "x"],
-                  ["--log-format", "json"], ["--debug"]):
+    for flags in (
+        ["--rootless", "true"],
+        ["--rootless=auto"],
+        ["--systemd-cgroup"],
+        ["--criu", "x"],
+        ["--log-format", "json"],
+        ["--debug"],
+    ):
         r = run_shim(tmp_path / "s", *flags, *verb)
         assert r.returncode == want, (flags, verb, r.stderr)
     bad = run_shim(tmp_path / "s", "--log-format", "yaml", *verb)
@@ -31,8 +38,13 @@ def test_global_flags_are_one_definition(tmp_path: Path, verb: list[str]) -> Non
 
 
 def test_usage_errors_are_one_line_with_status_2(tmp_path: Path) -> None:
-    for args in (["list", "--bogus"], ["--bogus"], ["create"], ["kill", "x", "NOSUCHSIG"],
-                 ["no-such-command"]):
+    for args in (
+        ["list", "--bogus"],
+        ["--bogus"],
+        ["create"],
+        ["kill", "x", "NOSUCHSIG"],
+        ["no-such-command"],
+    ):
         r = run_shim(tmp_path / "s", *args)
         assert r.returncode == 2, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, (args, r.stderr)
@@ -48,8 +60,12 @@ def test_an_unexpected_error_is_status_70_and_a_traceback_only_with_debug(tmp_pa
     assert len(r.stderr.strip().splitlines()) == 1 and "--debug" in r.stderr and "Traceback" not in r.stderr
     d = run_shim(root, "--debug", "list")
     assert d.returncode == 70 and "Traceback" in d.stderr
-    j = subprocess.run([*shim_cmd(root, "list")[:-1], "--log-format", "json", "list"], capture_output=True,
-                       text=True, timeout=60)
+    j = subprocess.run(
+        [*shim_cmd(root, "list")[:-1], "--log-format", "json", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert j.returncode == 70 and json.loads(j.stderr)["error"] == "internal"
 
 
@@ -96,10 +112,17 @@ def test_a_full_state_root_keeps_the_previous_state(make_bundle: Any, tmp_path: 
 def _read_only(paths: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` in a private mount namespace where the mounts listed by the shell expression
     ``paths`` are read-only (bind-remounted): the host's own stay writable."""
-    script = (f"set -e; for m in {paths}; do mount --bind \"$m\" \"$m\"; "
-              "mount -o remount,bind,ro \"$m\" \"$m\"; done; exec \"$@\"")
-    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *argv],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    script = (
+        f'set -e; for m in {paths}; do mount --bind "$m" "$m"; '
+        'mount -o remount,bind,ro "$m" "$m"; done; exec "$@"'
+    )
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @linux_root
@@ -125,8 +148,19 @@ def test_delete_force_with_read_only_cgroups_kills_the_sandbox(make_bundle: Any,
         pytest.skip("unshare(1) is not installed (util-linux)")
     bundle = make_bundle(base_config(["sleep", "600"]))
     pid_file = state_root.parent / "ro.pid"
-    assert run_shim(state_root, "create", "--bundle", str(bundle), "--pid-file", str(pid_file), "rocg",
-                    stdin=subprocess.DEVNULL).returncode == 0
+    assert (
+        run_shim(
+            state_root,
+            "create",
+            "--bundle",
+            str(bundle),
+            "--pid-file",
+            str(pid_file),
+            "rocg",
+            stdin=subprocess.DEVNULL,
+        ).returncode
+        == 0
+    )
     assert run_shim(state_root, "start", "rocg").returncode == 0
     st = json.loads(run_shim(state_root, "state", "rocg").stdout)
     assert st["status"] == "running"  # the control
@@ -146,17 +180,39 @@ def test_delete_force_with_read_only_cgroups_kills_the_sandbox(make_bundle: Any,
 
 
 # -- every verb takes the same global flags, in runc's position (before the verb) ---------------------
-ALL_GLOBALS = ["--rootless", "true", "--systemd-cgroup", "--criu=x", "--log-format", "json", "--debug",
-               "--rootless=auto"]
+ALL_GLOBALS = [
+    "--rootless",
+    "true",
+    "--systemd-cgroup",
+    "--criu=x",
+    "--log-format",
+    "json",
+    "--debug",
+    "--rootless=auto",
+]
 #: each verb on a sandbox that does not exist (or with a missing bundle): one documented status each
 VERBS: list[tuple[list[str], int]] = [
-    (["list"], 0), (["state", "nope"], 6), (["start", "nope"], 6), (["kill", "nope", "KILL"], 6),
-    (["delete", "nope"], 6), (["create", "--bundle", "/nonexistent", "nope"], 3), (["ps", "nope"], 6),
-    (["pause", "nope"], 6), (["resume", "nope"], 6), (["exec", "nope", "true"], 6),
-    (["events", "--stats", "nope"], 6), (["update", "--memory", "1048576", "nope"], 6),
-    (["run", "--bundle", "/nonexistent", "nope"], 3), (["run", "-d", "--bundle", "/nonexistent", "nope"], 3),
-    (["proxy", "nope"], 6), (["validate", "--bundle", "/nonexistent"], 3), (["features"], 0),
-    (["checkpoint", "nope"], 4), (["restore", "nope"], 4), (["--version"], 0), (["--help"], 0),
+    (["list"], 0),
+    (["state", "nope"], 6),
+    (["start", "nope"], 6),
+    (["kill", "nope", "KILL"], 6),
+    (["delete", "nope"], 6),
+    (["create", "--bundle", "/nonexistent", "nope"], 3),
+    (["ps", "nope"], 6),
+    (["pause", "nope"], 6),
+    (["resume", "nope"], 6),
+    (["exec", "nope", "true"], 6),
+    (["events", "--stats", "nope"], 6),
+    (["update", "--memory", "1048576", "nope"], 6),
+    (["run", "--bundle", "/nonexistent", "nope"], 3),
+    (["run", "-d", "--bundle", "/nonexistent", "nope"], 3),
+    (["proxy", "nope"], 6),
+    (["validate", "--bundle", "/nonexistent"], 3),
+    (["features"], 0),
+    (["checkpoint", "nope"], 4),
+    (["restore", "nope"], 4),
+    (["--version"], 0),
+    (["--help"], 0),
 ]
 
 
@@ -192,18 +248,26 @@ main(sys.argv[1:])
 """
 
 
-@pytest.mark.parametrize(("target", "exc", "verb"), [
-    ("status", "KeyError", ["state", "x"]), ("list_sandboxes", "RuntimeError", ["list"]),
-    ("default_mechanism", "OSError", ["ps", "x"]), ("default_mechanism", "KeyError", ["exec", "x", "true"]),
-    ("signal", "RuntimeError", ["kill", "x", "KILL"]), ("destroy", "KeyError", ["delete", "x"]),
-])
-def test_the_catch_all_turns_an_injected_failure_into_status_70(tmp_path: Path, target: str, exc: str,
-                                                               verb: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("target", "exc", "verb"),
+    [
+        ("status", "KeyError", ["state", "x"]),
+        ("list_sandboxes", "RuntimeError", ["list"]),
+        ("default_mechanism", "OSError", ["ps", "x"]),
+        ("default_mechanism", "KeyError", ["exec", "x", "true"]),
+        ("signal", "RuntimeError", ["kill", "x", "KILL"]),
+        ("destroy", "KeyError", ["delete", "x"]),
+    ],
+)
+def test_the_catch_all_turns_an_injected_failure_into_status_70(
+    tmp_path: Path, target: str, exc: str, verb: list[str]
+) -> None:
     base = [sys.executable, "-c", INJECT, target, exc, "--root", str(tmp_path / "s")]
 
     def shim(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*base, *args], capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [*base, *args], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+        )
 
     r = shim(*verb)
     assert r.returncode == 70, r.stderr
@@ -221,8 +285,15 @@ def test_the_catch_all_turns_an_injected_failure_into_status_70(tmp_path: Path, 
 
 def test_exec_capabilities_as_a_string_are_refused_with_their_pointer(tmp_path: Path) -> None:
     proc = tmp_path / "process.json"
-    proc.write_text(json.dumps({"args": ["true"], "cwd": "/",
-                                "capabilities": {"effective": "CAP_KILL", "bounding": ["CAP_KILL"]}}))
+    proc.write_text(
+        json.dumps(
+            {
+                "args": ["true"],
+                "cwd": "/",
+                "capabilities": {"effective": "CAP_KILL", "bounding": ["CAP_KILL"]},
+            }
+        )
+    )
     r = run_shim(tmp_path / "s", "exec", "--process", str(proc), "--detach", "nope")
     assert r.returncode == 3, r.stderr  # refused before the sandbox is looked up: the request is wrong
     assert "/process/capabilities/effective" in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -278,8 +349,14 @@ def test_lifecycle_output_survives_the_fast_exit(make_bundle: Any, state_root: P
     for _ in range(3):
         p = subprocess.run(shim_cmd(state_root, "state", "fx"), capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and json.loads(p.stdout)["status"] == "created", p.stderr
-    closed = subprocess.run(shim_cmd(state_root, "state", "fx"), stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, timeout=60, preexec_fn=lambda: os.close(2))
+    closed = subprocess.run(
+        shim_cmd(state_root, "state", "fx"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: os.close(2),
+    )
     assert closed.returncode == 0 and json.loads(closed.stdout)["id"] == "fx"  # podman closes state's stderr
     assert run_shim(state_root, "delete", "--force", "fx").returncode == 0
     assert not (state_root / "fx").exists()

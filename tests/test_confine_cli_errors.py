@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
-                                reason="needs Linux with bwrap at /usr/bin/bwrap")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
+    reason="needs Linux with bwrap at /usr/bin/bwrap",
+)
 
 SHIM = [sys.executable, "-m", "sandbox_shim"]
 
@@ -37,8 +39,9 @@ def test_settings_with_a_duplicate_key_is_refused_with_its_pointer(tmp_path: Pat
     settings.write_text(json.dumps({"permitPath": str(tmp_path)}))
     ok = cli("--settings", str(settings), "--", "true", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr  # control
-    settings.write_text(f'{{"permitPath": "{tmp_path}", "allowProtectedWrites": false, '
-                        '"allowProtectedWrites": true}')
+    settings.write_text(
+        f'{{"permitPath": "{tmp_path}", "allowProtectedWrites": false, "allowProtectedWrites": true}}'
+    )
     r = cli("--settings", str(settings), "--", "true", cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert "/allowProtectedWrites" in r.stderr and "more than once" in r.stderr

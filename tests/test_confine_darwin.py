@@ -19,8 +19,9 @@ ISLANDS = ["/Users/u/work/.git/hooks", "/Users/u/work/.git/config", "/Users/u/wo
 
 
 def build(port: int | None) -> confine_profile.Profile:
-    return confine_profile.build(RO, RW, deny=["/Users/u"], islands=ISLANDS, proxy_port=port,
-                                 resolve=mac_resolve)
+    return confine_profile.build(
+        RO, RW, deny=["/Users/u"], islands=ISLANDS, proxy_port=port, resolve=mac_resolve
+    )
 
 
 @pytest.mark.parametrize("name,port", [("confine_open_egress.sb", None), ("confine_allow_list.sb", 3128)])
@@ -35,8 +36,7 @@ def test_islands_come_after_the_grants_and_egress_is_only_the_proxy() -> None:
     assert text.index('(subpath (param "RW_0"))') < text.index('(subpath (param "ISLAND_0"))')
     assert "(deny file-write*" in text.split("; read-only islands", 1)[1]
     assert "(allow network*)" not in text
-    assert \
-        '(allow network-outbound (remote ip "localhost:3128"))' in text
+    assert '(allow network-outbound (remote ip "localhost:3128"))' in text
     assert prof.params["XRW_0"] == "/private/tmp/sandbox-shim-tmp-x"  # the per-confinement TMPDIR
     assert [prof.params[f"ISLAND_{i}"] for i in range(3)] == ISLANDS
     used = set(re.findall(r'\(param "([A-Z_0-9]+)"\)', text))
@@ -55,8 +55,14 @@ def test_bad_port() -> None:
 
 
 def test_anchors_are_literal_denials_after_the_islands() -> None:
-    prof = confine_profile.build(RO, RW, deny=["/Users/u"], islands=["/Users/u/proj/.git/hooks"],
-                                 anchors=["/Users/u/proj/.git"], resolve=lambda p: p)
+    prof = confine_profile.build(
+        RO,
+        RW,
+        deny=["/Users/u"],
+        islands=["/Users/u/proj/.git/hooks"],
+        anchors=["/Users/u/proj/.git"],
+        resolve=lambda p: p,
+    )
     text = prof.text
     assert text.index("; read-only islands") < text.index("; the islands' parent directories")
     assert '(literal (param "ANCHOR_0"))' in text and prof.params["ANCHOR_0"] == "/Users/u/proj/.git"

@@ -49,9 +49,13 @@ def setup(tmp_path: Path) -> Iterator[tuple[EgressProxy, int, int, Path]]:
         pytest.skip("127.0.0.2 cannot be bound here (no 127/8 loopback)")
     ok_port, evil_port = ok.getsockname()[1], evil.getsockname()[1]
     report = tmp_path / "report.jsonl"
-    proxy = EgressProxy(["*.localhost:*", "*.example.com:*"], str(tmp_path), str(report),
-                        {"ok.localhost": ("127.0.0.1", ok_port), "ok.example.com": ("127.0.0.1", ok_port)},
-                        tcp_port=0).start()
+    proxy = EgressProxy(
+        ["*.localhost:*", "*.example.com:*"],
+        str(tmp_path),
+        str(report),
+        {"ok.localhost": ("127.0.0.1", ok_port), "ok.example.com": ("127.0.0.1", ok_port)},
+        tcp_port=0,
+    ).start()
     yield proxy, ok_port, evil_port, report
     proxy.close()
     ok.close()
@@ -81,12 +85,23 @@ def test_bytes_in_host_names_are_refused(setup: tuple[EgressProxy, int, int, Pat
     assert b"served-allowed" in ask(proxy, b"GET http://ok.example.com/ HTTP/1.1\r\nHost: x\r\n\r\n")
     # control: the non-allowed server answers when addressed directly
     assert b"served-denied" in ask_direct(evil_port)
-    bad_hosts = [b"127.0.0.2\x00.localhost", b"127.0.0.2\x01.localhost", b"127.0.0.2..localhost",
-                 b".localhost", b"a.localhost.", b"127.0.0.2\t.localhost", b"-a.localhost",
-                 "b\u00fccher.localhost".encode("utf-8"), b"127.0.0.2%00.localhost", b"a b.localhost"]
+    bad_hosts = [
+        b"127.0.0.2\x00.localhost",
+        b"127.0.0.2\x01.localhost",
+        b"127.0.0.2..localhost",
+        b".localhost",
+        b"a.localhost.",
+        b"127.0.0.2\t.localhost",
+        b"-a.localhost",
+        "b\u00fccher.localhost".encode("utf-8"),
+        b"127.0.0.2%00.localhost",
+        b"a b.localhost",
+    ]
     for host in bad_hosts:
-        for head in (b"CONNECT " + host + b":%d HTTP/1.1\r\nHost: x\r\n\r\n" % evil_port,
-                     b"GET http://" + host + b":%d/ HTTP/1.1\r\nHost: x\r\n\r\n" % evil_port):
+        for head in (
+            b"CONNECT " + host + b":%d HTTP/1.1\r\nHost: x\r\n\r\n" % evil_port,
+            b"GET http://" + host + b":%d/ HTTP/1.1\r\nHost: x\r\n\r\n" % evil_port,
+        ):
             reply = ask(proxy, head)
             assert reply.startswith(b"HTTP/1.1 400 "), (head, reply)
             assert b"served-denied" not in reply
@@ -106,12 +121,18 @@ def ask_direct(port: int) -> bytes:
 def test_malformed_requests_are_400_with_a_report_line(setup: tuple[EgressProxy, int, int, Path]) -> None:
     proxy, ok_port, evil_port, report = setup
     assert b"served-allowed" in ask(proxy, b"GET http://ok.localhost/ HTTP/1.0\r\n\r\n")  # control
-    heads = [b"GET http://u:p@ok.localhost/ HTTP/1.1\r\n\r\n",
-             b"GET http://ok.localhost\\@x/ HTTP/1.1\r\n\r\n",
-             b"GET http://ok.localhost/#f HTTP/1.1\r\n\r\n", b"GET / HTTP/1.1\r\nHost: ok.localhost\r\n\r\n",
-             b"GET / HTTP/1.0\r\n\r\n", b"CONNECT ok.localhost:a:b HTTP/1.1\r\n\r\n",
-             b"CONNECT ok.localhost HTTP/1.1\r\n\r\n", b"CONNECT ok.localhost:99999 HTTP/1.1\r\n\r\n",
-             b"CONNECT [::1%lo]:443 HTTP/1.1\r\n\r\n", b"garbage\r\n\r\n"]
+    heads = [
+        b"GET http://u:p@ok.localhost/ HTTP/1.1\r\n\r\n",
+        b"GET http://ok.localhost\\@x/ HTTP/1.1\r\n\r\n",
+        b"GET http://ok.localhost/#f HTTP/1.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: ok.localhost\r\n\r\n",
+        b"GET / HTTP/1.0\r\n\r\n",
+        b"CONNECT ok.localhost:a:b HTTP/1.1\r\n\r\n",
+        b"CONNECT ok.localhost HTTP/1.1\r\n\r\n",
+        b"CONNECT ok.localhost:99999 HTTP/1.1\r\n\r\n",
+        b"CONNECT [::1%lo]:443 HTTP/1.1\r\n\r\n",
+        b"garbage\r\n\r\n",
+    ]
     for head in heads:
         reply = ask(proxy, head)
         assert reply.startswith(b"HTTP/1.1 400 "), (head, reply)
@@ -125,8 +146,12 @@ def test_ports_default_to_80_and_443(tmp_path: Path) -> None:
     srv = _server("127.0.0.1", b"served")
     port = srv.getsockname()[1]
     try:
-        for patterns, want in ((["127.0.0.1:*"], b" 200 "), ([f"127.0.0.1:{port}"], b" 200 "),
-                               (["127.0.0.1"], b" 403 "), ([f"127.0.0.1:{port + 1}"], b" 403 ")):
+        for patterns, want in (
+            (["127.0.0.1:*"], b" 200 "),
+            ([f"127.0.0.1:{port}"], b" 200 "),
+            (["127.0.0.1"], b" 403 "),
+            ([f"127.0.0.1:{port + 1}"], b" 403 "),
+        ):
             proxy = EgressProxy(patterns, str(tmp_path), None, None, tcp_port=0).start()
             try:
                 reply = ask(proxy, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % port)
@@ -161,8 +186,12 @@ def test_hostile_settings_file_shapes_are_exit_2(tmp_path: Path) -> None:
     shim = [sys.executable, "-m", "sandbox_shim", "confine", "--print-launch-spec", "--settings"]
     r = subprocess.run([*shim, str(good), "--", "true"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr  # control: a well-formed file is read
-    for name, body in (("deep", "[" * 100000), ("deep70", '{"permitRead": ' + "[" * 70 + "]" * 70 + "}"),
-                       ("nul", json.dumps({"permitPath": str(work) + "\0x"})), ("utf8", b"\xff")):
+    for name, body in (
+        ("deep", "[" * 100000),
+        ("deep70", '{"permitRead": ' + "[" * 70 + "]" * 70 + "}"),
+        ("nul", json.dumps({"permitPath": str(work) + "\0x"})),
+        ("utf8", b"\xff"),
+    ):
         f = tmp_path / f"{name}.json"
         f.write_bytes(body if isinstance(body, bytes) else body.encode())
         r = subprocess.run([*shim, str(f), "--", "true"], capture_output=True, text=True, timeout=60)

@@ -30,8 +30,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def helper() -> str:
     path = lc.native_helper()
-    assert path is not None, (f"{lc.NATIVE_HELPER} is not built: `pip install -e .` builds it "
-                              "(setup.py; needs a C compiler)")
+    assert path is not None, (
+        f"{lc.NATIVE_HELPER} is not built: `pip install -e .` builds it (setup.py; needs a C compiler)"
+    )
     return path
 
 
@@ -41,20 +42,33 @@ def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
 
 def rules(tmp: Path) -> list[str]:
     """Read-only system trees, ``tmp/rw`` read-write; ``tmp/secret`` outside every rule."""
-    return lc.native_argv(helper(), ["/usr", "/etc", "/proc", "/dev"], [str(tmp / "rw")], [], "/bin/sh",
-                          [], abi=ABI)[:-2]  # drop "--" and the program
+    return lc.native_argv(
+        helper(), ["/usr", "/etc", "/proc", "/dev"], [str(tmp / "rw")], [], "/bin/sh", [], abi=ABI
+    )[:-2]  # drop "--" and the program
 
 
 def test_the_helper_is_built_and_static_or_system_only() -> None:
     out = run(["ldd", helper()]).stdout + run(["ldd", helper()]).stderr
     assert "not a dynamic executable" in out or all(
         p.startswith(("/lib", "/usr/lib", "linux-vdso", "/lib64")) or "=>" not in p
-        for p in (line.split("=>")[-1].strip() for line in out.splitlines()))
+        for p in (line.split("=>")[-1].strip() for line in out.splitlines())
+    )
 
 
 def test_pip_build_step_makes_the_helper(tmp_path: Path) -> None:
-    r = run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(tmp_path / "lib"),
-             "--build-temp", str(tmp_path / "tmp")], cwd=REPO)
+    r = run(
+        [
+            sys.executable,
+            "setup.py",
+            "-q",
+            "build_ext",
+            "--build-lib",
+            str(tmp_path / "lib"),
+            "--build-temp",
+            str(tmp_path / "tmp"),
+        ],
+        cwd=REPO,
+    )
     assert r.returncode == 0, r.stderr
     built = tmp_path / "lib" / "sandbox_shim" / "platforms" / "linux" / "sandbox-shim-confine-exec"
     assert built.is_file() and os.access(built, os.X_OK)
@@ -84,8 +98,9 @@ def test_a_file_rule_keeps_only_file_rights(tmp_path: Path) -> None:
     (tmp_path / "rw").mkdir()
     f = tmp_path / "one"
     f.write_text("one")
-    argv = lc.native_argv(helper(), ["/usr", "/etc", str(f)], [str(tmp_path / "rw")], [], "/bin/cat",
-                          [str(f)], abi=ABI)
+    argv = lc.native_argv(
+        helper(), ["/usr", "/etc", str(f)], [str(tmp_path / "rw")], [], "/bin/cat", [str(f)], abi=ABI
+    )
     r = run(argv)
     assert (r.returncode, r.stdout) == (0, "one")  # READ_DIR on a file would be EINVAL: it is dropped
 
@@ -102,8 +117,15 @@ def test_fails_closed_when_the_ruleset_is_refused(tmp_path: Path) -> None:
 def test_bad_arguments_run_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     prog = ["--", "/bin/sh", "-c", f"touch {marker}"]
-    for bad in (["--bogus"], ["--ruleset", "x", "0"], ["--ruleset", "0", "0"], ["--seccomp", "abc"],
-                ["--seccomp", "zz" * 8], ["--rule", "1", "/usr"], []):
+    for bad in (
+        ["--bogus"],
+        ["--ruleset", "x", "0"],
+        ["--ruleset", "0", "0"],
+        ["--seccomp", "abc"],
+        ["--seccomp", "zz" * 8],
+        ["--rule", "1", "/usr"],
+        [],
+    ):
         r = run([helper(), *bad, *(prog if bad else ["--"])])
         assert r.returncode == 126 and not marker.exists(), (bad, r.stderr)
     control = run([helper(), *prog])
@@ -124,11 +146,13 @@ def test_environment_and_argv_pass_through_unchanged() -> None:
 
 
 def test_terminal_filter_denies_tiocsti_after_a_control() -> None:
-    code = ("import fcntl, os, pty, termios\n"
-            "m, s = pty.openpty()\n"
-            "fcntl.ioctl(s, termios.TIOCGWINSZ, b'\\0' * 8)\n"  # control: another ioctl on it works
-            "try:\n    fcntl.ioctl(s, termios.TIOCSTI, b'#'); print('pushed')\n"
-            "except OSError as e:\n    print('errno', e.errno)\n")
+    code = (
+        "import fcntl, os, pty, termios\n"
+        "m, s = pty.openpty()\n"
+        "fcntl.ioctl(s, termios.TIOCGWINSZ, b'\\0' * 8)\n"  # control: another ioctl on it works
+        "try:\n    fcntl.ioctl(s, termios.TIOCSTI, b'#'); print('pushed')\n"
+        "except OSError as e:\n    print('errno', e.errno)\n"
+    )
     control = run([helper(), "--", sys.executable, "-I", "-c", code])
     assert control.returncode == 0 and control.stdout.strip() != "errno 1", control.stderr
     filt = landlock.tty_filter().hex()
@@ -164,8 +188,9 @@ def test_confine_uses_it_and_leaves_the_interpreter_out(tmp_path: Path) -> None:
 
 
 @needs_landlock
-def test_without_the_built_helper_the_python_one_holds(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_built_helper_the_python_one_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(lc, "NATIVE_HELPER", str(tmp_path / "not-built"))
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "mine").write_text("mine")

@@ -20,8 +20,10 @@ from pathlib import Path
 import pytest
 from sandbox_shim.hardening import confine_git
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
-                                reason="needs Linux with bwrap at /usr/bin/bwrap")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
+    reason="needs Linux with bwrap at /usr/bin/bwrap",
+)
 
 ATTACK = """set -e
 cd "$1"
@@ -51,21 +53,31 @@ def user_git_status(p: Path, env: dict[str, str]) -> None:
     subprocess.run(["git", "status"], cwd=p, env=env, capture_output=True, timeout=60)
 
 
-def test_created_repository_is_disarmed_after_the_run(proj: tuple[Path, dict[str, str]],
-                                                      tmp_path: Path) -> None:
+def test_created_repository_is_disarmed_after_the_run(
+    proj: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
     p, env = proj
     marker = tmp_path / "pwned"
-    r = subprocess.run(confine_cmd(p, "sh", "-c", ATTACK, "x", str(p), str(marker),
-                                   opt=("--allow-protected-writes",)),
-                       env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        confine_cmd(p, "sh", "-c", ATTACK, "x", str(p), str(marker), opt=("--allow-protected-writes",)),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "ATTACKED" in r.stdout, r.stderr
     user_git_status(p, env)
     assert marker.exists(), "control: the planted fsmonitor did not run (the probe is broken)"
     marker.unlink()
     subprocess.run(["rm", "-rf", str(p / "sub")], check=True)
     subprocess.run(["git", "rm", "-q", "--cached", "sub"], cwd=p, env=env, capture_output=True)
-    r = subprocess.run(confine_cmd(p, "sh", "-c", ATTACK, "x", str(p), str(marker)),
-                       env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        confine_cmd(p, "sh", "-c", ATTACK, "x", str(p), str(marker)),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "ATTACKED" in r.stdout, r.stderr
     end = time.monotonic() + 10  # the check runs in confine's child when the command ends
     while not (p / "sub" / ".git" / ("config" + confine_git.DISARMED)).exists() and time.monotonic() < end:
@@ -76,13 +88,15 @@ def test_created_repository_is_disarmed_after_the_run(proj: tuple[Path, dict[str
     assert "fsmonitor" not in (p / "sub" / ".git" / "config").read_text()
 
 
-def test_created_repository_is_disarmed_after_kill_9(proj: tuple[Path, dict[str, str]],
-                                                     tmp_path: Path) -> None:
+def test_created_repository_is_disarmed_after_kill_9(
+    proj: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
     p, env = proj
     marker = tmp_path / "pwned"
     cmd = confine_cmd(p, "sh", "-c", ATTACK + "sleep 60\n", "x", str(p), str(marker))
-    run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                           start_new_session=True)
+    run = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+    )
     assert run.stdout is not None
     assert run.stdout.readline().strip() == "ATTACKED"
     os.killpg(run.pid, signal.SIGKILL)  # confine, its child and the command: nothing gets to check
@@ -103,8 +117,9 @@ def test_disarm_keeps_safe_keys_and_moves_hooks(tmp_path: Path) -> None:
     (g / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\n")
     changed = confine_git.disarm(str(g / ".git"))
     assert str(g / ".git" / "config") in changed and str(g / ".git" / "hooks") in changed
-    got = subprocess.run(["git", "-C", str(g), "config", "--get", "remote.origin.url"], capture_output=True,
-                         text=True).stdout.strip()
+    got = subprocess.run(
+        ["git", "-C", str(g), "config", "--get", "remote.origin.url"], capture_output=True, text=True
+    ).stdout.strip()
     assert got == "https://example.com/x.git"
     assert "sshcommand" not in (g / ".git" / "config").read_text().lower()
     assert os.listdir(g / ".git" / "hooks") == []

@@ -19,8 +19,10 @@ import pytest
 from sandbox_shim.hardening import confine_git
 from sandbox_shim.hardening.confinement import confine
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
-                                reason="needs Linux with bwrap at /usr/bin/bwrap")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
+    reason="needs Linux with bwrap at /usr/bin/bwrap",
+)
 
 PY = "/usr/bin/python3"
 WRITE = r"""
@@ -37,8 +39,14 @@ except OSError as e:
 
 def write(permit: Path, target: Path, env: dict[str, str], **kw: Any) -> str:
     spec = confine((PY, ["-c", WRITE, str(target)]), permit_path=str(permit), env=env, **kw)
-    r = subprocess.run([spec["cmd"], *spec["args"]], env=spec["env"], cwd=spec["cd"], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [spec["cmd"], *spec["args"]],
+        env=spec["env"],
+        cwd=spec["cd"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if r.returncode == 0 and "MARKER:wrote" in r.stdout:
         return "ok"
     if r.returncode == 3 and "ERRNO:" in r.stdout:
@@ -72,10 +80,15 @@ def src(tmp_path: Path) -> dict[str, Any]:
 
 def test_nested_repositories_are_held(src: dict[str, Any]) -> None:
     s, env = src["src"], src["env"]
-    targets = [s / "repoA" / ".git" / "hooks" / "pre-commit", s / "repoB" / ".git" / "config",
-               src["lib"] / ".git" / "hooks" / "post-checkout", src["lib"] / ".git" / "config",
-               s / "store" / "sep.git" / "hooks" / "pre-commit", s / "sep" / ".git",
-               s / "bare.git" / "hooks" / "post-receive"]
+    targets = [
+        s / "repoA" / ".git" / "hooks" / "pre-commit",
+        s / "repoB" / ".git" / "config",
+        src["lib"] / ".git" / "hooks" / "post-checkout",
+        src["lib"] / ".git" / "config",
+        s / "store" / "sep.git" / "hooks" / "pre-commit",
+        s / "sep" / ".git",
+        s / "bare.git" / "hooks" / "post-receive",
+    ]
     assert write(s, s / "notes", env) == "ok"  # control: the permit path is writable
     for t in targets:
         assert write(s, t, env, protect=False) == "ok", f"control: {t} writable with the opt-out"

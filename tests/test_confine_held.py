@@ -14,15 +14,23 @@ import pytest
 from sandbox_shim.errors import CannotEnforce
 from sandbox_shim.hardening.confinement import confine
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
-                                reason="needs Linux with bwrap at /usr/bin/bwrap")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
+    reason="needs Linux with bwrap at /usr/bin/bwrap",
+)
 SHIM = [sys.executable, "-m", "sandbox_shim"]
 
 
 def sh(work: Path, script: str, **kw: Any) -> subprocess.CompletedProcess[str]:
     spec = confine(("/bin/sh", ["-c", script]), permit_path=str(work), **kw)
-    return subprocess.run([spec["cmd"], *spec["args"]], env=spec["env"], cwd=spec["cd"], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [spec["cmd"], *spec["args"]],
+        env=spec["env"],
+        cwd=spec["cd"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture
@@ -37,8 +45,11 @@ def test_git_dir_cannot_be_moved_aside(repo: Path) -> None:
     # control: the same shell writes in the work tree and inside .git where git writes
     r = sh(repo, "echo x > file && echo y > .git/description && mkdir d && mv d d2 && echo CONTROL")
     assert "CONTROL" in r.stdout, r.stderr
-    r = sh(repo, "mv .git .git_old; cp -a .git_old .git 2>/dev/null; echo evil > .git/hooks/pre-commit;"
-                 " rmdir .git/hooks 2>/dev/null; echo done")
+    r = sh(
+        repo,
+        "mv .git .git_old; cp -a .git_old .git 2>/dev/null; echo evil > .git/hooks/pre-commit;"
+        " rmdir .git/hooks 2>/dev/null; echo done",
+    )
     assert "done" in r.stdout and "Device or resource busy" in r.stderr, r.stderr
     assert not (repo / ".git_old").exists()
     assert not (repo / ".git" / "hooks" / "pre-commit").exists()
@@ -52,8 +63,12 @@ def test_settings_directory_cannot_be_replaced(repo: Path, tmp_path: Path) -> No
     settings.write_text("{}")
     r = sh(repo, "echo x > .sandbox/other && echo CONTROL", settings_file=str(settings))
     assert "CONTROL" in r.stdout, r.stderr  # control: the directory itself is writable
-    r = sh(repo, "mv .sandbox .sb_old; mkdir -p .sandbox; echo '{\"permitRead\": [\"/root\"]}' > "
-                 ".sandbox/confine.json; echo done", settings_file=str(settings))
+    r = sh(
+        repo,
+        'mv .sandbox .sb_old; mkdir -p .sandbox; echo \'{"permitRead": ["/root"]}\' > '
+        ".sandbox/confine.json; echo done",
+        settings_file=str(settings),
+    )
     assert "done" in r.stdout and not (repo / ".sb_old").exists(), r.stderr
     assert settings.read_text() == "{}"
 
@@ -69,10 +84,17 @@ def test_git_siblings_are_held(repo: Path, tmp_path: Path) -> None:
         fh.write("[core]\n\thooksPath = myhooks\n")
     r = sh(repo, "echo x > .git/modules/sub/description && echo CONTROL")
     assert "CONTROL" in r.stdout, r.stderr  # control: the module's own data is writable
-    targets = [".git/modules/sub/hooks/pre-commit", ".git/modules/sub/config", ".git/commondir",
-               "myhooks/pre-commit", ".git/info/exclude"]
-    script = "; ".join(f"echo evil > {t} && echo WROTE:{t}" for t in targets) + \
-        "; mv .git/modules/sub .git/modules/sub2 && echo MOVED; mv myhooks mh && echo MOVED"
+    targets = [
+        ".git/modules/sub/hooks/pre-commit",
+        ".git/modules/sub/config",
+        ".git/commondir",
+        "myhooks/pre-commit",
+        ".git/info/exclude",
+    ]
+    script = (
+        "; ".join(f"echo evil > {t} && echo WROTE:{t}" for t in targets)
+        + "; mv .git/modules/sub .git/modules/sub2 && echo MOVED; mv myhooks mh && echo MOVED"
+    )
     r = sh(repo, script)
     assert "WROTE" not in r.stdout and "MOVED" not in r.stdout, r.stdout
     assert (repo / "myhooks").is_dir() and not (repo / "myhooks" / "pre-commit").exists()
@@ -85,8 +107,11 @@ def test_gitfile_is_held(tmp_path: Path) -> None:
     assert (work / ".git").is_file()
     r = sh(work, "echo x > gd/description && echo CONTROL")
     assert "CONTROL" in r.stdout, r.stderr
-    r = sh(work, "mkdir -p evil/hooks; echo 'gitdir: evil' > .git && echo WROTE; echo e > gd/hooks/pre-commit"
-                 " && echo WROTE; mv gd gd2 && echo MOVED")
+    r = sh(
+        work,
+        "mkdir -p evil/hooks; echo 'gitdir: evil' > .git && echo WROTE; echo e > gd/hooks/pre-commit"
+        " && echo WROTE; mv gd gd2 && echo MOVED",
+    )
     assert "WROTE" not in r.stdout and "MOVED" not in r.stdout, r.stdout
     assert (work / ".git").read_text().startswith("gitdir:") and "evil" not in (work / ".git").read_text()
 
@@ -102,9 +127,21 @@ def test_extra_subpath_through_a_planted_link_is_refused(tmp_path: Path) -> None
         with pytest.raises(CannotEnforce) as ei:
             confine(("true", []), permit_path=str(work), permit_extra_subpaths=[str(bad)])
         assert ei.value.capability == "confinement.extra_subpath"
-    r = subprocess.run([*SHIM, "confine", "--permit-path", str(work), "--permit-extra-subpath",
-                        str(work / "out" / "cache"), "--", "true"], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [
+            *SHIM,
+            "confine",
+            "--permit-path",
+            str(work),
+            "--permit-extra-subpath",
+            str(work / "out" / "cache"),
+            "--",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 5 and r.stderr.count("\n") == 1 and "symlink" in r.stderr, r.stderr
 
 
@@ -126,21 +163,36 @@ def test_permit_read_through_a_planted_link_is_refused(tmp_path: Path) -> None:
 def test_missing_tool_settings_cannot_be_created(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
-    names = [".claude/settings.json", ".claude/settings.local.json", ".mcp.json", ".claude/commands/x.md",
-             ".vscode/tasks.json", ".idea/workspace.xml"]
+    names = [
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        ".mcp.json",
+        ".claude/commands/x.md",
+        ".vscode/tasks.json",
+        ".idea/workspace.xml",
+    ]
     # control: the same writes succeed without protection
-    r = sh(work, "; ".join(f"mkdir -p $(dirname {n}) && echo e > {n} && echo WROTE" for n in names),
-           protect=False)
+    r = sh(
+        work,
+        "; ".join(f"mkdir -p $(dirname {n}) && echo e > {n} && echo WROTE" for n in names),
+        protect=False,
+    )
     assert r.stdout.count("WROTE") == len(names), r.stderr
     for n in names:
         (work / n).unlink()
     for d in (".claude/commands", ".claude", ".vscode", ".idea"):
         (work / d).rmdir()
     # breach, through the CLI (its child removes the placeholders when the command ends)
-    script = "; ".join(f"mkdir -p $(dirname {n}); echo e > {n} && echo WROTE" for n in names) + \
-        "; rm -rf .claude && echo REMOVED; mv .claude .c2 && echo MOVED; echo ok > mine && echo CONTROL"
-    r = subprocess.run([*SHIM, "confine", "--permit-path", str(work), "--", "/bin/sh", "-c", script],
-                       capture_output=True, text=True, timeout=60)
+    script = (
+        "; ".join(f"mkdir -p $(dirname {n}); echo e > {n} && echo WROTE" for n in names)
+        + "; rm -rf .claude && echo REMOVED; mv .claude .c2 && echo MOVED; echo ok > mine && echo CONTROL"
+    )
+    r = subprocess.run(
+        [*SHIM, "confine", "--permit-path", str(work), "--", "/bin/sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "CONTROL" in r.stdout and "WROTE" not in r.stdout and "MOVED" not in r.stdout, (r.stdout, r.stderr)
     import time
 
@@ -156,8 +208,9 @@ def test_links_at_protected_names_and_settings_are_refused(tmp_path: Path) -> No
     (work / "real").mkdir(parents=True)
     elsewhere.mkdir()
     (work / "real" / "confine.json").write_text("{}")
-    confine(("true", []), permit_path=str(work),
-            settings_file=str(work / "real" / "confine.json")).release()  # control
+    confine(
+        ("true", []), permit_path=str(work), settings_file=str(work / "real" / "confine.json")
+    ).release()  # control
     (work / "sb").symlink_to("real")
     with pytest.raises(CannotEnforce, match="symlink"):  # a link the program could re-aim next run
         confine(("true", []), permit_path=str(work), settings_file=str(work / "sb" / "confine.json"))

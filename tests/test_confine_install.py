@@ -21,14 +21,21 @@ import pytest
 from sandbox_shim.hardening.confinement import confine
 from sandbox_shim.platforms.linux import landlock
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
-                                reason="needs Linux with bwrap at /usr/bin/bwrap")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
+    reason="needs Linux with bwrap at /usr/bin/bwrap",
+)
 
 SYS_PY = "/usr/bin/python3"
 NODE = shutil.which("node")
-LAYERS = [pytest.param(False, id="bwrap"),
-          pytest.param(True, id="bwrap+landlock", marks=pytest.mark.skipif(
-              landlock.abi_version() == 0, reason="this kernel has no Landlock"))]
+LAYERS = [
+    pytest.param(False, id="bwrap"),
+    pytest.param(
+        True,
+        id="bwrap+landlock",
+        marks=pytest.mark.skipif(landlock.abi_version() == 0, reason="this kernel has no Landlock"),
+    ),
+]
 PY_PROBE = """import errno, sys
 def main():
     try:
@@ -49,8 +56,12 @@ if c=$(cat "$1" 2>/dev/null); then echo "MARKER:$c"; else echo "ERRNO:denied"; e
 
 def outcome(r: subprocess.CompletedProcess[str]) -> str:
     if r.args and os.path.basename(str(r.args[-2])) in ("ctool",):  # a plain cat: no markers
-        r = subprocess.CompletedProcess(r.args, 3 if r.returncode == 1 else r.returncode,
-                                        f"MARKER:{r.stdout}" if r.returncode == 0 else "ERRNO:", r.stderr)
+        r = subprocess.CompletedProcess(
+            r.args,
+            3 if r.returncode == 1 else r.returncode,
+            f"MARKER:{r.stdout}" if r.returncode == 0 else "ERRNO:",
+            r.stderr,
+        )
     if r.returncode == 0 and "MARKER:" in r.stdout:
         return "ok:" + r.stdout.split("MARKER:", 1)[1].strip()
     if r.returncode in (1, 3) and "MARKER:" not in r.stdout and ("ERRNO:" in r.stdout or r.stderr):
@@ -69,23 +80,40 @@ def home(tmp_path: Path) -> dict[str, Any]:
     return {"home": h, "work": h / "work", "key": h / ".ssh" / "id_rsa", "env": env}
 
 
-def check(h: dict[str, Any], tool: str, ll: bool, env: dict[str, str] | None = None,
-          also_denied: tuple[Path, ...] = ()) -> None:
+def check(
+    h: dict[str, Any],
+    tool: str,
+    ll: bool,
+    env: dict[str, str] | None = None,
+    also_denied: tuple[Path, ...] = (),
+) -> None:
     env = env or h["env"]
     # control: unconfined, the tool reads the key (and each neighbour)
     for p in (h["key"], *also_denied):
         r = subprocess.run([tool, str(p)], env=env, capture_output=True, text=True, timeout=60)
         assert outcome(r).startswith("ok:"), f"control failed: {outcome(r)}"
     spec = confine((tool, [str(h["work"] / "mine")]), permit_path=str(h["work"]), env=env, landlock=ll)
-    r = subprocess.run([spec["cmd"], *spec["args"]], env=spec["env"], cwd=spec["cd"], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [spec["cmd"], *spec["args"]],
+        env=spec["env"],
+        cwd=spec["cd"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert outcome(r) == "ok:mine", f"the tool does not run confined: {outcome(r)}"
     home_binds = [a for a in spec["args"] if a == str(h["home"])]
     assert not home_binds, "the home directory itself is in the read set"
     for p in (h["key"], *also_denied):
         spec = confine((tool, [str(p)]), permit_path=str(h["work"]), env=env, landlock=ll)
-        r = subprocess.run([spec["cmd"], *spec["args"]], env=spec["env"], cwd=spec["cd"],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [spec["cmd"], *spec["args"]],
+            env=spec["env"],
+            cwd=spec["cd"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert outcome(r) == "denied", f"breach of {p}: {outcome(r)}"
 
 
@@ -107,14 +135,16 @@ def test_pip_user_console_script_in_local_bin(home: dict[str, Any], ll: bool) ->
     ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
     real = os.path.basename(os.path.realpath(SYS_PY))
     if real != f"python{ver}":
-        ver = real[len("python"):]
+        ver = real[len("python") :]
     site = home["home"] / ".local" / "lib" / f"python{ver}" / "site-packages"
     script(site / "faketool" / "__init__.py", "")
     script(site / "faketool" / "cli.py", PY_PROBE)
     # the form pip writes for a console_scripts entry point
-    tool = script(home["home"] / ".local" / "bin" / "faketool",
-                  f"#!{SYS_PY}\nimport sys\nfrom faketool.cli import main\nif __name__ == '__main__':\n"
-                  "    sys.exit(main())\n")
+    tool = script(
+        home["home"] / ".local" / "bin" / "faketool",
+        f"#!{SYS_PY}\nimport sys\nfrom faketool.cli import main\nif __name__ == '__main__':\n"
+        "    sys.exit(main())\n",
+    )
     (home["home"] / ".local" / "share").mkdir(parents=True)
     other = home["home"] / ".local" / "share" / "token"
     other.write_text("other-secret")
@@ -142,8 +172,9 @@ def test_venv_console_script(home: dict[str, Any], ll: bool) -> None:
     subprocess.run([SYS_PY, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site = next((venv / "lib").glob("python3*/site-packages"))
     script(site / "vtool.py", PY_PROBE)
-    tool = script(venv / "bin" / "vtool",
-                  f"#!{venv}/bin/python\nimport sys\nfrom vtool import main\nsys.exit(main())\n")
+    tool = script(
+        venv / "bin" / "vtool", f"#!{venv}/bin/python\nimport sys\nfrom vtool import main\nsys.exit(main())\n"
+    )
     (home["home"] / "venvs" / "notes").write_text("beside-the-venv")
     check(home, str(tool), ll, also_denied=(home["home"] / "venvs" / "notes",))
 
@@ -168,15 +199,32 @@ def test_elf_with_its_own_shared_library(home: dict[str, Any], ll: bool, tmp_pat
     (root / "bin").mkdir(parents=True)
     src = tmp_path / "src"
     src.mkdir()
-    (src / "lib.c").write_text("#include <stdio.h>\nint say(const char *p){FILE *f=fopen(p,\"r\");"
-                               "char b[256];"
-                               "if(!f){puts(\"ERRNO:denied\");return 3;}size_t n=fread(b,1,255,f);b[n]=0;"
-                               "printf(\"MARKER:%s\\n\",b);return 0;}\n")
+    (src / "lib.c").write_text(
+        '#include <stdio.h>\nint say(const char *p){FILE *f=fopen(p,"r");'
+        "char b[256];"
+        'if(!f){puts("ERRNO:denied");return 3;}size_t n=fread(b,1,255,f);b[n]=0;'
+        'printf("MARKER:%s\\n",b);return 0;}\n'
+    )
     (src / "main.c").write_text("int say(const char*);int main(int c,char**v){return say(v[1]);}\n")
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(root / "lib" / "libsay.so"), str(src / "lib.c")],
-                   check=True, timeout=120)
-    subprocess.run(["cc", "-o", str(root / "bin" / "sayer"), str(src / "main.c"), f"-L{root / 'lib'}",
-                    "-lsay", "-Wl,-rpath,$ORIGIN/../lib", "-Wl,--enable-new-dtags"], check=True, timeout=120)
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", str(root / "lib" / "libsay.so"), str(src / "lib.c")],
+        check=True,
+        timeout=120,
+    )
+    subprocess.run(
+        [
+            "cc",
+            "-o",
+            str(root / "bin" / "sayer"),
+            str(src / "main.c"),
+            f"-L{root / 'lib'}",
+            "-lsay",
+            "-Wl,-rpath,$ORIGIN/../lib",
+            "-Wl,--enable-new-dtags",
+        ],
+        check=True,
+        timeout=120,
+    )
     (root / "lib" / "other.txt").write_text("not-needed")
     check(home, str(root / "bin" / "sayer"), ll, also_denied=(root / "lib" / "other.txt",))
 

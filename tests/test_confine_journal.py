@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 from sandbox_shim.hardening import confine_journal
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
-                                reason="needs Linux with bwrap at /usr/bin/bwrap")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
+    reason="needs Linux with bwrap at /usr/bin/bwrap",
+)
 
 NAMES = (".claude", ".idea", ".vscode", ".mcp.json")
 
@@ -75,8 +77,13 @@ def test_normal_run_leaves_nothing_and_keeps_the_users_own(proj: Path) -> None:
 @pytest.mark.parametrize("delay", [0.05, 0.15, 0.25, 0.4, 0.7, 1.2])
 def test_kill_9_at_any_moment_is_cleaned_by_the_next_run(proj: Path, delay: float) -> None:
     env = env_for(proj.parent)
-    p = subprocess.Popen(confine_cmd(proj, "sleep", "30"), env=env, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+    p = subprocess.Popen(
+        confine_cmd(proj, "sleep", "30"),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     time.sleep(delay)
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=30)
@@ -97,8 +104,9 @@ def test_kill_9_at_any_moment_is_cleaned_by_the_next_run(proj: Path, delay: floa
 
 def test_placeholders_of_a_live_run_are_not_swept(proj: Path) -> None:
     env = env_for(proj.parent)
-    p = subprocess.Popen(confine_cmd(proj, "sleep", "4"), env=env, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        confine_cmd(proj, "sleep", "4"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         assert settle(proj, sorted(NAMES)) == sorted(NAMES)
         r = subprocess.run(confine_cmd(proj, "true"), env=env, capture_output=True, text=True, timeout=60)

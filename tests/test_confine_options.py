@@ -22,8 +22,10 @@ import pytest
 from sandbox_shim.hardening.confinement import confine
 from sandbox_shim.platforms.linux import landlock
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
-                                reason="needs Linux with bwrap at /usr/bin/bwrap")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
+    reason="needs Linux with bwrap at /usr/bin/bwrap",
+)
 
 PY = "/usr/bin/python3"
 REPO = Path(__file__).resolve().parent.parent
@@ -54,8 +56,14 @@ except OSError as e:
 
 
 def run(spec: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([spec["cmd"], *spec["args"]], env=spec["env"], cwd=spec["cd"], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [spec["cmd"], *spec["args"]],
+        env=spec["env"],
+        cwd=spec["cd"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def outcome(r: subprocess.CompletedProcess[str]) -> str:
@@ -80,12 +88,15 @@ def work(tmp_path: Path) -> Path:
 
 # ---- /tmp --------------------------------------------------------------------------------------------
 
+
 def test_tmp_is_private_and_writable(work: Path, tmp_path: Path) -> None:
     host_file = Path("/tmp") / f"sandbox-shim-host-{os.getpid()}"
     host_file.write_text("host-tmp")
     try:
-        assert outcome(subprocess.run([PY, "-c", PROBE, "read", str(host_file)], capture_output=True,
-                                      text=True)) == "ok:host-tmp"  # control: readable unconfined
+        assert (
+            outcome(subprocess.run([PY, "-c", PROBE, "read", str(host_file)], capture_output=True, text=True))
+            == "ok:host-tmp"
+        )  # control: readable unconfined
         assert probe(work, "read", host_file) == "denied:ENOENT"  # the host's /tmp is not there
         r = run(confine(("sh", ["-c", "echo t > /tmp/scratch && cat /tmp/scratch"]), permit_path=str(work)))
         assert (r.returncode, r.stdout) == (0, "t\n"), r.stderr
@@ -95,6 +106,7 @@ def test_tmp_is_private_and_writable(work: Path, tmp_path: Path) -> None:
 
 
 # ---- --permit-read -------------------------------------------------------------------------------------
+
 
 def test_permit_read_is_read_only(work: Path, tmp_path: Path) -> None:
     ref = tmp_path / "reference"
@@ -117,6 +129,7 @@ def test_permit_read_is_read_only(work: Path, tmp_path: Path) -> None:
 
 
 # ---- protected names -------------------------------------------------------------------------------------
+
 
 def test_git_hooks_and_config_are_read_only_unless_opted_out(work: Path) -> None:
     subprocess.run(["git", "init", "-q", str(work)], check=True)
@@ -148,6 +161,7 @@ def test_settings_file_inside_is_read_only(work: Path) -> None:
 
 # ---- IPC scopes -------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def abstract_server() -> Iterator[str]:
     name = f"sandbox-shim-test-{os.getpid()}-{time.monotonic_ns()}"
@@ -171,8 +185,12 @@ def abstract_server() -> Iterator[str]:
 
 @pytest.mark.skipif(ABI < 6, reason=f"Landlock ABI {ABI} has no IPC scoping (needs 6)")
 def test_host_abstract_unix_socket_is_scoped(work: Path, abstract_server: str) -> None:
-    assert outcome(subprocess.run([PY, "-c", PROBE, "abstract", abstract_server], capture_output=True,
-                                  text=True)) == "ok:host-abstract"  # control, unconfined
+    assert (
+        outcome(
+            subprocess.run([PY, "-c", PROBE, "abstract", abstract_server], capture_output=True, text=True)
+        )
+        == "ok:host-abstract"
+    )  # control, unconfined
     assert probe(work, "abstract", abstract_server, landlock=False) == "ok:host-abstract"  # bwrap alone
     assert probe(work, "abstract", abstract_server) == "denied:EPERM"
     spec = confine(("true", []), permit_path=str(work))
@@ -186,6 +204,7 @@ def test_scope_gap_is_reported_when_not_enforced(work: Path) -> None:
 
 
 # ---- egress allow-list ----------------------------------------------------------------------------------
+
 
 class _Named(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server API)
@@ -216,16 +235,23 @@ def servers() -> Iterator[dict[str, int]]:
 
 def test_egress_allow_list(work: Path, servers: dict[str, int], tmp_path: Path) -> None:
     report = tmp_path / "report.jsonl"
-    host_map = {"api.allowed.test": ("127.0.0.1", servers["allowed"]),
-                "sub.wild.test": ("127.0.0.1", servers["allowed"]),
-                "evil.denied.test": ("127.0.0.1", servers["denied"])}
+    host_map = {
+        "api.allowed.test": ("127.0.0.1", servers["allowed"]),
+        "sub.wild.test": ("127.0.0.1", servers["allowed"]),
+        "evil.denied.test": ("127.0.0.1", servers["denied"]),
+    }
     direct = f"http://127.0.0.1:{servers['denied']}/"
     # control: without the option, egress is open (the host's loopback server answers)
     assert probe(work, "get", direct) == "ok:served-denied"
 
     def go(url: str) -> str:
-        spec = confine((PY, ["-c", PROBE, "get", url]), permit_path=str(work), allow_hosts=[
-            "api.allowed.test", "*.wild.test"], report=str(report), host_map=host_map)
+        spec = confine(
+            (PY, ["-c", PROBE, "get", url]),
+            permit_path=str(work),
+            allow_hosts=["api.allowed.test", "*.wild.test"],
+            report=str(report),
+            host_map=host_map,
+        )
         assert spec.egress is not None
         spec.egress.start()
         try:
@@ -238,14 +264,24 @@ def test_egress_allow_list(work: Path, servers: dict[str, int], tmp_path: Path) 
     assert go("http://evil.denied.test/") == "denied:HTTP403"
     assert go("http://wild.test/").startswith("denied:")  # *.x admits names below x, not x
     # no way around the proxy: the namespace has loopback only
-    spec = confine((PY, ["-c", "import os, socket, sys\n"
-                         "for k in [k for k in os.environ if 'proxy' in k.lower()]: del os.environ[k]\n"
-                         "s = socket.socket()\n"
-                         "try:\n"
-                         f"    s.connect(('127.0.0.1', {servers['denied']})); print('MARKER:direct')\n"
-                         "except OSError as e:\n"
-                         "    import errno; print('ERRNO:' + errno.errorcode[e.errno]); sys.exit(3)\n"]),
-                   permit_path=str(work), allow_hosts=["api.allowed.test"], host_map=host_map)
+    spec = confine(
+        (
+            PY,
+            [
+                "-c",
+                "import os, socket, sys\n"
+                "for k in [k for k in os.environ if 'proxy' in k.lower()]: del os.environ[k]\n"
+                "s = socket.socket()\n"
+                "try:\n"
+                f"    s.connect(('127.0.0.1', {servers['denied']})); print('MARKER:direct')\n"
+                "except OSError as e:\n"
+                "    import errno; print('ERRNO:' + errno.errorcode[e.errno]); sys.exit(3)\n",
+            ],
+        ),
+        permit_path=str(work),
+        allow_hosts=["api.allowed.test"],
+        host_map=host_map,
+    )
     assert spec.egress is not None
     spec.egress.start()
     try:
@@ -254,27 +290,32 @@ def test_egress_allow_list(work: Path, servers: dict[str, int], tmp_path: Path) 
         spec.egress.close()
     records = [json.loads(line) for line in report.read_text().splitlines()]
     denied = [r for r in records if r["event"] == "denied"]
-    assert {(r["host"], r["operation"]) for r in denied} == {("evil.denied.test", "GET"),
-                                                             ("wild.test", "GET")}
+    assert {(r["host"], r["operation"]) for r in denied} == {
+        ("evil.denied.test", "GET"),
+        ("wild.test", "GET"),
+    }
     assert all(r["time"].endswith("Z") for r in records)
     assert records[0]["event"] == "start" and "egress denials (proxy)" in records[0]["observed"]
 
 
 def test_connect_tunnel_is_filtered(work: Path, servers: dict[str, int]) -> None:
     host_map = {"ok.test": ("127.0.0.1", servers["allowed"]), "no.test": ("127.0.0.1", servers["denied"])}
-    code = ("import socket, sys\n"
-            "s = socket.create_connection(('127.0.0.1', 3128))\n"
-            "s.sendall(f'CONNECT {sys.argv[1]}:443 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n'.encode())\n"
-            "head = s.recv(200).decode()\n"
-            "if ' 200 ' not in head.split('\\r\\n')[0]:\n"
-            "    print('ERRNO:' + head.split()[1]); sys.exit(3)\n"
-            "s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\n"
-            "data = b''\n"
-            "while chunk := s.recv(4096): data += chunk\n"
-            "print('MARKER:' + data.decode().rsplit('\\n', 1)[-1])\n")
+    code = (
+        "import socket, sys\n"
+        "s = socket.create_connection(('127.0.0.1', 3128))\n"
+        "s.sendall(f'CONNECT {sys.argv[1]}:443 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n'.encode())\n"
+        "head = s.recv(200).decode()\n"
+        "if ' 200 ' not in head.split('\\r\\n')[0]:\n"
+        "    print('ERRNO:' + head.split()[1]); sys.exit(3)\n"
+        "s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\n"
+        "data = b''\n"
+        "while chunk := s.recv(4096): data += chunk\n"
+        "print('MARKER:' + data.decode().rsplit('\\n', 1)[-1])\n"
+    )
     for host, want in (("ok.test", "ok:served-allowed"), ("no.test", "denied:403")):
-        spec = confine((PY, ["-c", code, host]), permit_path=str(work), allow_hosts=["ok.test"],
-                       host_map=host_map)
+        spec = confine(
+            (PY, ["-c", code, host]), permit_path=str(work), allow_hosts=["ok.test"], host_map=host_map
+        )
         assert spec.egress is not None
         spec.egress.start()
         try:
@@ -296,9 +337,11 @@ def test_report_inside_permit_path_is_refused(work: Path) -> None:
 
 # ---- the CLI: fast path, settings, egress through the forked proxy -----------------------------------------
 
+
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SHIM, *args], capture_output=True, text=True, timeout=60,
-                          env=env or dict(os.environ))
+    return subprocess.run(
+        [*SHIM, *args], capture_output=True, text=True, timeout=60, env=env or dict(os.environ)
+    )
 
 
 def test_cli_settings_file(work: Path, tmp_path: Path) -> None:
@@ -322,9 +365,12 @@ def test_cli_settings_file(work: Path, tmp_path: Path) -> None:
 
 
 def test_cli_usage_errors(work: Path) -> None:
-    for args in (["confine", "--", "true"], ["confine", "--permit-path", str(work)],
-                 ["confine", "--permit-pat", str(work), "--", "true"],
-                 ["confine", "--permit-path", str(work), "--allow-host", "bad host", "--", "true"]):
+    for args in (
+        ["confine", "--", "true"],
+        ["confine", "--permit-path", str(work)],
+        ["confine", "--permit-pat", str(work), "--", "true"],
+        ["confine", "--permit-path", str(work), "--allow-host", "bad host", "--", "true"],
+    ):
         r = cli(*args)
         assert r.returncode == 2, (args, r.stderr)
         assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
@@ -335,8 +381,20 @@ def test_cli_usage_errors(work: Path) -> None:
 def test_cli_egress_through_forked_proxy(work: Path, servers: dict[str, int], tmp_path: Path) -> None:
     report = tmp_path / "cli-report.jsonl"
     ok_url, no_url = f"http://127.0.0.1:{servers['allowed']}/", f"http://localhost:{servers['denied']}/"
-    base = ["confine", "--permit-path", str(work), "--allow-host", "127.0.0.1:*", "--report", str(report),
-            "--", PY, "-c", PROBE, "get"]
+    base = [
+        "confine",
+        "--permit-path",
+        str(work),
+        "--allow-host",
+        "127.0.0.1:*",
+        "--report",
+        str(report),
+        "--",
+        PY,
+        "-c",
+        PROBE,
+        "get",
+    ]
     assert outcome(cli(*base, ok_url)) == "ok:served-allowed"
     assert outcome(cli(*base, no_url)) == "denied:HTTP403"
     denied = [json.loads(x) for x in report.read_text().splitlines() if '"denied"' in x]
@@ -362,6 +420,7 @@ def test_protected_link_is_refused_not_followed(work: Path, tmp_path: Path) -> N
         confine(("true", []), permit_path=str(work))
     assert probe(work, "write", extra / "hooks" / "pre-commit", protect=False) == "ok:wrote"  # opt-out
 
+
 def test_cli_missing_bwrap_is_exit_5(work: Path, tmp_path: Path) -> None:
     witness = work / "ran"
     env = {**os.environ, "SANDBOX_SHIM_BWRAP": str(tmp_path / "no-bwrap")}
@@ -375,17 +434,26 @@ def test_signal_scope_in_the_landlock_layer_alone(tmp_path: Path) -> None:
     """Inside bwrap the pid namespace already hides host processes; the Landlock layer alone must
     also refuse to signal a process outside its domain."""
     target = subprocess.Popen(["sleep", "30"])
-    code = ("import os, sys, errno\n"
-            "try:\n"
-            "    os.kill(int(sys.argv[1]), 0); print('MARKER:signalled')\n"
-            "except OSError as e:\n"
-            "    print('ERRNO:' + errno.errorcode[e.errno]); sys.exit(3)\n")
+    code = (
+        "import os, sys, errno\n"
+        "try:\n"
+        "    os.kill(int(sys.argv[1]), 0); print('MARKER:signalled')\n"
+        "except OSError as e:\n"
+        "    print('ERRNO:' + errno.errorcode[e.errno]); sys.exit(3)\n"
+    )
     try:
+
         def go(scopes: list[str]) -> str:
-            argv = landlock.helper_argv(os.path.realpath(sys.executable), landlock.__file__,
-                                        ["/usr", "/etc", "/proc", os.path.realpath(sys.base_prefix)],
-                                        [str(tmp_path)], ["/dev"], os.path.realpath(PY),
-                                        ["-c", code, str(target.pid)], scopes=scopes)
+            argv = landlock.helper_argv(
+                os.path.realpath(sys.executable),
+                landlock.__file__,
+                ["/usr", "/etc", "/proc", os.path.realpath(sys.base_prefix)],
+                [str(tmp_path)],
+                ["/dev"],
+                os.path.realpath(PY),
+                ["-c", code, str(target.pid)],
+                scopes=scopes,
+            )
             return outcome(subprocess.run(argv, capture_output=True, text=True, timeout=60))
 
         assert go([]) == "ok:signalled"  # control: same layer, no scope
@@ -398,8 +466,12 @@ def test_signal_scope_in_the_landlock_layer_alone(tmp_path: Path) -> None:
 def test_unwritable_report_leaves_nothing_behind(work: Path, tmp_path: Path) -> None:
     before = set(Path("/tmp").glob("sandbox-shim-egress-*"))
     with pytest.raises(ValueError, match="cannot be written"):
-        confine(("true", []), permit_path=str(work), allow_hosts=["example.com"],
-                report=str(tmp_path / "no-such-dir" / "r.jsonl"))
+        confine(
+            ("true", []),
+            permit_path=str(work),
+            allow_hosts=["example.com"],
+            report=str(tmp_path / "no-such-dir" / "r.jsonl"),
+        )
     assert set(Path("/tmp").glob("sandbox-shim-egress-*")) == before
 
 
@@ -410,16 +482,19 @@ def _legacy_tiocsti() -> bool:
         return True  # kernels before 6.2 have no switch: TIOCSTI is always there
 
 
-INJECT = ("import fcntl, termios, sys, errno\n"
-          "try:\n"
-          "    fcntl.ioctl(0, termios.TIOCSTI, b'#')\n"
-          "    print('MARKER:injected')\n"
-          "except OSError as e:\n"
-          "    print('ERRNO:' + errno.errorcode[e.errno]); sys.exit(3)\n")
+INJECT = (
+    "import fcntl, termios, sys, errno\n"
+    "try:\n"
+    "    fcntl.ioctl(0, termios.TIOCSTI, b'#')\n"
+    "    print('MARKER:injected')\n"
+    "except OSError as e:\n"
+    "    print('ERRNO:' + errno.errorcode[e.errno]); sys.exit(3)\n"
+)
 
 
-@pytest.mark.skipif(not _legacy_tiocsti(),
-                    reason="dev.tty.legacy_tiocsti=0: the kernel refuses TIOCSTI itself")
+@pytest.mark.skipif(
+    not _legacy_tiocsti(), reason="dev.tty.legacy_tiocsti=0: the kernel refuses TIOCSTI itself"
+)
 def test_terminal_injection_is_refused(work: Path) -> None:
     """A confined program on the caller's terminal (its controlling tty) cannot push input into it."""
     import pty
@@ -427,22 +502,34 @@ def test_terminal_injection_is_refused(work: Path) -> None:
     def on_tty(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> str:
         master, slave = pty.openpty()
         try:
+
             def ctty() -> None:
                 os.setsid()
                 import fcntl
                 import termios
+
                 fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
-            r = subprocess.run(argv, stdin=slave, capture_output=True, text=True, timeout=60, env=env,
-                               cwd=cwd, preexec_fn=ctty)
+            r = subprocess.run(
+                argv,
+                stdin=slave,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+                cwd=cwd,
+                preexec_fn=ctty,
+            )
             return outcome(r)
         finally:
             os.close(master)
             os.close(slave)
 
     # control: a process without capabilities, owning the terminal, can inject (bwrap alone)
-    assert on_tty(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--cap-drop", "ALL", "--",
-                   PY, "-c", INJECT]) == "ok:injected"
+    assert (
+        on_tty(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--cap-drop", "ALL", "--", PY, "-c", INJECT])
+        == "ok:injected"
+    )
     spec = confine((PY, ["-c", INJECT]), permit_path=str(work))
     assert on_tty([spec["cmd"], *spec["args"]], spec["env"], spec["cd"]) == "denied:EPERM"
     spec = confine((PY, ["-c", INJECT]), permit_path=str(work), landlock=False)

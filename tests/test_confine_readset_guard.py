@@ -20,8 +20,10 @@ import pytest
 from sandbox_shim.hardening import readset
 from sandbox_shim.hardening.confinement import confine
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
-                                reason="needs Linux with bwrap at /usr/bin/bwrap")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
+    reason="needs Linux with bwrap at /usr/bin/bwrap",
+)
 
 NODE = "/usr/bin/node"
 JS_PROBE = """const fs = require('fs');
@@ -32,8 +34,14 @@ catch (e) { console.log('ERRNO:' + e.code); process.exit(3); }
 
 def run_confined(tool: str, target: Path, permit: Path, env: dict[str, str]) -> str:
     spec = confine((tool, [str(target)]), permit_path=str(permit), env=env)
-    r = subprocess.run([spec["cmd"], *spec["args"]], env=spec["env"], cwd=spec["cd"], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [spec["cmd"], *spec["args"]],
+        env=spec["env"],
+        cwd=spec["cd"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if r.returncode == 0 and "MARKER:" in r.stdout:
         return "ok:" + r.stdout.split("MARKER:", 1)[1].strip()
     if "MARKER:" not in r.stdout and r.returncode != 0:

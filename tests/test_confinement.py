@@ -24,8 +24,10 @@ from sandbox_shim.hardening import confinement
 from sandbox_shim.hardening.confinement import confine, resolve_executable
 from sandbox_shim.platforms.linux import landlock
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
-                                reason="needs Linux with bwrap at /usr/bin/bwrap")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
+    reason="needs Linux with bwrap at /usr/bin/bwrap",
+)
 
 REPO = Path(__file__).resolve().parent.parent
 PY = "/usr/bin/python3"  # the system interpreter, itself a symlink (python3 -> python3.11)
@@ -48,14 +50,25 @@ except OSError as e:
     sys.exit(3)
 """
 
-LAYERS = [pytest.param(False, id="bwrap"),
-          pytest.param(True, id="bwrap+landlock", marks=pytest.mark.skipif(
-              landlock.abi_version() == 0, reason="this kernel has no Landlock"))]
+LAYERS = [
+    pytest.param(False, id="bwrap"),
+    pytest.param(
+        True,
+        id="bwrap+landlock",
+        marks=pytest.mark.skipif(landlock.abi_version() == 0, reason="this kernel has no Landlock"),
+    ),
+]
 
 
 def run(spec: Mapping[str, Any], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([spec["cmd"], *spec["args"]], env=spec["env"], cwd=spec["cd"],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [spec["cmd"], *spec["args"]],
+        env=spec["env"],
+        cwd=spec["cd"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def outcome(r: subprocess.CompletedProcess[str]) -> str:
@@ -95,8 +108,9 @@ def tree(tmp_path: Path) -> Iterator[dict[str, Path]]:
     yield {"root": root, "a": a, "b": b}
 
 
-def probe(t: dict[str, Path], op: str, path: str | Path, ll: bool,
-          **kw: Any) -> subprocess.CompletedProcess[str]:
+def probe(
+    t: dict[str, Path], op: str, path: str | Path, ll: bool, **kw: Any
+) -> subprocess.CompletedProcess[str]:
     return run(confine((PY, ["-c", PROBE, op, str(path)]), permit_path=str(t["a"]), landlock=ll, **kw))
 
 
@@ -162,8 +176,9 @@ def test_credential_passes_and_env_is_unmodified(tree: dict[str, Path], ll: bool
     control(probe(tree, "env", "SHIM_TEST_API_TOKEN", ll, env=env), "tok-123")
     spec = confine(("/usr/bin/env", ["-0"]), permit_path=str(tree["a"]), env=env, landlock=ll)
     assert spec["env"] == env
-    r = subprocess.run([spec["cmd"], *spec["args"]], env=spec["env"], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [spec["cmd"], *spec["args"]], env=spec["env"], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     seen = dict(kv.split("=", 1) for kv in r.stdout.split("\0") if kv)
     # bwrap sets PWD to the directory it chdir'd into (as a shell would); nothing else differs
@@ -189,8 +204,10 @@ def test_egress_to_host_loopback_server(tree: dict[str, Path], ll: bool) -> None
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{srv.server_address[1]}/"
-        code = ("import urllib.request\n"
-                f"print('MARKER:' + urllib.request.urlopen({url!r}, timeout=10).read().decode())")
+        code = (
+            "import urllib.request\n"
+            f"print('MARKER:' + urllib.request.urlopen({url!r}, timeout=10).read().decode())"
+        )
         r = run(confine((PY, ["-c", code]), permit_path=str(tree["a"]), landlock=ll))
         control(r, "hello-from-host")
     finally:
@@ -217,8 +234,9 @@ def test_restriction_survives_three_nested_execs(tree: dict[str, Path], ll: bool
 def test_bwrap_inside_cannot_widen(tree: dict[str, Path], ll: bool) -> None:
     control(probe(tree, "read", tree["a"] / "mine", ll), "mine")
     for widen in (["--bind", "/", "/"], ["--dev-bind", "/", "/", "--bind", str(tree["b"]), str(tree["b"])]):
-        spec = confine(("bwrap", [*widen, "cat", str(tree["b"] / "secret")]), permit_path=str(tree["a"]),
-                       landlock=ll)
+        spec = confine(
+            ("bwrap", [*widen, "cat", str(tree["b"] / "secret")]), permit_path=str(tree["a"]), landlock=ll
+        )
         r = run(spec)
         assert r.returncode != 0 and "tenant-b-secret" not in r.stdout, (r.stdout, r.stderr)
 
@@ -227,23 +245,35 @@ def test_bwrap_inside_cannot_widen(tree: dict[str, Path], ll: bool) -> None:
 def test_confine_again_inside_cannot_widen(tree: dict[str, Path], ll: bool) -> None:
     pkg = tree["a"] / "pkg"
     shutil.copytree(REPO / "shim" / "sandbox_shim", pkg / "sandbox_shim")
-    code = (f"import sys; sys.path.insert(0, {str(pkg)!r})\n"
-            "from sandbox_shim.hardening.confinement import confine\n"
-            "import subprocess\n"
-            "try:\n"
-            "    s = confine(('cat', [sys.argv[2]]), permit_path=sys.argv[1])\n"
-            "except Exception as e:\n"
-            "    print('REFUSED:' + type(e).__name__); sys.exit(4)\n"
-            "r = subprocess.run([s['cmd'], *s['args']], env=s['env'], cwd=s['cd'],\n"
-            "                   capture_output=True, text=True)\n"
-            "print(r.stdout); sys.exit(r.returncode or 5)\n")
+    code = (
+        f"import sys; sys.path.insert(0, {str(pkg)!r})\n"
+        "from sandbox_shim.hardening.confinement import confine\n"
+        "import subprocess\n"
+        "try:\n"
+        "    s = confine(('cat', [sys.argv[2]]), permit_path=sys.argv[1])\n"
+        "except Exception as e:\n"
+        "    print('REFUSED:' + type(e).__name__); sys.exit(4)\n"
+        "r = subprocess.run([s['cmd'], *s['args']], env=s['env'], cwd=s['cd'],\n"
+        "                   capture_output=True, text=True)\n"
+        "print(r.stdout); sys.exit(r.returncode or 5)\n"
+    )
     real_py = os.path.realpath(sys.executable)  # has click etc. in its prefix, granted read-only
     # control: the nested confine, asked for the permitted directory itself
-    ctl = run(confine((real_py, ["-c", code, str(tree["a"]), str(tree["a"] / "mine")]),
-                      permit_path=str(tree["a"]), landlock=ll))
+    ctl = run(
+        confine(
+            (real_py, ["-c", code, str(tree["a"]), str(tree["a"] / "mine")]),
+            permit_path=str(tree["a"]),
+            landlock=ll,
+        )
+    )
     for target in (str(tree["b"]), str(tree["root"])):
-        r = run(confine((real_py, ["-c", code, target, str(tree["b"] / "secret")]),
-                        permit_path=str(tree["a"]), landlock=ll))
+        r = run(
+            confine(
+                (real_py, ["-c", code, target, str(tree["b"] / "secret")]),
+                permit_path=str(tree["a"]),
+                landlock=ll,
+            )
+        )
         assert r.returncode != 0 and "tenant-b-secret" not in r.stdout, (r.stdout, r.stderr)
     # inside, the nested confine is refused (no capabilities to build namespaces) or it can only
     # narrow: it never yields the permitted file *and* the sibling.
@@ -265,8 +295,11 @@ def test_runtime_read_set_starts_interpreters_and_shells(tree: dict[str, Path], 
 def test_symlinked_executable_runs_and_cd_defaults_to_permit_path(tree: dict[str, Path], ll: bool) -> None:
     if not os.path.islink(PY):
         pytest.skip(f"{PY} is not a symlink here")
-    spec = confine((PY, ["-c", "import os, sys; print(sys.executable, os.getcwd())"]),
-                   permit_path=str(tree["a"]), landlock=ll)
+    spec = confine(
+        (PY, ["-c", "import os, sys; print(sys.executable, os.getcwd())"]),
+        permit_path=str(tree["a"]),
+        landlock=ll,
+    )
     assert spec["cd"] == str(tree["a"])
     assert os.path.realpath(PY) in spec["args"]
     r = run(spec)
@@ -302,16 +335,22 @@ def test_extra_subpaths_are_explicit_and_inside_the_permit_path(tree: dict[str, 
     binds = [spec["args"][i + 1] for i, a in enumerate(spec["args"]) if a == "--bind"]
     assert binds == [str(tree["a"])]  # the library chooses no extra directory itself
     (tree["a"] / "sub").mkdir()
-    r = run(confine((PY, ["-c", PROBE, "write", str(tree["a"] / "sub" / "f")]), permit_path=str(tree["a"]),
-                    permit_extra_subpaths=[str(tree["a"] / "sub")]))
+    r = run(
+        confine(
+            (PY, ["-c", PROBE, "write", str(tree["a"] / "sub" / "f")]),
+            permit_path=str(tree["a"]),
+            permit_extra_subpaths=[str(tree["a"] / "sub")],
+        )
+    )
     control(r, "wrote")
     breach(probe(tree, "write", tree["b"] / "shared", False))
     with pytest.raises(CannotEnforce, match="not inside the permit path"):  # a sibling is not a subpath
         confine(("true", []), permit_path=str(tree["a"]), permit_extra_subpaths=[str(tree["b"])])
 
 
-def test_no_bwrap_raises_cannot_enforce_and_launches_nothing(tree: dict[str, Path], tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_bwrap_raises_cannot_enforce_and_launches_nothing(
+    tree: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     witness = tree["a"] / "ran"
     with pytest.raises(CannotEnforce) as ei:
         confine(("touch", [str(witness)]), permit_path=str(tree["a"]), bwrap=str(tmp_path / "no-bwrap"))
@@ -320,9 +359,22 @@ def test_no_bwrap_raises_cannot_enforce_and_launches_nothing(tree: dict[str, Pat
         confine(("touch", [str(witness)]), permit_path=str(tree["a"]), bwrap="/bin/false")
     # the CLI, with the documented environment knob: exit 5, and the command never ran
     env = {**os.environ, confinement.BWRAP_ENV: str(tmp_path / "no-bwrap")}
-    r = subprocess.run([sys.executable, "-c", "from sandbox_shim.cli.confine import command; command()",
-                        "--permit-path", str(tree["a"]), "--", "touch", str(witness)],
-                       env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from sandbox_shim.cli.confine import command; command()",
+            "--permit-path",
+            str(tree["a"]),
+            "--",
+            "touch",
+            str(witness),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 5, r.stderr
     assert "cannot enforce confinement: bwrap" in r.stderr
     assert not witness.exists()
@@ -376,9 +428,15 @@ def test_landlock_layer_alone(tree: dict[str, Path]) -> None:
     ro = ["/usr", "/etc", os.path.realpath(sys.base_prefix)]
 
     def go(op: str, path: Path) -> subprocess.CompletedProcess[str]:
-        argv = landlock.helper_argv(os.path.realpath(sys.executable), landlock.__file__, ro,
-                                    [str(tree["a"])], ["/dev"], os.path.realpath(PY),
-                                    ["-c", PROBE, op, str(path)])
+        argv = landlock.helper_argv(
+            os.path.realpath(sys.executable),
+            landlock.__file__,
+            ro,
+            [str(tree["a"])],
+            ["/dev"],
+            os.path.realpath(PY),
+            ["-c", PROBE, op, str(path)],
+        )
         return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
     control(go("read", tree["a"] / "mine"), "mine")
@@ -390,18 +448,30 @@ def test_cli_print_launch_spec_and_exec(tree: dict[str, Path]) -> None:
     from click.testing import CliRunner
     from sandbox_shim.cli.confine import command
 
-    res = CliRunner().invoke(command, ["--permit-path", str(tree["a"]), "--print-launch-spec", "--",
-                                       "sh", "-c", "exit 7"])
+    res = CliRunner().invoke(
+        command, ["--permit-path", str(tree["a"]), "--print-launch-spec", "--", "sh", "-c", "exit 7"]
+    )
     assert res.exit_code == 0, res.output
     shown = json.loads(res.output)
     assert shown["cmd"].endswith("bwrap") and shown["cd"] == str(tree["a"])
     assert shown["args"][-3:] == [os.path.realpath(shutil.which("sh") or ""), "-c", "exit 7"]
     res = CliRunner().invoke(command, ["--permit-path", str(tree["a"] / "missing"), "--", "true"])
     assert res.exit_code == 2  # a usage error, nothing run
-    base = [sys.executable, "-c", "from sandbox_shim.cli.confine import command; command()",
-            "--permit-path", str(tree["a"]), "--"]
-    r = subprocess.run([*base[:-1], "--print-launch-spec", "--", "true"], capture_output=True, text=True,
-                       timeout=60, env={**os.environ, "SHIM_TEST_SECRET_TOKEN": "hunter2"})
+    base = [
+        sys.executable,
+        "-c",
+        "from sandbox_shim.cli.confine import command; command()",
+        "--permit-path",
+        str(tree["a"]),
+        "--",
+    ]
+    r = subprocess.run(
+        [*base[:-1], "--print-launch-spec", "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SHIM_TEST_SECRET_TOKEN": "hunter2"},
+    )
     assert "SHIM_TEST_SECRET_TOKEN" in json.loads(r.stdout)["env_names"] and "hunter2" not in r.stdout
     # without --print-launch-spec the CLI execs bwrap: the caller gets the command's own status
     r = subprocess.run([*base, "sh", "-c", "exit 7"], capture_output=True, text=True, timeout=60)

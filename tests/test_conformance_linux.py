@@ -16,8 +16,9 @@ from sandbox_shim.conformance import ConformanceSuite
 
 REPO = Path(__file__).resolve().parent.parent
 
-linux_root = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
-                                reason="needs Linux, root, bwrap and cgroups")
+linux_root = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs Linux, root, bwrap and cgroups"
+)
 
 
 @linux_root
@@ -30,20 +31,28 @@ class TestLinuxMechanism(ConformanceSuite):
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 
 
-def run_pytest(tmp_path: Path, *args: str, body: str = "def test_nothing():\n    pass\n"
-               ) -> subprocess.CompletedProcess[str]:
+def run_pytest(
+    tmp_path: Path, *args: str, body: str = "def test_nothing():\n    pass\n"
+) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_sample.py").write_text(body)
-    return subprocess.run([*PYTEST, "--rootdir", str(tmp_path), *args, str(tmp_path)], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=300)
+    return subprocess.run(
+        [*PYTEST, "--rootdir", str(tmp_path), *args, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
 
 
 def test_plugin_is_inert_when_not_asked(tmp_path: Path) -> None:
-    body = ("import sys\n"
-            "def test_plugin_loaded_but_idle(pytestconfig):\n"
-            "    assert pytestconfig.pluginmanager.hasplugin('sandbox_shim_conformance')\n"
-            "    assert pytestconfig.getoption('sandbox_mechanism') is None\n"
-            "    loaded = [m for m in sys.modules if m.startswith('sandbox_shim.conformance.')]\n"
-            "    assert loaded == ['sandbox_shim.conformance.plugin'], loaded\n")
+    body = (
+        "import sys\n"
+        "def test_plugin_loaded_but_idle(pytestconfig):\n"
+        "    assert pytestconfig.pluginmanager.hasplugin('sandbox_shim_conformance')\n"
+        "    assert pytestconfig.getoption('sandbox_mechanism') is None\n"
+        "    loaded = [m for m in sys.modules if m.startswith('sandbox_shim.conformance.')]\n"
+        "    assert loaded == ['sandbox_shim.conformance.plugin'], loaded\n"
+    )
     p = run_pytest(tmp_path, body=body)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "1 passed" in p.stdout
@@ -51,8 +60,14 @@ def test_plugin_is_inert_when_not_asked(tmp_path: Path) -> None:
 
 @linux_root
 def test_plugin_runs_the_suite_on_request(tmp_path: Path) -> None:
-    p = run_pytest(tmp_path, "--sandbox-mechanism", "sandbox_shim.conformance.api_target:ApiTarget",
-                   "-k", "fs-mount or duplicate or nothing", "-rs")
+    p = run_pytest(
+        tmp_path,
+        "--sandbox-mechanism",
+        "sandbox_shim.conformance.api_target:ApiTarget",
+        "-k",
+        "fs-mount or duplicate or nothing",
+        "-rs",
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "3 passed" in p.stdout, p.stdout
 
@@ -60,9 +75,23 @@ def test_plugin_runs_the_suite_on_request(tmp_path: Path) -> None:
 @linux_root
 def test_plugin_reports_a_leaky_mechanism_as_failed(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO / "tests"))
-    p = subprocess.run([*PYTEST, "--rootdir", str(tmp_path), "--sandbox-mechanism",
-                        "test_conformance_proofs:LeakyTarget", "-k", "sibling", str(tmp_path)],
-                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    p = subprocess.run(
+        [
+            *PYTEST,
+            "--rootdir",
+            str(tmp_path),
+            "--sandbox-mechanism",
+            "test_conformance_proofs:LeakyTarget",
+            "-k",
+            "sibling",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert p.returncode == 1, p.stdout + p.stderr
     assert "FAIL: Isolation / fs: read a sibling's storage by its host path" in p.stdout
 
@@ -70,8 +99,13 @@ def test_plugin_reports_a_leaky_mechanism_as_failed(tmp_path: Path) -> None:
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     # through the CLI's error boundary, as a user calls it
     code = "import sys; from sandbox_shim.cli import main; main(['conformance', *sys.argv[1:]])"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
-                          env=env or dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env or dict(os.environ),
+    )
 
 
 @linux_root
@@ -87,13 +121,21 @@ def test_command_prints_the_table() -> None:
 @linux_root
 def test_command_json_and_exit_status_on_fail() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO / "tests"))
-    p = cli("--format", "json", "--mechanism", "test_conformance_proofs:LeakyTarget",
-            "-k", "absolute host path", env=env)
+    p = cli(
+        "--format",
+        "json",
+        "--mechanism",
+        "test_conformance_proofs:LeakyTarget",
+        "-k",
+        "absolute host path",
+        env=env,
+    )
     assert p.returncode == 1, p.stdout + p.stderr
     doc = json.loads(p.stdout)
     assert doc["target"] == "leaky (host shell)"
     assert [(r["check"], r["control"], r["breach"], r["verdict"]) for r in doc["results"]] == [
-        ("fs: absolute host path", "ok", "succeeded", "fail")]
+        ("fs: absolute host path", "ok", "succeeded", "fail")
+    ]
     bad = cli("--mechanism", "no_such_module:Nothing")
     assert bad.returncode == 2 and "cannot load the conformance target" in bad.stderr
 

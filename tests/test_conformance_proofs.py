@@ -33,9 +33,13 @@ from sandbox_shim.conformance.target import (
     ToolMissing,
 )
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0
-                                or shutil.which("busybox") is None or shutil.which("unshare") is None,
-                                reason="needs Linux, root, busybox and unshare(1)")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux")
+    or os.geteuid() != 0
+    or shutil.which("busybox") is None
+    or shutil.which("unshare") is None,
+    reason="needs Linux, root, busybox and unshare(1)",
+)
 
 
 class LeakyTarget(ConformanceTarget):
@@ -51,18 +55,30 @@ class LeakyTarget(ConformanceTarget):
         storage = os.path.join(path, "storage")
         return BundleHandle(name, path, storage, storage, dict(overrides or {}))
 
-    def run_probe(self, overrides: Mapping[str, Any] | None, script: str, *,
-                  bundle: BundleHandle | None = None, argv: Sequence[str] | None = None,
-                  timeout: float = 30.0) -> ProbeResult:
+    def run_probe(
+        self,
+        overrides: Mapping[str, Any] | None,
+        script: str,
+        *,
+        bundle: BundleHandle | None = None,
+        argv: Sequence[str] | None = None,
+        timeout: float = 30.0,
+    ) -> ProbeResult:
         b = bundle or self.bundle(overrides=overrides)
         env = dict(os.environ)
         for entry in ((overrides or {}).get("process") or {}).get("env") or []:  # config env, passed as is
             k, _, v = entry.partition("=")
             env[k] = v
         cmd = list(argv) if argv is not None else ["busybox", "sh", "-c", script]
-        p = subprocess.Popen(["unshare", "--mount", "--propagation", "private", *cmd],
-                             cwd=os.path.join(b.path, "rootfs"), env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+        p = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", *cmd],
+            cwd=os.path.join(b.path, "rootfs"),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         t0 = time.monotonic()
         try:
             out, err = p.communicate(timeout=timeout)
@@ -77,10 +93,15 @@ class LeakyTarget(ConformanceTarget):
             except ProcessLookupError:
                 pass
         code = p.returncode
-        return ProbeResult(code if code >= 0 else None, out.decode(errors="replace"),
-                           err.decode(errors="replace"), outcome, signal=-code if code < 0 else None,
-                           limit_kind="wall_clock" if outcome == LIMIT_EXCEEDED else None,
-                           duration=time.monotonic() - t0)
+        return ProbeResult(
+            code if code >= 0 else None,
+            out.decode(errors="replace"),
+            err.decode(errors="replace"),
+            outcome,
+            signal=-code if code < 0 else None,
+            limit_kind="wall_clock" if outcome == LIMIT_EXCEEDED else None,
+            duration=time.monotonic() - t0,
+        )
 
 
 class DyingTarget(ApiTarget):
@@ -132,7 +153,11 @@ CONTROL_NEEDS_A_SANDBOX = {
 #: (``ConformanceTarget.run_control``: bare bwrap with --cap-add); a mechanism that dies still has a working
 #: control there, and its breach is ERROR "not run"
 CONTROL_OUTSIDE_THE_MECHANISM = {
-    "fs: mount", "fs: umount", "fs: pivot_root", "net: raw socket", "proc: ptrace a host process",
+    "fs: mount",
+    "fs: umount",
+    "fs: pivot_root",
+    "net: raw socket",
+    "proc: ptrace a host process",
     "caps: self-granted CAP_DAC_READ_SEARCH opens host files (open_by_handle_at)",
     "mounts: CAP_SYS_ADMIN in its own user namespace makes the read-only root writable (new mount API)",
     "kernel files: uid 0 writes /proc/sys when readonlyPaths leaves it out",
@@ -153,10 +178,16 @@ def test_leaky_mechanism_fails_the_isolation_checks(leaky: LeakyTarget) -> None:
         else:
             assert r.verdict == FAIL, r
             assert r.control == "ok" and r.breach == "succeeded"
-    for name in ("fs: read a sibling's storage by its host path", "fs: '..' out of storage to a sibling",
-                 "fs: /proc/self/cwd", "env: credential-named host variable absent inside",
-                 "net: connect to a host loopback server", "proc: signal a host process",
-                 "proc: ptrace a host process", "fs: mount"):
+    for name in (
+        "fs: read a sibling's storage by its host path",
+        "fs: '..' out of storage to a sibling",
+        "fs: /proc/self/cwd",
+        "env: credential-named host variable absent inside",
+        "net: connect to a host loopback server",
+        "proc: signal a host process",
+        "proc: ptrace a host process",
+        "fs: mount",
+    ):
         assert got[name].verdict == FAIL, got[name]
 
 

@@ -40,17 +40,30 @@ def _terminal_bundle(make_bundle, script: str) -> Path:
     return make_bundle(cfg)
 
 
-def test_console_socket_gives_the_master_and_a_controlling_tty(make_bundle, state_root: Path,
-                                                                tmp_path: Path) -> None:
+def test_console_socket_gives_the_master_and_a_controlling_tty(
+    make_bundle, state_root: Path, tmp_path: Path
+) -> None:
     # fields 5-8 of the shell's /proc/PID/stat (proc(5)): pgrp session tty_nr tpgid
-    b = _terminal_bundle(make_bundle, 'tty; set -- $(cut -d" " -f5-8 /proc/$$/stat); '
-                         'echo "pgrp=$1 sid=$2 tty_nr=$3 tpgid=$4 self=$$"; echo END-MARK')
+    b = _terminal_bundle(
+        make_bundle,
+        'tty; set -- $(cut -d" " -f5-8 /proc/$$/stat); '
+        'echo "pgrp=$1 sid=$2 tty_nr=$3 tpgid=$4 self=$$"; echo END-MARK',
+    )
     sock_path = str(tmp_path / "console.sock")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as srv:
         srv.bind(sock_path)
         srv.listen(1)
-        r = run_shim(state_root, "create", "--bundle", str(b), "--console-socket", sock_path,
-                     "--pid-file", str(tmp_path / "pid"), "con-t1")
+        r = run_shim(
+            state_root,
+            "create",
+            "--bundle",
+            str(b),
+            "--console-socket",
+            sock_path,
+            "--pid-file",
+            str(tmp_path / "pid"),
+            "con-t1",
+        )
         assert r.returncode == 0, r.stderr
         srv.settimeout(5)
         master, name = receive_master(srv)  # sent before create returned
@@ -76,8 +89,9 @@ def test_control_without_terminal_has_no_tty(make_bundle, state_root: Path, tmp_
     b = make_bundle(args=["sh", "-c", 'echo tty_nr=$(cut -d" " -f7 /proc/self/stat)'])
     out = tmp_path / "out"
     with open(out, "w") as o:
-        argv = shim_cmd(state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"),
-                        "con-t0")
+        argv = shim_cmd(
+            state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"), "con-t0"
+        )
         p = subprocess.run(argv, stdout=o, stderr=subprocess.DEVNULL, timeout=30)
     assert p.returncode == 0
     assert run_shim(state_root, "start", "con-t0").returncode == 0
@@ -85,15 +99,17 @@ def test_control_without_terminal_has_no_tty(make_bundle, state_root: Path, tmp_
     assert out.read_text().strip() == "tty_nr=0"
 
 
-def test_terminal_and_console_socket_must_come_together(make_bundle, state_root: Path,
-                                                        tmp_path: Path) -> None:
+def test_terminal_and_console_socket_must_come_together(
+    make_bundle, state_root: Path, tmp_path: Path
+) -> None:
     b = _terminal_bundle(make_bundle, "true")
     r = run_shim(state_root, "create", "--bundle", str(b), "con-t2")
     assert r.returncode != 0 and "console-socket" in r.stderr
     assert not (state_root / "con-t2").exists() and cgroup_dirs("con-t2") == []
     b2 = make_bundle(name="plain", args=["true"])
-    r = run_shim(state_root, "create", "--bundle", str(b2), "--console-socket", str(tmp_path / "nope"),
-                 "con-t3")
+    r = run_shim(
+        state_root, "create", "--bundle", str(b2), "--console-socket", str(tmp_path / "nope"), "con-t3"
+    )
     assert r.returncode != 0 and "terminal" in r.stderr
     assert not (state_root / "con-t3").exists() and cgroup_dirs("con-t3") == []
 
@@ -101,10 +117,24 @@ def test_terminal_and_console_socket_must_come_together(make_bundle, state_root:
 def _run_with_fd3(state_root: Path, bundle: Path, sid: str, tmp_path: Path, *extra: str) -> tuple[str, int]:
     r, w = os.pipe()
     try:  # the pipe's write end becomes fd 3 of create only (pytest holds our own fd 3)
-        argv = shim_cmd(state_root, "create", "--bundle", str(bundle), "--pid-file",
-                        str(tmp_path / f"{sid}.pid"), *extra, sid)
-        p = subprocess.run(argv, preexec_fn=lambda: os.dup2(w, 3), pass_fds=(3,), stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=30)
+        argv = shim_cmd(
+            state_root,
+            "create",
+            "--bundle",
+            str(bundle),
+            "--pid-file",
+            str(tmp_path / f"{sid}.pid"),
+            *extra,
+            sid,
+        )
+        p = subprocess.run(
+            argv,
+            preexec_fn=lambda: os.dup2(w, 3),
+            pass_fds=(3,),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+        )
     finally:
         os.close(w)
     assert p.returncode == 0
@@ -131,10 +161,12 @@ def test_preserve_fds_passes_fd_3(make_bundle, state_root: Path, tmp_path: Path)
 def test_missing_executable_fails_create_with_the_wording(make_bundle, state_root: Path) -> None:
     ok = make_bundle(name="ok", args=["true"])
     assert run_shim(state_root, "create", "--bundle", str(ok), "con-x0").returncode == 0  # control
-    for sid, args, status, words in (("con-x1", ["no-such-program"], 127, "executable file not found"),
-                                     ("con-x2", ["/bin/no-such"], 127, "no such file or directory"),
-                                     ("con-x3", ["/etc/passwd"], 126, "permission denied"),
-                                     ("con-x4", ["/etc"], 126, "permission denied")):
+    for sid, args, status, words in (
+        ("con-x1", ["no-such-program"], 127, "executable file not found"),
+        ("con-x2", ["/bin/no-such"], 127, "no such file or directory"),
+        ("con-x3", ["/etc/passwd"], 126, "permission denied"),
+        ("con-x4", ["/etc"], 126, "permission denied"),
+    ):
         b = make_bundle(name=sid, args=args)
         r = run_shim(state_root, "create", "--bundle", str(b), sid)
         assert r.returncode == status, r.stderr
@@ -148,8 +180,9 @@ def test_program_on_a_bind_mount_is_found(make_bundle, state_root: Path, tmp_pat
     (tool / "hello").write_text("#!/bin/sh\necho hi\n")
     (tool / "hello").chmod(0o755)
     cfg = base_config(["hello"])
-    cfg["mounts"].append({"destination": "/opt/tools", "type": "bind", "source": str(tool),
-                          "options": ["rbind", "ro"]})
+    cfg["mounts"].append(
+        {"destination": "/opt/tools", "type": "bind", "source": str(tool), "options": ["rbind", "ro"]}
+    )
     cfg["process"]["env"] = ["PATH=/opt/tools:/bin"]
     b = make_bundle(cfg)
     r = run_shim(state_root, "create", "--bundle", str(b), "con-m1")
@@ -159,8 +192,9 @@ def test_program_on_a_bind_mount_is_found(make_bundle, state_root: Path, tmp_pat
 def test_json_log_is_one_record_with_rfc3339_time(make_bundle, state_root: Path, tmp_path: Path) -> None:
     b = make_bundle(args=["no-such-program"])
     log = tmp_path / "oci-log"
-    r = run_shim(state_root, "--log", str(log), "--log-format", "json", "create", "--bundle", str(b),
-                 "con-j1")
+    r = run_shim(
+        state_root, "--log", str(log), "--log-format", "json", "create", "--bundle", str(b), "con-j1"
+    )
     assert r.returncode == 127
     rec = json.loads(log.read_text())  # podman parses the whole file as one object
     assert rec["level"] == "error" and "executable file not found" in rec["msg"]

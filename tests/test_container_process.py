@@ -42,8 +42,9 @@ def _cgroup_procs(sid: str) -> set[int]:
     return out
 
 
-def test_state_pid_is_inside_the_sandbox_from_create_on(make_bundle, state_root: Path,
-                                                        tmp_path: Path) -> None:
+def test_state_pid_is_inside_the_sandbox_from_create_on(
+    make_bundle, state_root: Path, tmp_path: Path
+) -> None:
     b = make_bundle(args=["sleep", "600"])
     pid = _create(state_root, b, "cp", tmp_path / "pid")
     st = json.loads(run_shim(state_root, "state", "cp").stdout)
@@ -80,12 +81,15 @@ def test_hooks_get_the_state_pid(make_bundle, state_root: Path, tmp_path: Path) 
 
 
 @pytest.mark.parametrize(("limit", "expected"), [(3, ["three"]), (4, ["three", "fourth-ran"])])
-def test_pids_limit_leaves_the_workload_n_processes(make_bundle, state_root: Path, tmp_path: Path,
-                                                    limit: int, expected: list[str]) -> None:
+def test_pids_limit_leaves_the_workload_n_processes(
+    make_bundle, state_root: Path, tmp_path: Path, limit: int, expected: list[str]
+) -> None:
     # sh (pid 1) + two sleeps = 3 processes; with limit 3 the fourth fork is refused (the shell dies of
     # "can't fork"), with limit 4 it runs (the control: the same script, one more allowed)
-    script = ("sleep 30 & sleep 30 & echo three > /storage/r; "
-              "/bin/true && echo fourth-ran >> /storage/r; kill $(jobs -p) 2>/dev/null; exit 0")
+    script = (
+        "sleep 30 & sleep 30 & echo three > /storage/r; "
+        "/bin/true && echo fourth-ran >> /storage/r; kill $(jobs -p) 2>/dev/null; exit 0"
+    )
     cfg = base_config(["sh", "-c", script])
     cfg["linux"].setdefault("resources", {})["pids"] = {"limit": limit}
     b = make_bundle(cfg)
@@ -100,20 +104,25 @@ def test_pids_limit_leaves_the_workload_n_processes(make_bundle, state_root: Pat
 def _joiner_config(a_pid: int, probe: str) -> dict:
     cfg = base_config(["sh", "-c", probe])
     cfg["linux"]["namespaces"] = [
-        {"type": "mount"}, {"type": "pid", "path": f"/proc/{a_pid}/ns/pid"},
+        {"type": "mount"},
+        {"type": "pid", "path": f"/proc/{a_pid}/ns/pid"},
         {"type": "network", "path": f"/proc/{a_pid}/ns/net"},
         {"type": "ipc", "path": f"/proc/{a_pid}/ns/ipc"},
-        {"type": "uts", "path": f"/proc/{a_pid}/ns/uts"}]
+        {"type": "uts", "path": f"/proc/{a_pid}/ns/uts"},
+    ]
     return cfg
 
 
-def test_joining_another_sandbox_by_path_lands_in_its_namespaces(make_bundle, state_root: Path,
-                                                                 tmp_path: Path) -> None:
+def test_joining_another_sandbox_by_path_lands_in_its_namespaces(
+    make_bundle, state_root: Path, tmp_path: Path
+) -> None:
     a = make_bundle(args=["sleep", "4242"], name="a")
     a_pid = _create(state_root, a, "ja", tmp_path / "a.pid")
     assert run_shim(state_root, "start", "ja").returncode == 0
-    probe = ("for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done > /storage/ps; "
-             "for n in net ipc uts; do readlink /proc/self/ns/$n; done > /storage/ns")
+    probe = (
+        "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done > /storage/ps; "
+        "for n in net ipc uts; do readlink /proc/self/ns/$n; done > /storage/ns"
+    )
     b = make_bundle(_joiner_config(a_pid, probe), name="b")
     b_pid = _create(state_root, b, "jb", tmp_path / "b.pid")
     for n in ("pid", "net", "ipc", "uts"):
@@ -122,8 +131,10 @@ def test_joining_another_sandbox_by_path_lands_in_its_namespaces(make_bundle, st
     assert joined["network"] == _ns(a_pid, "net")
     notes = json.loads(run_shim(state_root, "state", "jb").stdout)["annotations"]
     assert f"network={_ns(a_pid, 'net')}" in notes["sandbox-shim.joined-namespaces"].split(",")
-    assert "sandbox-shim.joined-namespaces" not in json.loads(run_shim(state_root, "state", "ja").stdout)[
-        "annotations"]  # control: a sandbox that joined nothing says nothing
+    assert (
+        "sandbox-shim.joined-namespaces"
+        not in json.loads(run_shim(state_root, "state", "ja").stdout)["annotations"]
+    )  # control: a sandbox that joined nothing says nothing
     assert run_shim(state_root, "start", "jb").returncode == 0
     assert wait_pid(b_pid) == 0
     ps = (b / "storage" / "ps").read_text()
@@ -134,10 +145,13 @@ def test_joining_another_sandbox_by_path_lands_in_its_namespaces(make_bundle, st
     assert run_shim(state_root, "delete", "--force", "ja").returncode == 0
 
 
-@pytest.mark.parametrize(("ns_type", "name", "who"), [("network", "net", "test"), ("ipc", "ipc", "self"),
-                                                      ("pid", "pid", "test"), ("uts", "uts", "self")])
-def test_a_path_naming_the_hosts_namespace_is_refused(make_bundle, state_root: Path, ns_type: str,
-                                                      name: str, who: str) -> None:
+@pytest.mark.parametrize(
+    ("ns_type", "name", "who"),
+    [("network", "net", "test"), ("ipc", "ipc", "self"), ("pid", "pid", "test"), ("uts", "uts", "self")],
+)
+def test_a_path_naming_the_hosts_namespace_is_refused(
+    make_bundle, state_root: Path, ns_type: str, name: str, who: str
+) -> None:
     cfg = base_config(["true"])
     cfg["linux"]["namespaces"] = [n for n in cfg["linux"]["namespaces"] if n["type"] != ns_type]
     who = str(os.getpid()) if who == "test" else who  # a host process, or the runtime itself
@@ -167,12 +181,16 @@ def _our_bwraps(marker: str) -> list[int]:
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.05, 0.15, 0.3, 0.6])
-def test_kill_9_of_create_leaves_no_outer_bwrap(make_bundle, state_root: Path, tmp_path: Path,
-                                                delay: float) -> None:
+def test_kill_9_of_create_leaves_no_outer_bwrap(
+    make_bundle, state_root: Path, tmp_path: Path, delay: float
+) -> None:
     marker = f"{os.getpid()}{int(delay * 1000):04d}"
     b = make_bundle(args=["sleep", marker])
-    proc = subprocess.Popen(shim_cmd(state_root, "create", "--bundle", str(b), f"k{int(delay * 1000)}"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        shim_cmd(state_root, "create", "--bundle", str(b), f"k{int(delay * 1000)}"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(delay)
     proc.kill()
     proc.wait()
@@ -190,16 +208,21 @@ def test_run_bundle_tells_exit_137_from_sigkill(make_bundle, state_root: Path) -
     from sandbox_shim.execution import run_bundle
 
     mech = api.default_mechanism(str(state_root))
-    done = run_bundle(mech, f"x137-{uuid.uuid4().hex[:6]}", make_bundle(base_config(["sh", "-c", "exit 137"]),
-                                                                         name="e137"), timeout=30)
+    done = run_bundle(
+        mech,
+        f"x137-{uuid.uuid4().hex[:6]}",
+        make_bundle(base_config(["sh", "-c", "exit 137"]), name="e137"),
+        timeout=30,
+    )
     assert (done.exit_status, done.signal) == (137, None)
     sid = f"k9-{uuid.uuid4().hex[:6]}"
 
     def kill_soon(_sid: str) -> None:
         threading.Timer(0.5, lambda: api.signal(mech, sid, 9)).start()
 
-    done = run_bundle(mech, sid, make_bundle(base_config(["sleep", "30"]), name="k9"), timeout=30,
-                      on_start=kill_soon)
+    done = run_bundle(
+        mech, sid, make_bundle(base_config(["sleep", "30"]), name="k9"), timeout=30, on_start=kill_soon
+    )
     assert (done.exit_status, done.signal) == (None, 9)
 
 

@@ -27,8 +27,9 @@ from sandbox_shim.platforms.linux.cgroups.detect import Layout, manager
 from sandbox_shim.platforms.linux.cgroups.v2 import V2Manager
 from test_execute import cli
 
-linux_root = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
-                                reason="needs Linux, root, bwrap and cgroups")
+linux_root = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs Linux, root, bwrap and cgroups"
+)
 MiB = 1 << 20
 COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /storage/count; sleep 0.05; done"
 
@@ -214,8 +215,15 @@ def test_v2_create_apply_and_read(fake_v2: Path) -> None:
     parent = fake_v2 / "sandbox-shim"
     assert set((parent / "cgroup.subtree_control").read_text().split()) >= {"+memory", "+pids"}
     (parent / "x" / "memory.swap.max").write_text("max\n")  # the kernel makes it when swap is accounted
-    m.apply(Limits.from_oci({"memory": {"limit": 32 * MiB, "swap": 48 * MiB}, "pids": {"limit": 32},
-                             "cpu": {"quota": 50000, "period": 100000, "shares": 1024}}))
+    m.apply(
+        Limits.from_oci(
+            {
+                "memory": {"limit": 32 * MiB, "swap": 48 * MiB},
+                "pids": {"limit": 32},
+                "cpu": {"quota": 50000, "period": 100000, "shares": 1024},
+            }
+        )
+    )
     d = fake_v2 / "sandbox-shim" / "x"
     assert (d / "memory.max").read_text() == str(32 * MiB)
     assert (d / "memory.swap.max").read_text() == str(16 * MiB)  # OCI swap is memory+swap
@@ -231,8 +239,13 @@ def test_v2_create_apply_and_read(fake_v2: Path) -> None:
     (d / "cpu.stat").write_text("usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n")
     (d / "cgroup.procs").write_text("11\n12\n")
     f = control.facts(m)
-    assert (f.memory_usage, f.memory_peak, f.memory_limit, f.memory_failcnt, f.oom_kills) == \
-        (MiB, 32 * MiB, 32 * MiB, 7, 1)
+    assert (f.memory_usage, f.memory_peak, f.memory_limit, f.memory_failcnt, f.oom_kills) == (
+        MiB,
+        32 * MiB,
+        32 * MiB,
+        7,
+        1,
+    )
     assert (f.pids_current, f.pids_limit, f.pids_max_hits) == (3, 32, 2)
     assert (f.cpu_total_ns, f.cpu_user_ns, f.cpu_kernel_ns) == (1_500_000, 1_000_000, 500_000)
     assert m.oom_killed() and m.pids() == [11, 12]
@@ -240,8 +253,10 @@ def test_v2_create_apply_and_read(fake_v2: Path) -> None:
     assert ev["data"]["memory"]["usage"] == {"usage": MiB, "max": 32 * MiB, "failcnt": 7, "limit": 32 * MiB}
     (d / "memory.max").write_text("max\n")
     (d / "pids.max").write_text("max\n")
-    assert control.facts(m).memory_limit is None and control._stats_event("x", control.facts(m))[
-        "data"]["pids"]["limit"] == 0
+    assert (
+        control.facts(m).memory_limit is None
+        and control._stats_event("x", control.facts(m))["data"]["pids"]["limit"] == 0
+    )
 
 
 def test_v2_freeze_waits_for_cgroup_events(fake_v2: Path) -> None:

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 from conftest import base_config, run_shim
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
-                                reason="needs Linux, root, bwrap and cgroups")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs Linux, root, bwrap and cgroups"
+)
 
 TOKEN = "31337"  # the workload's argument: finds its processes (bwrap's and the program's) in /proc
 DOCUMENTED = {0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 70}
@@ -38,8 +39,12 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _steps(root: Path, *args: str, stdin: Any = None) -> int:
     count = root.parent / f"count-{os.getpid()}-{len(list(root.parent.glob('count-*')))}"
-    r = run_shim(root, *args, env=_env(SANDBOX_SHIM_CRASH_AT="1000000", SANDBOX_SHIM_CRASH_COUNT=str(count)),
-                 stdin=stdin)
+    r = run_shim(
+        root,
+        *args,
+        env=_env(SANDBOX_SHIM_CRASH_AT="1000000", SANDBOX_SHIM_CRASH_COUNT=str(count)),
+        stdin=stdin,
+    )
     assert r.returncode == 0, r.stderr
     return len(count.read_text().splitlines())
 
@@ -75,9 +80,12 @@ def _leftovers(root: Path, sid: str) -> list[str]:
     if os.path.exists(f"/sys/class/net/{link}"):
         left.append(f"veth {link}")
     tag = hashlib.sha256(str(root).encode()).hexdigest()[:10]
+
     def cg(name: str) -> list[str]:
-        return [*glob.glob(f"/sys/fs/cgroup/*/sandbox-shim/{name}"),
-                *glob.glob(f"/sys/fs/cgroup/sandbox-shim/{name}")]
+        return [
+            *glob.glob(f"/sys/fs/cgroup/*/sandbox-shim/{name}"),
+            *glob.glob(f"/sys/fs/cgroup/sandbox-shim/{name}"),
+        ]
 
     left += cg(tag)
     for probe in cg(".probe-*"):
@@ -85,10 +93,16 @@ def _leftovers(root: Path, sid: str) -> list[str]:
         if not os.path.exists(f"/proc/{pid}"):
             left.append(probe)
     if root.is_dir():
-        left += [str(p) for p in root.iterdir() if p.name == sid or p.name.startswith((f".new-{sid}.",
-                                                                                       f".dead-{sid}."))]
-    left += [str(p) for p in (root / ".cgroups").glob("*") if p.name != ".parents"] \
-        if (root / ".cgroups").is_dir() else []
+        left += [
+            str(p)
+            for p in root.iterdir()
+            if p.name == sid or p.name.startswith((f".new-{sid}.", f".dead-{sid}."))
+        ]
+    left += (
+        [str(p) for p in (root / ".cgroups").glob("*") if p.name != ".parents"]
+        if (root / ".cgroups").is_dir()
+        else []
+    )
     left += [str(p) for p in (root / ".network").glob("*")] if (root / ".network").is_dir() else []
     return left
 
@@ -119,6 +133,7 @@ def sleeper(make_bundle: Any) -> Path:
 
 def _kill_create_at_every_step(tmp_path: Path, bundle: Path, cold: bool) -> int:
     """Each step of ``create`` killed; on a fresh root per step (``cold``: probing included)."""
+
     def fresh(k: int) -> Path:
         root = tmp_path / (f"cold-{k}" if cold else "warm")
         root.mkdir(exist_ok=True)
@@ -139,10 +154,18 @@ def _kill_create_at_every_step(tmp_path: Path, bundle: Path, cold: bool) -> int:
         last = n - n_warm + 2
     for k in range(1, last + 1):
         root = fresh(k)
-        r = run_shim(root, "create", "--bundle", str(bundle), "c", stdin=_devnull(),
-                     env=_env(SANDBOX_SHIM_CRASH_AT=str(k)))
-        assert r.returncode == -9 or (r.returncode == 0 and k > n - 5), \
+        r = run_shim(
+            root,
+            "create",
+            "--bundle",
+            str(bundle),
+            "c",
+            stdin=_devnull(),
+            env=_env(SANDBOX_SHIM_CRASH_AT=str(k)),
+        )
+        assert r.returncode == -9 or (r.returncode == 0 and k > n - 5), (
             f"create step {k}/{n}: not killed ({r.returncode}: {r.stderr})"
+        )
         _clean_and_reuse(root, bundle, "c", f"create killed at step {k}/{n}", reuse=k % 8 == 0 or k == last)
     return n
 
@@ -181,8 +204,9 @@ def test_start_and_delete_killed_at_every_step(tmp_path: Path, sleeper: Path, ve
         r = run_shim(root, *args, env=_env(SANDBOX_SHIM_CRASH_AT=str(k)))
         # the last steps vary in number (rmdir(2) retried while the kernel says EBUSY): a verb that
         # finished before step k is fine there, and only there
-        assert r.returncode == -9 or (r.returncode == 0 and k > n - 5), \
+        assert r.returncode == -9 or (r.returncode == 0 and k > n - 5), (
             f"{verb} step {k}/{n}: not killed ({r.returncode}: {r.stderr})"
+        )
         if verb == "start":
             # the state the next verb reads is the kernel's: released or not, never a lost sandbox
             s = run_shim(root, "state", "v")

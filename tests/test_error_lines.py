@@ -54,10 +54,13 @@ def test_printable_escapes_what_would_break_a_line() -> None:
     assert ShimError("x\ny", "z\n").line() == "x\\ny; z\\n"
 
 
-@pytest.mark.parametrize(("mutate", "invalid"), [(_ann, True), (_top, False), (_nul, True), (_sep, True),
-                                                 (_rel, True), (_empty, True)])
-def test_input_cannot_break_or_forge_a_line(make_bundle: Any, tmp_path: Path,
-                                            mutate: Callable[[dict[str, Any]], None], invalid: bool) -> None:
+@pytest.mark.parametrize(
+    ("mutate", "invalid"),
+    [(_ann, True), (_top, False), (_nul, True), (_sep, True), (_rel, True), (_empty, True)],
+)
+def test_input_cannot_break_or_forge_a_line(
+    make_bundle: Any, tmp_path: Path, mutate: Callable[[dict[str, Any]], None], invalid: bool
+) -> None:
     cfg = base_config(["true"])
     mutate(cfg)
     bundle = make_bundle(cfg)

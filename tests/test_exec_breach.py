@@ -23,8 +23,9 @@ from sandbox_shim import api
 from sandbox_shim.execution import execute
 from sandbox_shim.mechanism import Sandbox
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
-                                reason="needs Linux, root, bwrap and cgroups")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs Linux, root, bwrap and cgroups"
+)
 
 # busybox ash: the watch loop uses builtins only (glob, read, case, kill), so it forks nothing itself
 TENANT = r"""

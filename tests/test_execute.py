@@ -26,8 +26,9 @@ from sandbox_shim.errors import CouldNotRun, InvalidState, LimitExceeded
 from sandbox_shim.execution import execute, spawn
 from sandbox_shim.mechanism import Sandbox
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
-                                reason="needs Linux, root, bwrap and cgroups")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs Linux, root, bwrap and cgroups"
+)
 
 ALLOC_64M = ["awk", 'BEGIN{s="x"; while (length(s) < 64*1024*1024) s = s s; print length(s)}']
 #: the CLI, through its entry point (global flags and error boundary included)
@@ -86,8 +87,11 @@ def running(make_bundle: Any, state_root: Path) -> Iterator[Running]:
     deadline = time.monotonic() + 5
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not [(p, Path(f"/proc/{p}/cmdline").read_bytes(), Path(f"/proc/{p}/status").read_text())
-                for p in pids if alive(p)]
+    assert not [
+        (p, Path(f"/proc/{p}/cmdline").read_bytes(), Path(f"/proc/{p}/status").read_text())
+        for p in pids
+        if alive(p)
+    ]
 
 
 def test_exec_sees_the_sandbox_root_not_the_host(running: Running, tmp_path: Path) -> None:
@@ -129,8 +133,18 @@ def test_exec_process_is_in_the_sandbox_cgroup(running: Running, tmp_path: Path)
         assert wait_pid(s.pid) == 137
     pid_file = tmp_path / "exec.pid"
     # a detached program keeps the stdio it was given: give it none we wait on
-    r = cli(running.mech.root, "exec", "-d", "--pid-file", str(pid_file), running.id, "sleep", "30",
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = cli(
+        running.mech.root,
+        "exec",
+        "-d",
+        "--pid-file",
+        str(pid_file),
+        running.id,
+        "sleep",
+        "30",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     assert r.returncode == 0
     text = pid_file.read_text()
     assert text.isdigit()
@@ -179,8 +193,9 @@ def test_exec_env_cwd_and_process_file(running: Running, tmp_path: Path) -> None
     proc.write_text('{"args": ["sh", "-c", "echo $A; pwd"], "env": ["A=b"], "cwd": "/etc"}')
     r = cli(running.mech.root, "exec", "--process", str(proc), running.id)
     assert r.returncode == 0 and r.stdout == "b\n/etc\n"
-    r = cli(running.mech.root, "exec", "-e", "X=1", "--cwd", "/bin", running.id, "--", "sh", "-c",
-            "echo $X; pwd")
+    r = cli(
+        running.mech.root, "exec", "-e", "X=1", "--cwd", "/bin", running.id, "--", "sh", "-c", "echo $X; pwd"
+    )
     assert r.stdout == "1\n/bin\n"
     r = cli(running.mech.root, "exec", "-t", running.id, "sh")
     assert r.returncode == 2 and "--console-socket" in r.stderr
@@ -192,8 +207,7 @@ def test_exec_timeout_is_a_wall_clock_limit(running: Running) -> None:
         execute(running.mech, running.id, ("sh", ["-c", "echo started; sleep 60.25"]), timeout=1)
     assert e.value.kind_of_limit == "wall_clock" and time.monotonic() - t0 < 10
     assert e.value.completion.stdout == b"started\n"
-    assert not [p for p in running.cgroup().pids()
-                if b"60.25" in open(f"/proc/{p}/cmdline", "rb").read()]
+    assert not [p for p in running.cgroup().pids() if b"60.25" in open(f"/proc/{p}/cmdline", "rb").read()]
 
 
 def test_exec_needs_a_running_sandbox(make_bundle: Any, state_root: Path) -> None:
@@ -217,19 +231,45 @@ def test_detached_exec_pid_is_ours_and_carries_the_exit_status(running: Running,
     """runc exec -d: the pid-file process re-parents to the caller's subreaper, which reaps its status."""
     pid_file = tmp_path / "run" / "exec.pid"
     pid_file.parent.mkdir()
-    r = cli(running.mech.root, "exec", "-d", "--pid-file", str(pid_file), running.id, "sh", "-c",
-            "sleep 0.5; exit 7", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = cli(
+        running.mech.root,
+        "exec",
+        "-d",
+        "--pid-file",
+        str(pid_file),
+        running.id,
+        "sh",
+        "-c",
+        "sleep 0.5; exit 7",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     assert r.returncode == 0
     text = pid_file.read_text()
     assert text.isdigit() and os.listdir(pid_file.parent) == ["exec.pid"]  # digits only, no temp left
     pid = int(text)
-    ppid = int(next(x.split()[1] for x in Path(f"/proc/{pid}/status").read_text().splitlines()
-                    if x.startswith("PPid:")))
+    ppid = int(
+        next(
+            x.split()[1]
+            for x in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if x.startswith("PPid:")
+        )
+    )
     assert ppid == os.getpid()  # not the sandbox's init: the caller (a subreaper) has it
     assert wait_pid(pid) == 7
     # a signal death reads as one too
-    r = cli(running.mech.root, "exec", "-d", "--pid-file", str(pid_file), running.id, "sleep", "30",
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = cli(
+        running.mech.root,
+        "exec",
+        "-d",
+        "--pid-file",
+        str(pid_file),
+        running.id,
+        "sleep",
+        "30",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     assert r.returncode == 0
     os.kill(int(pid_file.read_text()), 15)
     assert wait_pid(int(pid_file.read_text())) == 143
@@ -244,12 +284,23 @@ def _process_file(tmp_path: Path, doc: dict[str, Any]) -> str:
 def test_exec_process_user_ids_and_umask(running: Running, tmp_path: Path) -> None:
     probe = ["sh", "-c", "id -u; id -g; id -G; umask; echo $A; echo PATH=$PATH"]
     # control: without process.user the program runs as the sandbox's process (root, no user namespace)
-    r = cli(running.mech.root, "exec", "--process", _process_file(tmp_path, {"args": probe, "env": ["A=1"]}),
-            running.id)
+    r = cli(
+        running.mech.root,
+        "exec",
+        "--process",
+        _process_file(tmp_path, {"args": probe, "env": ["A=1"]}),
+        running.id,
+    )
     assert r.returncode == 0 and r.stdout.splitlines()[:3] == ["0", "0", "0"], r.stderr
-    doc = {"args": probe, "env": ["A=2", "PATH=/bin"], "cwd": "/tmp", "terminal": False,
-           "noNewPrivileges": False, "apparmorProfile": "",
-           "user": {"uid": 1000, "gid": 1001, "additionalGids": [5, 6], "umask": 0o077}}
+    doc = {
+        "args": probe,
+        "env": ["A=2", "PATH=/bin"],
+        "cwd": "/tmp",
+        "terminal": False,
+        "noNewPrivileges": False,
+        "apparmorProfile": "",
+        "user": {"uid": 1000, "gid": 1001, "additionalGids": [5, 6], "umask": 0o077},
+    }
     r = cli(running.mech.root, "exec", "--process", _process_file(tmp_path, doc), running.id)
     assert r.returncode == 0, r.stderr
     # process.env is the whole environment (as runc's exec -p): PATH is the one given
@@ -265,9 +316,11 @@ def test_exec_process_refusals_echo_no_secret(running: Running, tmp_path: Path) 
     ok = {"args": ["echo", "RAN-MARKER"], "env": ["PATH=/bin"]}
     r = cli(running.mech.root, "exec", "--process", _process_file(tmp_path, ok), running.id)
     assert r.returncode == 0 and r.stdout == "RAN-MARKER\n"  # control
-    for bad, words in (({"env": ["PATH=/bin", "API_TOKEN=s3cr3t-value"]}, "API_TOKEN"),
-                       ({"apparmorProfile": "unconfined"}, "apparmorProfile"),
-                       ({"user": {"uid": -1, "gid": 0}}, "uid")):
+    for bad, words in (
+        ({"env": ["PATH=/bin", "API_TOKEN=s3cr3t-value"]}, "API_TOKEN"),
+        ({"apparmorProfile": "unconfined"}, "apparmorProfile"),
+        ({"user": {"uid": -1, "gid": 0}}, "uid"),
+    ):
         r = cli(running.mech.root, "exec", "--process", _process_file(tmp_path, {**ok, **bad}), running.id)
         assert r.returncode == 3 and words in r.stderr and "RAN-MARKER" not in r.stdout, r.stderr
         assert "s3cr3t" not in r.stderr
@@ -362,8 +415,18 @@ def test_exec_with_a_terminal(running: Running, tmp_path: Path, how: str) -> Non
             args = ["--tty", running.id, *probe]
         else:
             args = ["--process", _process_file(tmp_path, {"args": probe, "terminal": True}), running.id]
-        r = cli(running.mech.root, "exec", "-d", "--pid-file", str(pid_file), "--console-socket", sock_path,
-                *args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        r = cli(
+            running.mech.root,
+            "exec",
+            "-d",
+            "--pid-file",
+            str(pid_file),
+            "--console-socket",
+            sock_path,
+            *args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         assert r.returncode == 0, r.stderr
         master, name = receive_master(srv)  # sent before exec returned
     assert name.startswith("/dev/pts/")
@@ -375,6 +438,15 @@ def test_exec_with_a_terminal(running: Running, tmp_path: Path, how: str) -> Non
 def test_exec_console_socket_needs_a_terminal(running: Running, tmp_path: Path) -> None:
     r = cli(running.mech.root, "exec", "--console-socket", str(tmp_path / "none.sock"), running.id, "true")
     assert r.returncode == 2 and "no terminal" in r.stderr
-    r = cli(running.mech.root, "exec", "-d", "--tty", "--console-socket", str(tmp_path / "none.sock"),
-            running.id, "echo", "NO-MARKER")
+    r = cli(
+        running.mech.root,
+        "exec",
+        "-d",
+        "--tty",
+        "--console-socket",
+        str(tmp_path / "none.sock"),
+        running.id,
+        "echo",
+        "NO-MARKER",
+    )
     assert r.returncode != 0 and "console-socket" in r.stderr and "NO-MARKER" not in r.stdout

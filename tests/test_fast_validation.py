@@ -50,19 +50,33 @@ def _set(cfg: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
 
 
 INVALID = [
-    (["ociVersion"], 1), (["ociVersion"], "2.0.0"), (["process", "args"], []), (["process", "args"], [1]),
-    (["process", "cwd"], "relative"), (["process", "user", "uid"], -1), (["process", "user", "uid"], True),
+    (["ociVersion"], 1),
+    (["ociVersion"], "2.0.0"),
+    (["process", "args"], []),
+    (["process", "args"], [1]),
+    (["process", "cwd"], "relative"),
+    (["process", "user", "uid"], -1),
+    (["process", "user", "uid"], True),
     (["process", "user", "uid"], 1.5),
     (["process", "rlimits"], [{"type": "RLIMIT_BOGUS", "soft": 1, "hard": 1}]),
-    (["process", "capabilities", "bounding"], ["CAP_NOPE"]), (["root", "path"], ""), (["root"], "rootfs"),
-    (["mounts"], [{"type": "bind"}]), (["linux", "namespaces"], [{"type": "pid", "path": "rel"}]),
-    (["linux", "namespaces"], [{"type": "bogus"}]), (["linux", "resources", "pids"], {}),
-    (["linux", "resources", "memory", "limit"], "1G"), (["linux", "maskedPaths"], ["proc"]),
-    (["linux", "seccomp"], {"syscalls": []}), (["hostname"], None),
-    (["annotations"], {"sandbox-shim.network": "internet"}), (["annotations"], {"sandbox-shim.nope": "x"}),
-    (["annotations"], {"sandbox-shim.port": "123456"}), (["annotations"], {"other": 3}),
+    (["process", "capabilities", "bounding"], ["CAP_NOPE"]),
+    (["root", "path"], ""),
+    (["root"], "rootfs"),
+    (["mounts"], [{"type": "bind"}]),
+    (["linux", "namespaces"], [{"type": "pid", "path": "rel"}]),
+    (["linux", "namespaces"], [{"type": "bogus"}]),
+    (["linux", "resources", "pids"], {}),
+    (["linux", "resources", "memory", "limit"], "1G"),
+    (["linux", "maskedPaths"], ["proc"]),
+    (["linux", "seccomp"], {"syscalls": []}),
+    (["hostname"], None),
+    (["annotations"], {"sandbox-shim.network": "internet"}),
+    (["annotations"], {"sandbox-shim.nope": "x"}),
+    (["annotations"], {"sandbox-shim.port": "123456"}),
+    (["annotations"], {"other": 3}),
     (["linux", "resources", "devices"], [{"allow": True, "access": "rwx"}]),
-    (["process", "oomScoreAdj"], 1001), (["linux", "rootfsPropagation"], "weird"),
+    (["process", "oomScoreAdj"], 1001),
+    (["linux", "rootfsPropagation"], "weird"),
 ]
 
 
@@ -137,16 +151,23 @@ def test_unknown_keys_agree_with_a_strict_schema_and_need_no_jsonschema() -> Non
     cfg["annotations"]["free.form"] = "ok"  # annotations allow any key: no warning
     cfg["linux"]["resources"]["unified"] = {"memory.high": "1"}
     got = [w.pointer for w in unknown_keys(cfg)]
-    assert got == _strict_unknown(cfg) == sorted(["/extraTop", "/process/user/nickname", "/mounts/0/weird",
-                                                 "/linux/resources/memory/futureKnob"])
+    assert (
+        got
+        == _strict_unknown(cfg)
+        == sorted(
+            ["/extraTop", "/process/user/nickname", "/mounts/0/weird", "/linux/resources/memory/futureKnob"]
+        )
+    )
     errors, warnings = schema_problems(cfg)
     assert not errors and [w.pointer for w in warnings] == got
 
 
 def test_valid_config_is_checked_without_importing_jsonschema(tmp_path: Path) -> None:
-    code = ("import sys, json; from sandbox_shim.validation import schema_problems; "
-            "from sandbox_shim.template import default_config; e, w = schema_problems(default_config()); "
-            "print(json.dumps([len(e), 'jsonschema' in sys.modules, 'fastjsonschema' in sys.modules]))")
+    code = (
+        "import sys, json; from sandbox_shim.validation import schema_problems; "
+        "from sandbox_shim.template import default_config; e, w = schema_problems(default_config()); "
+        "print(json.dumps([len(e), 'jsonschema' in sys.modules, 'fastjsonschema' in sys.modules]))"
+    )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == [0, False, False]

@@ -31,12 +31,13 @@ SEEDS: dict[str, str] = {
     "huge integer": '{"process": {"user": {"uid": ' + "9" * 5000 + "}}}",
     "big negative integer": '{"linux": {"resources": {"memory": {"limit": -' + "1" * 4400 + "}}}}",
     "NUL in root.path": '{"ociVersion": "1.0.2", "root": {"path": "root\\u0000fs"}, '
-                        '"process": {"args": ["x"]}}',
+    '"process": {"args": ["x"]}}',
     "lone surrogate in root.path": '{"ociVersion": "1.0.2", "root": {"path": "\\ud800"}, '
-                                   '"process": {"args": ["x"]}}',
+    '"process": {"args": ["x"]}}',
     "lone surrogate in a key": '{"annotations": {"\\udc00": "x"}}',
-    "NUL in a mount destination": json.dumps({**base_config(), "mounts": [
-        {"destination": "/a\u0000b", "type": "tmpfs", "source": "tmpfs"}]}),
+    "NUL in a mount destination": json.dumps(
+        {**base_config(), "mounts": [{"destination": "/a\u0000b", "type": "tmpfs", "source": "tmpfs"}]}
+    ),
     "surrogate in cwd": json.dumps(base_config())[:-1] + ', "x-cwd": "\\udfff"}',
     "700,000-item array": '{"process": {"args": [' + ",".join(['"a"'] * 700_000) + "]}}",
     "NaN": '{"linux": {"resources": {"cpu": {"period": NaN}}}}',
@@ -84,8 +85,10 @@ def test_crash_seeds_are_refused_fast_with_a_pointer(name: str, fuzz_bundle: Pat
     assert info.value.problems[0].line()
 
 
-@pytest.mark.parametrize("name", ["deep object", "huge integer", "lone surrogate in root.path",
-                                  "NUL in root.path", "700,000-item array"])
+@pytest.mark.parametrize(
+    "name",
+    ["deep object", "huge integer", "lone surrogate in root.path", "NUL in root.path", "700,000-item array"],
+)
 def test_crash_seeds_through_the_cli(name: str, fuzz_bundle: Path, tmp_path: Path) -> None:
     _write(fuzz_bundle, SEEDS[name])
     for args in (["validate", "--bundle", str(fuzz_bundle)], ["create", "--bundle", str(fuzz_bundle), "fz"]):
@@ -100,18 +103,31 @@ def test_crash_seeds_through_the_cli(name: str, fuzz_bundle: Path, tmp_path: Pat
 
 # -- generated configs -------------------------------------------------------------------------------
 
-_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)) | st.sampled_from(
-    ["\x00", "/", ".", "~", "\ud800", "\udfff"]), max_size=12) | st.sampled_from(
-    ["..", "../..", "/etc/shadow", "/proc/self/root", "", "a" * 300])
+_text = st.text(
+    st.characters(codec="utf-8", exclude_categories=("Cs",))
+    | st.sampled_from(["\x00", "/", ".", "~", "\ud800", "\udfff"]),
+    max_size=12,
+) | st.sampled_from(["..", "../..", "/etc/shadow", "/proc/self/root", "", "a" * 300])
 _scalar = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | _text
-_json = st.recursive(_scalar,
-                     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(_text, kids, max_size=4),
-                     max_leaves=20)
+_json = st.recursive(
+    _scalar, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(_text, kids, max_size=4), max_leaves=20
+)
 _FIELDS = ["ociVersion", "process", "root", "hostname", "mounts", "linux", "annotations", "hooks"]
-_SUB = {"process": ["args", "env", "cwd", "user", "rlimits", "capabilities", "terminal", "noNewPrivileges"],
-        "root": ["path", "readonly"],
-        "linux": ["namespaces", "resources", "cgroupsPath", "maskedPaths", "readonlyPaths", "sysctl",
-                  "seccomp", "uidMappings", "devices"]}
+_SUB = {
+    "process": ["args", "env", "cwd", "user", "rlimits", "capabilities", "terminal", "noNewPrivileges"],
+    "root": ["path", "readonly"],
+    "linux": [
+        "namespaces",
+        "resources",
+        "cgroupsPath",
+        "maskedPaths",
+        "readonlyPaths",
+        "sysctl",
+        "seccomp",
+        "uidMappings",
+        "devices",
+    ],
+}
 
 
 @st.composite
@@ -134,8 +150,12 @@ def _dump(doc: Any) -> str:
 
 
 @seed(17)
-@settings(max_examples=300, deadline=None, derandomize=True,  # the same inputs in every CI run
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,  # the same inputs in every CI run
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(configs())
 def test_load_only_returns_a_spec_or_raises_bundle_invalid(fuzz_bundle: Path, doc: Any) -> None:
     _write(fuzz_bundle, _dump(doc))
@@ -144,11 +164,16 @@ def test_load_only_returns_a_spec_or_raises_bundle_invalid(fuzz_bundle: Path, do
 
 @pytest.mark.skipif(os.environ.get("SANDBOX_SHIM_FUZZ_CLI", "1") == "0", reason="SANDBOX_SHIM_FUZZ_CLI=0")
 @seed(1717)
-@settings(max_examples=25, deadline=None, derandomize=True,  # the same inputs in every CI run
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,  # the same inputs in every CI run
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(configs())
-def test_cli_validate_ends_in_a_documented_status_and_one_line(fuzz_bundle: Path, tmp_path: Path,
-                                                                doc: Any) -> None:
+def test_cli_validate_ends_in_a_documented_status_and_one_line(
+    fuzz_bundle: Path, tmp_path: Path, doc: Any
+) -> None:
     _write(fuzz_bundle, _dump(doc))
     r = run_shim(tmp_path / "state", "--log-format", "json", "validate", "--bundle", str(fuzz_bundle))
     assert r.returncode in (0, 3), (r.returncode, r.stderr)

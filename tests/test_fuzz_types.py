@@ -124,8 +124,11 @@ def test_wrong_types_through_the_cli_end_in_3_with_one_line(fuzz_dir: Path, tmp_
         if v.returncode not in (0, 3) or not all(ln.startswith(("error: ", "warning: ")) for ln in lines):
             return f"validate {where}: exit {v.returncode}: {v.stderr.strip()[:300]}"  # one line per problem
         extra = c.stderr.strip().splitlines()[1:]  # a one-line summary, then each problem indented
-        if c.returncode not in CREATE_OK or "Traceback" in c.stderr or not all(
-                ln.startswith("  ") for ln in extra):
+        if (
+            c.returncode not in CREATE_OK
+            or "Traceback" in c.stderr
+            or not all(ln.startswith("  ") for ln in extra)
+        ):
             return f"create {where}: exit {c.returncode}: {c.stderr.strip()[:300]}"
         if v.returncode == 3 and c.returncode != 3:
             return f"create {where}: exit {c.returncode} for a config validate refused"
@@ -137,15 +140,19 @@ def test_wrong_types_through_the_cli_end_in_3_with_one_line(fuzz_dir: Path, tmp_
     assert time.monotonic() - t0 < 180
 
 
-@pytest.mark.parametrize("field,value,pointer", [
-    ("args", ["/bin/true"] + ["a"] * 16000, "/process/args"),
-    ("env", [f"V{i}=x" for i in range(16000)], "/process/env"),
-    ("period", 1, "/linux/resources/cpu/period"),
-    ("period", 2_000_000, "/linux/resources/cpu/period"),
-    ("quota", 999, "/linux/resources/cpu/quota"),
-])
-def test_configs_create_would_refuse_are_refused_at_validation(fuzz_dir: Path, field: str, value: Any,
-                                                               pointer: str) -> None:
+@pytest.mark.parametrize(
+    "field,value,pointer",
+    [
+        ("args", ["/bin/true"] + ["a"] * 16000, "/process/args"),
+        ("env", [f"V{i}=x" for i in range(16000)], "/process/env"),
+        ("period", 1, "/linux/resources/cpu/period"),
+        ("period", 2_000_000, "/linux/resources/cpu/period"),
+        ("quota", 999, "/linux/resources/cpu/quota"),
+    ],
+)
+def test_configs_create_would_refuse_are_refused_at_validation(
+    fuzz_dir: Path, field: str, value: Any, pointer: str
+) -> None:
     cfg = base_config()
     if field in ("period", "quota"):
         cfg.setdefault("linux", {})["resources"] = {"cpu": {field: 100000}}

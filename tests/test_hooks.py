@@ -43,17 +43,27 @@ def test_every_phase_runs_at_its_moment_with_the_state(make_bundle, state_root: 
     # startContainer resolves inside the sandbox: a script in the rootfs writing to /storage
     phases = ("prestart", "createRuntime", "createContainer", "poststart", "poststop")
     hooks = {p: [_hook(rec, p)] for p in phases}
-    hooks["startContainer"] = [{"path": "/bin/sh", "args": ["sh", "-c",
-                                "echo startContainer $(readlink /proc/self/ns/net) $(cat /etc/marker) "
-                                ">> /storage/start.log"]}]
+    hooks["startContainer"] = [
+        {
+            "path": "/bin/sh",
+            "args": [
+                "sh",
+                "-c",
+                "echo startContainer $(readlink /proc/self/ns/net) $(cat /etc/marker) >> /storage/start.log",
+            ],
+        }
+    ]
     b = _bundle_with_hooks(make_bundle, tmp_path, hooks, ["sh", "-c", "echo ran >> /storage/start.log"])
     (b / "rootfs" / "etc" / "marker").write_text("ROOTFS-MARK\n")
     host_net = os.readlink("/proc/self/ns/net")
     r = run_shim(state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"), "hk-1")
     assert r.returncode == 0, r.stderr
     lines = log.read_text().splitlines()
-    assert [x.split()[:2] for x in lines] == [["prestart", "creating"], ["createRuntime", "creating"],
-                                              ["createContainer", "creating"]]
+    assert [x.split()[:2] for x in lines] == [
+        ["prestart", "creating"],
+        ["createRuntime", "creating"],
+        ["createContainer", "creating"],
+    ]
     assert lines[0].split()[2] == host_net and lines[1].split()[2] == host_net  # runtime namespace
     assert lines[2].split()[2] != host_net  # createContainer: the sandbox's network namespace
     st = json.loads((tmp_path / "hooks.log.prestart.json").read_text())
@@ -75,9 +85,15 @@ def test_failing_prestart_aborts_and_leaves_nothing(make_bundle, state_root: Pat
     fail = tmp_path / "fail-hook"
     fail.write_text("#!/bin/sh\necho hook-said-no >&2\nexit 3\n")
     fail.chmod(0o755)
-    b = _bundle_with_hooks(make_bundle, tmp_path, {"prestart": [_hook(fail, "prestart")],
-                                                   "createRuntime": [_hook(rec, "createRuntime")],
-                                                   "poststop": [_hook(rec, "poststop")]})
+    b = _bundle_with_hooks(
+        make_bundle,
+        tmp_path,
+        {
+            "prestart": [_hook(fail, "prestart")],
+            "createRuntime": [_hook(rec, "createRuntime")],
+            "poststop": [_hook(rec, "poststop")],
+        },
+    )
     r = run_shim(state_root, "create", "--bundle", str(b), "hk-2")
     assert r.returncode != 0 and "prestart hook" in r.stderr and "exit status 3" in r.stderr
     assert "hook-said-no" in r.stderr
@@ -110,10 +126,17 @@ def test_failing_poststart_only_warns(make_bundle, state_root: Path, tmp_path: P
     fail = tmp_path / "fail-hook"
     fail.write_text("#!/bin/sh\nexit 5\n")
     fail.chmod(0o755)
-    b = _bundle_with_hooks(make_bundle, tmp_path, {"poststart": [_hook(fail, "poststart")],
-                                                   "poststop": [_hook(fail, "poststop")]})
-    assert run_shim(state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"),
-                    "hk-5").returncode == 0
+    b = _bundle_with_hooks(
+        make_bundle,
+        tmp_path,
+        {"poststart": [_hook(fail, "poststart")], "poststop": [_hook(fail, "poststop")]},
+    )
+    assert (
+        run_shim(
+            state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"), "hk-5"
+        ).returncode
+        == 0
+    )
     r = run_shim(state_root, "start", "hk-5")
     assert r.returncode == 0 and "warning: poststart hook" in r.stderr
     assert wait_pid(int((tmp_path / "pid").read_text())) == 0
@@ -124,9 +147,12 @@ def test_failing_poststart_only_warns(make_bundle, state_root: Path, tmp_path: P
 
 def test_failing_start_container_destroys(make_bundle, state_root: Path, tmp_path: Path) -> None:
     rec, log = _recorder(tmp_path)
-    b = _bundle_with_hooks(make_bundle, tmp_path, {"startContainer": [{"path": "/bin/false"}],
-                                                   "poststop": [_hook(rec, "poststop")]},
-                           ["sh", "-c", "echo ran > /storage/ran"])
+    b = _bundle_with_hooks(
+        make_bundle,
+        tmp_path,
+        {"startContainer": [{"path": "/bin/false"}], "poststop": [_hook(rec, "poststop")]},
+        ["sh", "-c", "echo ran > /storage/ran"],
+    )
     assert run_shim(state_root, "create", "--bundle", str(b), "hk-6").returncode == 0
     r = run_shim(state_root, "start", "hk-6")
     assert r.returncode != 0 and "startContainer hook" in r.stderr

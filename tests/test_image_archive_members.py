@@ -52,8 +52,9 @@ def _layer() -> bytes:
 
 
 @pytest.mark.parametrize("kind", [tarfile.SYMTYPE, tarfile.LNKTYPE], ids=["symlink", "hardlink"])
-def test_docker_archive_layer_member_link_refused(tmp_path: Path, state_root: Path, host_file: Path,
-                                                  kind: bytes) -> None:
+def test_docker_archive_layer_member_link_refused(
+    tmp_path: Path, state_root: Path, host_file: Path, kind: bytes
+) -> None:
     layer = _layer()
     good = write_docker_archive(tmp_path / "good.tar", [layer], image_config([layer], Cmd=["/bin/sh"]))
     r = run_shim(state_root, "bundle", "create", "--image", f"docker-archive:{good}", str(tmp_path / "ok"))
@@ -61,8 +62,9 @@ def test_docker_archive_layer_member_link_refused(tmp_path: Path, state_root: Pa
     assert (tmp_path / "ok/rootfs/etc/motd").read_text() == "image\n"
     bad = tmp_path / "bad.tar"  # refused under a fresh state root: the control's cached layers are not read
     _relink(good, bad, "/layer.tar", kind, str(host_file))
-    r = run_shim(tmp_path / "fresh", "bundle", "create", "--image", f"docker-archive:{bad}",
-                 str(tmp_path / "b"))
+    r = run_shim(
+        tmp_path / "fresh", "bundle", "create", "--image", f"docker-archive:{bad}", str(tmp_path / "b")
+    )
     assert r.returncode == 3, r.stderr
     assert r.stderr.count("\n") == 1 and "not a regular file" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "b").exists()
@@ -70,8 +72,9 @@ def test_docker_archive_layer_member_link_refused(tmp_path: Path, state_root: Pa
 
 @pytest.mark.parametrize("which", ["layer", "config", "manifest", "index.json"])
 @pytest.mark.parametrize("kind", [tarfile.SYMTYPE, tarfile.LNKTYPE], ids=["symlink", "hardlink"])
-def test_oci_archive_member_link_refused(tmp_path: Path, state_root: Path, host_file: Path,
-                                         kind: bytes, which: str) -> None:
+def test_oci_archive_member_link_refused(
+    tmp_path: Path, state_root: Path, host_file: Path, kind: bytes, which: str
+) -> None:
     layer = _layer()
     layout = write_layout(tmp_path / "layout", [layer], image_config([layer], Cmd=["/bin/sh"]))
     good = write_oci_archive(tmp_path / "good.tar", layout)
@@ -81,8 +84,12 @@ def test_oci_archive_member_link_refused(tmp_path: Path, state_root: Path, host_
     index = json.loads((layout / "index.json").read_text())
     mdigest = index["manifests"][0]["digest"][7:]
     manifest = json.loads((layout / "blobs/sha256" / mdigest).read_bytes())
-    name = {"layer": manifest["layers"][0]["digest"][7:], "config": manifest["config"]["digest"][7:],
-            "manifest": mdigest, "index.json": "index.json"}[which]
+    name = {
+        "layer": manifest["layers"][0]["digest"][7:],
+        "config": manifest["config"]["digest"][7:],
+        "manifest": mdigest,
+        "index.json": "index.json",
+    }[which]
     bad = tmp_path / "bad.tar"  # refused under a fresh state root: the control's cached layers are not read
     # a hard link may also name another member: point it at the host file's path either way
     _relink(good, bad, name, kind, str(host_file))

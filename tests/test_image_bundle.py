@@ -29,24 +29,41 @@ def busybox_layer(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     if shutil.which("busybox") is None:
         pytest.skip("busybox is not installed (apt-get install busybox-static)")
     dest = tmp_path_factory.mktemp("bb") / "rootfs"
-    subprocess.run([str(Path(__file__).parent.parent / "scripts" / "make-rootfs"), str(dest)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [str(Path(__file__).parent.parent / "scripts" / "make-rootfs"), str(dest)],
+        check=True,
+        capture_output=True,
+    )
     return tar_dir(dest)
 
 
 def test_layers_whiteouts_links_modes_owners(tmp_path: Path) -> None:
-    lower = tar_bytes([
-        entry("etc/gone", data=b"1"), entry("opq/lower", data=b"1"), entry("opq/sub/deep", data=b"1"),
-        entry("keep", data=b"lower"), entry("dir", "dir", mode=0o750, uid=1234, gid=4321),
-    ])
-    upper = tar_bytes([
-        entry("opq/upper", data=b"2"), entry("opq/.wh..wh..opq"), entry("etc/.wh.gone"),
-        entry("bin/tool", data=b"#!/bin/sh\n", mode=0o711, uid=1000, gid=1001),
-        entry("bin/alias", "hardlink", link="bin/tool"), entry("lnk", "symlink", link="/bin/tool"),
-    ])
+    lower = tar_bytes(
+        [
+            entry("etc/gone", data=b"1"),
+            entry("opq/lower", data=b"1"),
+            entry("opq/sub/deep", data=b"1"),
+            entry("keep", data=b"lower"),
+            entry("dir", "dir", mode=0o750, uid=1234, gid=4321),
+        ]
+    )
+    upper = tar_bytes(
+        [
+            entry("opq/upper", data=b"2"),
+            entry("opq/.wh..wh..opq"),
+            entry("etc/.wh.gone"),
+            entry("bin/tool", data=b"#!/bin/sh\n", mode=0o711, uid=1000, gid=1001),
+            entry("bin/alias", "hardlink", link="bin/tool"),
+            entry("lnk", "symlink", link="/bin/tool"),
+        ]
+    )
     out = tmp_path / "b"
-    create_bundle(f"oci:{write_layout(tmp_path / 'img', [lower, upper])}", str(out), str(tmp_path / "s"),
-                  Options(args="/bin/tool"))
+    create_bundle(
+        f"oci:{write_layout(tmp_path / 'img', [lower, upper])}",
+        str(out),
+        str(tmp_path / "s"),
+        Options(args="/bin/tool"),
+    )
     r = out / "rootfs"
     assert not (r / "etc" / "gone").exists() and (r / "etc").is_dir()
     assert sorted(os.listdir(r / "opq")) == ["upper"]  # lower entries gone, this layer's kept
@@ -66,18 +83,27 @@ def _config(out: Path) -> dict:
 
 
 def test_config_from_image(tmp_path: Path) -> None:
-    layer = tar_bytes([
-        entry("etc/passwd", data=b"root:x:0:0::/root:/bin/sh\napp:x:1001:1002::/home/app:/bin/sh\n"),
-        entry("etc/group", data=b"root:x:0:\nstaff:x:50:\n"),
-    ])
-    cfg = image_config([layer], Entrypoint=["/bin/app"], Cmd=["--serve"], Env=["PATH=/opt/bin", "A=1",
-                       "API_TOKEN=hidden-value"], WorkingDir="/srv", User="app:staff",
-                       ExposedPorts={"9000/udp": {}, "8080/tcp": {}, "443/tcp": {}},
-                       Labels={"org.example.team": "x", "sandbox-shim.network": "host", "run.oci.x": "1"},
-                       Volumes={"/data": {}})
+    layer = tar_bytes(
+        [
+            entry("etc/passwd", data=b"root:x:0:0::/root:/bin/sh\napp:x:1001:1002::/home/app:/bin/sh\n"),
+            entry("etc/group", data=b"root:x:0:\nstaff:x:50:\n"),
+        ]
+    )
+    cfg = image_config(
+        [layer],
+        Entrypoint=["/bin/app"],
+        Cmd=["--serve"],
+        Env=["PATH=/opt/bin", "A=1", "API_TOKEN=hidden-value"],
+        WorkingDir="/srv",
+        User="app:staff",
+        ExposedPorts={"9000/udp": {}, "8080/tcp": {}, "443/tcp": {}},
+        Labels={"org.example.team": "x", "sandbox-shim.network": "host", "run.oci.x": "1"},
+        Volumes={"/data": {}},
+    )
     out = tmp_path / "b"
-    res = create_bundle(f"oci:{write_layout(tmp_path / 'img', [layer], cfg)}", str(out), str(tmp_path / "s"),
-                        Options())
+    res = create_bundle(
+        f"oci:{write_layout(tmp_path / 'img', [layer], cfg)}", str(out), str(tmp_path / "s"), Options()
+    )
     c = _config(out)
     assert c["process"]["args"] == ["/bin/app", "--serve"]
     assert "PATH=/opt/bin" in c["process"]["env"] and "A=1" in c["process"]["env"]
@@ -90,15 +116,20 @@ def test_config_from_image(tmp_path: Path) -> None:
     assert "sandbox-shim.network dropped" in joined and "run.oci.x dropped" in joined and "Volumes" in joined
     # overrides
     out2 = tmp_path / "b2"
-    create_bundle(f"oci:{tmp_path / 'img'}", str(out2), str(tmp_path / "s"),
-                  Options(args="sh -c 'echo hi'", env=["A=2"], readonly=False, storage=str(tmp_path / "st")))
+    create_bundle(
+        f"oci:{tmp_path / 'img'}",
+        str(out2),
+        str(tmp_path / "s"),
+        Options(args="sh -c 'echo hi'", env=["A=2"], readonly=False, storage=str(tmp_path / "st")),
+    )
     c2 = _config(out2)
     assert c2["process"]["args"] == ["sh", "-c", "echo hi"] and "A=2" in c2["process"]["env"]
     assert c2["root"]["readonly"] is False
     assert any(m["destination"] == "/storage" and m["source"] == str(tmp_path / "st") for m in c2["mounts"])
     with pytest.raises(ImageInvalid, match="--env SECRET_X"):
-        create_bundle(f"oci:{tmp_path / 'img'}", str(tmp_path / "b3"), str(tmp_path / "s"),
-                      Options(env=["SECRET_X=1"]))
+        create_bundle(
+            f"oci:{tmp_path / 'img'}", str(tmp_path / "b3"), str(tmp_path / "s"), Options(env=["SECRET_X=1"])
+        )
     assert not (tmp_path / "b3").exists()
 
 
@@ -125,8 +156,12 @@ def test_no_command_refused(tmp_path: Path) -> None:
 
 def _busybox_image(tmp_path: Path, layer: bytes) -> Path:
     extra = tar_bytes([entry("etc/motd", data=b"from the image\n")])
-    cfg = image_config([layer, extra], Cmd=["sh", "-c", "cat /etc/motd; echo cwd=$(pwd) v=$V"],
-                       Env=["V=image"], WorkingDir="/tmp")
+    cfg = image_config(
+        [layer, extra],
+        Cmd=["sh", "-c", "cat /etc/motd; echo cwd=$(pwd) v=$V"],
+        Env=["V=image"],
+        WorkingDir="/tmp",
+    )
     return write_layout(tmp_path / "bb-img", [layer, extra], cfg)
 
 
@@ -156,8 +191,9 @@ def test_cli_create_validate_run_and_cache(tmp_path: Path, busybox_layer: bytes,
 
 
 def test_cli_refusal_is_one_line_and_leaves_nothing(tmp_path: Path, state_root: Path) -> None:
-    r = run_shim(state_root, "bundle", "create", "--image", "oci:" + str(tmp_path / "missing"),
-                 str(tmp_path / "b"))
+    r = run_shim(
+        state_root, "bundle", "create", "--image", "oci:" + str(tmp_path / "missing"), str(tmp_path / "b")
+    )
     assert r.returncode == 3 and "Traceback" not in r.stderr
     assert r.stderr.count("\n") == 1 and "not a directory" in r.stderr
     assert not (tmp_path / "b").exists()
@@ -171,8 +207,10 @@ def test_archives(tmp_path: Path, busybox_layer: bytes, state_root: Path) -> Non
     layers = [busybox_layer, tar_bytes([entry("etc/motd", data=b"docker archive\n")])]
     cfg = image_config(layers, Cmd=["cat", "/etc/motd"])
     docker = write_docker_archive(tmp_path / "docker.tar", layers, cfg)
-    for ref, want in ((f"oci-archive:{oci_tar}:latest", "from the image"),
-                      (f"docker-archive:{docker}", "docker archive")):
+    for ref, want in (
+        (f"oci-archive:{oci_tar}:latest", "from the image"),
+        (f"docker-archive:{docker}", "docker archive"),
+    ):
         out = tmp_path / ref.split(":")[0]
         r = run_shim(state_root, "bundle", "create", "--image", ref, str(out))
         assert r.returncode == 0, r.stderr
@@ -188,8 +226,11 @@ def test_lifecycle_verbs_do_not_load_the_image_package(tmp_path: Path) -> None:
     import sys
 
     def loaded(*args: str) -> str:
-        r = subprocess.run([sys.executable, "-X", "importtime", "-m", "sandbox_shim", "--root",
-                            str(tmp_path / "s"), *args], capture_output=True, text=True)
+        r = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "sandbox_shim", "--root", str(tmp_path / "s"), *args],
+            capture_output=True,
+            text=True,
+        )
         return r.stderr
 
     made = loaded("bundle", "create", "--image", "oci:/nonexistent", str(tmp_path / "x"))
@@ -202,11 +243,19 @@ def test_image_on_a_cached_base_unpacks_only_its_own_layers(tmp_path: Path) -> N
     base = [tar_bytes([entry("etc/base", data=b"base"), entry("etc/over", data=b"old")])]
     top = base + [tar_bytes([entry("etc/over", data=b"new"), entry("etc/.wh.base")])]
     state = str(tmp_path / "s")
-    a = create_bundle(f"oci:{write_layout(tmp_path / 'a', base, image_config(base, Cmd=['/x']))}",
-                      str(tmp_path / "ba"), state, Options())
+    a = create_bundle(
+        f"oci:{write_layout(tmp_path / 'a', base, image_config(base, Cmd=['/x']))}",
+        str(tmp_path / "ba"),
+        state,
+        Options(),
+    )
     assert a.reused_layers == 0 and not a.cached
-    b = create_bundle(f"oci:{write_layout(tmp_path / 'b', top, image_config(top, Cmd=['/x']))}",
-                      str(tmp_path / "bb"), state, Options())
+    b = create_bundle(
+        f"oci:{write_layout(tmp_path / 'b', top, image_config(top, Cmd=['/x']))}",
+        str(tmp_path / "bb"),
+        state,
+        Options(),
+    )
     assert b.reused_layers == 1 and not b.cached
     assert (tmp_path / "bb/rootfs/etc/over").read_bytes() == b"new"
     assert not (tmp_path / "bb/rootfs/etc/base").exists()

@@ -89,12 +89,21 @@ def test_file_over_planted_symlink_replaces_the_link(tmp_path: Path, host_dir: P
 
 def test_hardlink_to_host_file_refused(tmp_path: Path, host_dir: Path) -> None:
     victim = host_dir / "victim"
-    ok = make(tmp_path, build(tmp_path, [tar_bytes([entry("etc/x", data=b"1"),
-                                                     entry("y", "hardlink", link="etc/x")])], "ctl"), "ctl")
+    ok = make(
+        tmp_path,
+        build(
+            tmp_path, [tar_bytes([entry("etc/x", data=b"1"), entry("y", "hardlink", link="etc/x")])], "ctl"
+        ),
+        "ctl",
+    )
     assert os.stat(ok / "y").st_ino == os.stat(ok / "etc/x").st_ino  # control: links inside work
-    for layers in ([tar_bytes([entry("hl", "hardlink", link=str(victim))])],
-                   [tar_bytes([entry("s", "symlink", link=str(host_dir))]),
-                    tar_bytes([entry("hl", "hardlink", link="s/victim")])]):
+    for layers in (
+        [tar_bytes([entry("hl", "hardlink", link=str(victim))])],
+        [
+            tar_bytes([entry("s", "symlink", link=str(host_dir))]),
+            tar_bytes([entry("hl", "hardlink", link="s/victim")]),
+        ],
+    ):
         with pytest.raises(ImageInvalid, match="hard link target"):
             make(tmp_path, build(tmp_path, layers, "bad"), "bad")
         assert os.stat(victim).st_nlink == 1
@@ -125,9 +134,16 @@ def test_devices_and_fifos_skipped(tmp_path: Path) -> None:
 
 @ROOT_ONLY
 def test_setuid_dropped_unless_kept(tmp_path: Path) -> None:
-    layer = tar_bytes([entry("su", data=b"#!", mode=0o4755), entry("sg", data=b"#!", mode=0o2755),
-                       entry("sgdir", "dir", mode=0o2777), entry("sudir", "dir", mode=0o4755),
-                       entry("tmp", "dir", mode=0o1777), entry("sgsticky", "dir", mode=0o3777)])
+    layer = tar_bytes(
+        [
+            entry("su", data=b"#!", mode=0o4755),
+            entry("sg", data=b"#!", mode=0o2755),
+            entry("sgdir", "dir", mode=0o2777),
+            entry("sudir", "dir", mode=0o4755),
+            entry("tmp", "dir", mode=0o1777),
+            entry("sgsticky", "dir", mode=0o3777),
+        ]
+    )
     ref = build(tmp_path, [layer])
     out = tmp_path / "b"
     res = create_bundle(ref, str(out), str(tmp_path / "state-b"), Options(args="/bin/sh"))
@@ -220,10 +236,12 @@ def test_zstd_layers(tmp_path: Path) -> None:
     pytest.importorskip("zstandard", reason="zstandard is not installed (pip install 'sandbox-shim[image]')")
     ref = build(tmp_path, [tar_bytes([entry("z", data=b"zstd!")])], compression="zstd")
     assert (make(tmp_path, ref) / "z").read_bytes() == b"zstd!"
-    code = ("import sys; sys.modules['zstandard'] = None\n"  # the same image where the package is absent
-            "from sandbox_shim.image import ImageInvalid, Options, create_bundle\n"
-            f"try: create_bundle({ref!r}, {str(tmp_path / 'nz')!r}, {str(tmp_path / 's2')!r}, Options())\n"
-            "except ImageInvalid as e: print(e.line())\n")
+    code = (
+        "import sys; sys.modules['zstandard'] = None\n"  # the same image where the package is absent
+        "from sandbox_shim.image import ImageInvalid, Options, create_bundle\n"
+        f"try: create_bundle({ref!r}, {str(tmp_path / 'nz')!r}, {str(tmp_path / 's2')!r}, Options())\n"
+        "except ImageInvalid as e: print(e.line())\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "zstd-compressed, and the zstandard package is not installed" in out
 
@@ -254,8 +272,12 @@ def _stream(data: bytes):  # type: ignore[no-untyped-def]
 def test_sparse_members_and_entry_flood_refused(tmp_path: Path) -> None:
     sparse_map = b"1\n0\n1\n".ljust(512, b"\0")  # GNU sparse 1.0: one 1-byte region, then a 1 TiB hole
     ti, data = entry("sparse", data=sparse_map + b"x")
-    ti.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": "sparse",
-                      "GNU.sparse.realsize": str(1 << 40)}
+    ti.pax_headers = {
+        "GNU.sparse.major": "1",
+        "GNU.sparse.minor": "0",
+        "GNU.sparse.name": "sparse",
+        "GNU.sparse.realsize": str(1 << 40),
+    }
     with pytest.raises(ImageInvalid, match="sparse files are not supported"):
         make(tmp_path, build(tmp_path, [tar_bytes([(ti, data)])]))
     rootfs = tmp_path / "r"

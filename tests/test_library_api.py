@@ -19,8 +19,14 @@ def test_mechanism_satisfies_the_protocol(state_root: Path) -> None:
 
 
 def test_provision_start_status_usage_stop_destroy(make_bundle, state_root: Path) -> None:
-    cfg = base_config(["sh", "-c", "trap '' TERM; awk 'BEGIN{s=\"x\"; while (length(s) < 33554432) s = s s; "
-                       "print length(s)}' >/dev/null; while :; do sleep 0.05; done"])
+    cfg = base_config(
+        [
+            "sh",
+            "-c",
+            "trap '' TERM; awk 'BEGIN{s=\"x\"; while (length(s) < 33554432) s = s s; "
+            "print length(s)}' >/dev/null; while :; do sleep 0.05; done",
+        ]
+    )
     b = make_bundle(cfg)
     mech = sandbox_shim.default_mechanism(str(state_root))
     events: list[tuple] = []
@@ -87,19 +93,28 @@ def test_refusal_raises_before_anything_is_made(make_bundle, state_root: Path) -
     assert not (state_root / "ref").exists() and cgroup_dirs("ref") == []
 
 
-def test_cli_json_log_carries_telemetry_only_with_debug(make_bundle, state_root: Path,
-                                                        tmp_path: Path) -> None:
+def test_cli_json_log_carries_telemetry_only_with_debug(
+    make_bundle, state_root: Path, tmp_path: Path
+) -> None:
     import json
 
     from conftest import run_shim
 
     b = make_bundle()
     quiet, loud = tmp_path / "quiet.log", tmp_path / "loud.log"
-    assert run_shim(state_root, "--log", str(quiet), "--log-format", "json", "create", "--bundle", str(b),
-                    "t1").returncode == 0
+    assert (
+        run_shim(
+            state_root, "--log", str(quiet), "--log-format", "json", "create", "--bundle", str(b), "t1"
+        ).returncode
+        == 0
+    )
     assert not quiet.exists() or quiet.read_text() == ""  # podman parses this file whole on error
-    assert run_shim(state_root, "--debug", "--log", str(loud), "--log-format", "json", "delete", "--force",
-                    "t1").returncode == 0
+    assert (
+        run_shim(
+            state_root, "--debug", "--log", str(loud), "--log-format", "json", "delete", "--force", "t1"
+        ).returncode
+        == 0
+    )
     recs = [json.loads(line) for line in loud.read_text().splitlines()]
     names = [r["msg"] for r in recs if r["level"] == "debug"]
     assert "sandbox_shim.destroy.start" in names and "sandbox_shim.destroy.stop" in names

@@ -18,8 +18,9 @@ from sandbox_shim.errors import LimitExceeded
 from sandbox_shim.execution import execute
 from sandbox_shim.mechanism import Sandbox
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
-                                reason="needs Linux, root, bwrap and cgroups")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs Linux, root, bwrap and cgroups"
+)
 
 
 @pytest.fixture
@@ -97,15 +98,22 @@ def test_library_default_stdio_is_not_the_callers(make_bundle: Any, state_root: 
     bundle = make_bundle(base_config(["sh", "-c", "echo TENANT; echo TENANT >&2; cat; : >/proc/self/fd/1"]))
     log = tmp_path / "service.log"
     log.write_text("service line\n")
-    code = ("import sys, time; from sandbox_shim import api; from sandbox_shim.mechanism import Sandbox\n"
-            "m = api.default_mechanism(sys.argv[1]); b = Sandbox('quiet', sys.argv[2])\n"
-            "api.provision(m, b); api.start(m, b)\n"
-            "t = time.monotonic() + 10\n"
-            "while api.status(m, b).status != 'stopped' and time.monotonic() < t: time.sleep(0.05)\n"
-            "api.destroy(m, b, force=True); print('service done')\n")
+    code = (
+        "import sys, time; from sandbox_shim import api; from sandbox_shim.mechanism import Sandbox\n"
+        "m = api.default_mechanism(sys.argv[1]); b = Sandbox('quiet', sys.argv[2])\n"
+        "api.provision(m, b); api.start(m, b)\n"
+        "t = time.monotonic() + 10\n"
+        "while api.status(m, b).status != 'stopped' and time.monotonic() < t: time.sleep(0.05)\n"
+        "api.destroy(m, b, force=True); print('service done')\n"
+    )
     with open(log, "a") as out, open(log) as inp:
-        p = subprocess.run([sys.executable, "-c", code, str(state_root), str(bundle)], stdin=inp, stdout=out,
-                           stderr=out, timeout=60)
+        p = subprocess.run(
+            [sys.executable, "-c", code, str(state_root), str(bundle)],
+            stdin=inp,
+            stdout=out,
+            stderr=out,
+            timeout=60,
+        )
     assert p.returncode == 0
     assert log.read_text() == "service line\nservice done\n"
 
@@ -134,8 +142,9 @@ def test_the_readme_execute_example_runs(tmp_path: Path, state_root: Path, rootf
     shutil.copytree(rootfs_template, bundles / "busybox" / "rootfs", symlinks=True)
     (bundles / "busybox" / "storage").mkdir()
     code = block.replace("/run/sandbox-shim", str(state_root)).replace("/tmp/box1", str(tmp_path / "box1"))
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("0 hello from") and lines[-1] == "3 b'hi\\n' False", r.stdout
@@ -167,10 +176,12 @@ def _script_bundle(make_bundle: Any, name: str, first_line: str, mode: int = 0o7
     return bundle
 
 
-@pytest.mark.parametrize(("first_line", "status"), [
-    ("#!/nonexistent/interp", 127), ("#!/interp", 126), ("#! /bin/sh", 0)])
-def test_a_script_whose_interpreter_cannot_run_is_could_not_run(make_bundle: Any, state_root: Path,
-                                                               first_line: str, status: int) -> None:
+@pytest.mark.parametrize(
+    ("first_line", "status"), [("#!/nonexistent/interp", 127), ("#!/interp", 126), ("#! /bin/sh", 0)]
+)
+def test_a_script_whose_interpreter_cannot_run_is_could_not_run(
+    make_bundle: Any, state_root: Path, first_line: str, status: int
+) -> None:
     from sandbox_shim.errors import CouldNotRun
     from sandbox_shim.execution import run_bundle
 

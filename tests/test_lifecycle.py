@@ -334,8 +334,9 @@ def test_bad_input_leaves_nothing_behind(make_bundle, state_root: Path, bad: str
         cfg["process"]["args"] = []
     elif bad == "bwrap-fails":
         # a file bound onto a directory: valid config, and mount(2) refuses it while bwrap sets up
-        cfg["mounts"].append({"destination": "/bin", "type": "bind", "source": "storage/f",
-                              "options": ["rbind", "ro"]})
+        cfg["mounts"].append(
+            {"destination": "/bin", "type": "bind", "source": "storage/f", "options": ["rbind", "ro"]}
+        )
     elif bad == "cgroup-fails":
         cfg["linux"]["resources"]["cpu"] = {"cpus": "4095"}
     b = make_bundle(cfg)

@@ -26,15 +26,17 @@ from sandbox_shim.errors import CouldNotRun, LimitExceeded
 from sandbox_shim.execution import run_bundle
 from sandbox_shim.mechanism import Completion, Sandbox
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
-                                reason="needs Linux, root, bwrap and cgroups")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs Linux, root, bwrap and cgroups"
+)
 
 MiB = 1 << 20
 ALLOC_256M = ["awk", 'BEGIN{s="x"; while (length(s) < 256*1024*1024) s = s s; print length(s)}']
 
 
-def config(args: list[str], memory: int | None = 256 * MiB, pids: int | None = 128,
-           **settings: str) -> dict[str, Any]:
+def config(
+    args: list[str], memory: int | None = 256 * MiB, pids: int | None = 128, **settings: str
+) -> dict[str, Any]:
     cfg = base_config(args)
     res: dict[str, Any] = {}
     if memory:

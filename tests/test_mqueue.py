@@ -14,8 +14,12 @@ from conftest import base_config
 from sandbox_runs import launch, probe
 from sandbox_shim.config_rules import mount_option_problems
 
-MQ = {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
-      "options": ["nosuid", "noexec", "nodev"]}
+MQ = {
+    "destination": "/dev/mqueue",
+    "type": "mqueue",
+    "source": "mqueue",
+    "options": ["nosuid", "noexec", "nodev"],
+}
 
 
 def test_mqueue_options_are_a_warning_naming_them() -> None:
@@ -33,8 +37,10 @@ def test_mqueue_options_are_a_warning_naming_them() -> None:
 def test_mqueue_holds_no_device_node_and_runs_nothing(make_bundle, state_root: Path) -> None:
     if os.geteuid() != 0 or shutil.which("bwrap") is None:
         pytest.skip("sandboxes need root and bwrap here")
-    script = ("for d in /tmp /dev/mqueue; do printf '#!/bin/sh\\necho ran\\n' > $d/x; chmod 755 $d/x;"
-              " $d/x || echo noexec-$d; mknod $d/n p && echo fifo-$d || echo nomknod-$d; done")
+    script = (
+        "for d in /tmp /dev/mqueue; do printf '#!/bin/sh\\necho ran\\n' > $d/x; chmod 755 $d/x;"
+        " $d/x || echo noexec-$d; mknod $d/n p && echo fifo-$d || echo nomknod-$d; done"
+    )
     cfg = base_config(probe(script, exit_zero=True))
     cfg["mounts"].append(dict(MQ))
     cfg["mounts"].append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid"]})

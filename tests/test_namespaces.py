@@ -17,11 +17,14 @@ from conftest import base_config, cgroup_dirs, run_shim, shim_cmd, wait_pid
 @pytest.fixture
 def holder() -> Iterator[int]:
     """A process in new network, uts and ipc namespaces (hostname ``joined-uts``), killed afterwards."""
-    p = subprocess.Popen(["unshare", "--net", "--uts", "--ipc", "sh", "-c",
-                          "hostname joined-uts; exec sleep 60"])
+    p = subprocess.Popen(
+        ["unshare", "--net", "--uts", "--ipc", "sh", "-c", "hostname joined-uts; exec sleep 60"]
+    )
     deadline = time.monotonic() + 5
-    while os.readlink(f"/proc/{p.pid}/ns/uts") == os.readlink("/proc/self/ns/uts") or \
-            open(f"/proc/{p.pid}/comm").read().strip() != "sleep":
+    while (
+        os.readlink(f"/proc/{p.pid}/ns/uts") == os.readlink("/proc/self/ns/uts")
+        or open(f"/proc/{p.pid}/comm").read().strip() != "sleep"
+    ):
         assert time.monotonic() < deadline
         time.sleep(0.01)
     yield p.pid
@@ -32,9 +35,14 @@ def holder() -> Iterator[int]:
 def _run(state_root: Path, bundle: Path, sid: str, tmp_path: Path) -> tuple[int, str]:
     out = tmp_path / f"{sid}.out"
     with open(out, "w") as o:
-        r = subprocess.run(shim_cmd(state_root, "create", "--bundle", str(bundle), "--pid-file",
-                                    str(tmp_path / f"{sid}.pid"), sid), stdout=o, stderr=subprocess.STDOUT,
-                           timeout=30)
+        r = subprocess.run(
+            shim_cmd(
+                state_root, "create", "--bundle", str(bundle), "--pid-file", str(tmp_path / f"{sid}.pid"), sid
+            ),
+            stdout=o,
+            stderr=subprocess.STDOUT,
+            timeout=30,
+        )
     assert r.returncode == 0, out.read_text()
     assert run_shim(state_root, "start", sid).returncode == 0
     status = wait_pid(int((tmp_path / f"{sid}.pid").read_text()))
@@ -52,11 +60,16 @@ def _with_namespaces(namespaces: list[dict]) -> dict:
     return cfg
 
 
-def test_namespaces_with_a_path_are_joined(make_bundle, state_root: Path, tmp_path: Path,
-                                           holder: int) -> None:
-    ns = [{"type": "pid"}, {"type": "mount"}, {"type": "network", "path": f"/proc/{holder}/ns/net"},
-          {"type": "ipc", "path": f"/proc/{holder}/ns/ipc"},
-          {"type": "uts", "path": f"/proc/{holder}/ns/uts"}]
+def test_namespaces_with_a_path_are_joined(
+    make_bundle, state_root: Path, tmp_path: Path, holder: int
+) -> None:
+    ns = [
+        {"type": "pid"},
+        {"type": "mount"},
+        {"type": "network", "path": f"/proc/{holder}/ns/net"},
+        {"type": "ipc", "path": f"/proc/{holder}/ns/ipc"},
+        {"type": "uts", "path": f"/proc/{holder}/ns/uts"},
+    ]
     status, out = _run(state_root, make_bundle(_with_namespaces(ns)), "ns-join", tmp_path)
     assert status == 0
     assert f"net={os.readlink(f'/proc/{holder}/ns/net')}" in out
@@ -65,8 +78,9 @@ def test_namespaces_with_a_path_are_joined(make_bundle, state_root: Path, tmp_pa
     assert cgroup_dirs("ns-join") == []
 
 
-def test_control_new_namespaces_are_not_the_holders(make_bundle, state_root: Path, tmp_path: Path,
-                                                    holder: int) -> None:
+def test_control_new_namespaces_are_not_the_holders(
+    make_bundle, state_root: Path, tmp_path: Path, holder: int
+) -> None:
     ns = [{"type": "pid"}, {"type": "mount"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}]
     status, out = _run(state_root, make_bundle(_with_namespaces(ns)), "ns-new", tmp_path)
     assert status == 0 and "net=net:[" in out
@@ -117,11 +131,17 @@ def test_namespaced_sysctl_is_applied_inside_only(make_bundle, state_root: Path,
     assert open(key).read().strip() == host_before  # the host's value is untouched
 
 
-@pytest.mark.parametrize(("sysctl", "shared_net"), [({"vm.swappiness": "10"}, False),
-                                                    ({"kernel.pid_max": "4096"}, False),
-                                                    ({"net.ipv4.ip_forward": "1"}, True)])
-def test_host_sysctls_are_refused_with_the_pointer(make_bundle, state_root: Path, sysctl: dict,
-                                                   shared_net: bool) -> None:
+@pytest.mark.parametrize(
+    ("sysctl", "shared_net"),
+    [
+        ({"vm.swappiness": "10"}, False),
+        ({"kernel.pid_max": "4096"}, False),
+        ({"net.ipv4.ip_forward": "1"}, True),
+    ],
+)
+def test_host_sysctls_are_refused_with_the_pointer(
+    make_bundle, state_root: Path, sysctl: dict, shared_net: bool
+) -> None:
     before = {k: open("/proc/sys/" + k.replace(".", "/")).read() for k in sysctl}
     cfg = base_config(["true"])
     cfg["linux"]["sysctl"] = sysctl

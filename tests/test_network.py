@@ -50,8 +50,11 @@ def _config(args: list[str], mode: str, port: int | None = None) -> dict[str, An
 
 
 def _server_args(port: int = PORT) -> list[str]:
-    return ["sh", "-c", f"mkdir -p /tmp/www && echo {MARKER} > /tmp/www/index.html && "
-                        f"exec httpd -f -p {port} -h /tmp/www"]
+    return [
+        "sh",
+        "-c",
+        f"mkdir -p /tmp/www && echo {MARKER} > /tmp/www/index.html && exec httpd -f -p {port} -h /tmp/www",
+    ]
 
 
 def _probe(make_bundle: Any, root: Path, name: str, mode: str, url: str) -> str:
@@ -177,8 +180,9 @@ def test_proxy_cli_forwards_a_loopback_port(server: tuple[str, str], state_root:
     assert bad.returncode == 2 and "loopback" in bad.stderr
 
 
-def test_second_isolated_sandbox_cannot_reach_the_first(server: tuple[str, str], make_bundle: Any,
-                                                        state_root: Path) -> None:
+def test_second_isolated_sandbox_cannot_reach_the_first(
+    server: tuple[str, str], make_bundle: Any, state_root: Path
+) -> None:
     _, addr = server
     url = f"http://{addr}/"
     control = _probe(make_bundle, state_root, "ctl", "host", url)
@@ -192,7 +196,8 @@ def test_second_isolated_sandbox_cannot_reach_the_first(server: tuple[str, str],
 
 
 def test_isolated_sandbox_cannot_reach_host_addresses_beyond_its_link(
-        server: tuple[str, str], make_bundle: Any, state_root: Path) -> None:
+    server: tuple[str, str], make_bundle: Any, state_root: Path
+) -> None:
     """A host-local address on *another* link (the first sandbox's host end) is out of reach."""
     info = _info(state_root, server[0])
 
@@ -219,8 +224,9 @@ def test_isolated_sandbox_cannot_reach_host_addresses_beyond_its_link(
 
 
 # -- none: loopback only --------------------------------------------------------------------------------
-def test_none_sandbox_cannot_reach_the_host_loopback(host_http: str, make_bundle: Any,
-                                                     state_root: Path) -> None:
+def test_none_sandbox_cannot_reach_the_host_loopback(
+    host_http: str, make_bundle: Any, state_root: Path
+) -> None:
     control = _probe(make_bundle, state_root, "ctl", "host", host_http)
     assert MARKER in control and PROBE_OK in control, control
     breach = _probe(make_bundle, state_root, "lo-only", "none", host_http)
@@ -229,15 +235,18 @@ def test_none_sandbox_cannot_reach_the_host_loopback(host_http: str, make_bundle
 
 def test_lifecycle_without_network_never_imports_pyroute2(make_bundle: Any, state_root: Path) -> None:
     bundle = make_bundle(_config(["true"], "none"), name="plain")
-    code = ("import sys; from sandbox_shim.cli.lifecycle import main; r = sys.argv[1]; b = sys.argv[2]\n"
-            "for argv in (['--root', r, 'create', '--bundle', b, 'p1'], ['--root', r, 'state', 'p1'],\n"
-            "             ['--root', r, 'delete', '--force', 'p1']):\n"
-            "    assert main(argv) == 0, argv\n"
-            "from sandbox_shim import api; from sandbox_shim.addresses import address\n"
-            "assert 'pyroute2' not in sys.modules, 'pyroute2 imported'\n"
-            "print('CLEAN')")
-    r = subprocess.run([sys.executable, "-c", code, str(state_root), str(bundle)], capture_output=True,
-                       text=True, timeout=60)
+    code = (
+        "import sys; from sandbox_shim.cli.lifecycle import main; r = sys.argv[1]; b = sys.argv[2]\n"
+        "for argv in (['--root', r, 'create', '--bundle', b, 'p1'], ['--root', r, 'state', 'p1'],\n"
+        "             ['--root', r, 'delete', '--force', 'p1']):\n"
+        "    assert main(argv) == 0, argv\n"
+        "from sandbox_shim import api; from sandbox_shim.addresses import address\n"
+        "assert 'pyroute2' not in sys.modules, 'pyroute2 imported'\n"
+        "print('CLEAN')"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(state_root), str(bundle)], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0 and "CLEAN" in r.stdout, r.stdout + r.stderr
 
 
@@ -245,18 +254,21 @@ def test_isolated_create_and_delete_never_import_pyroute2(make_bundle: Any, stat
     """The veth link is made and removed over a plain netlink socket (rtnetlink.py).  Control: the link
     exists while the sandbox does, so the requests really ran."""
     bundle = make_bundle(_config(["sleep", "30"], "isolated", PORT), name="lean")
-    code = ("import json, os, sys; from sandbox_shim.cli.lifecycle import main; r = sys.argv[1]\n"
-            "assert main(['--root', r, 'create', '--bundle', sys.argv[2], 'lean']) == 0\n"
-            "from sandbox_shim.platforms.linux.rtnetlink import Rtnl\n"
-            "from sandbox_shim.platforms.linux.network import link_name\n"
-            "name = link_name(r, 'lean')\n"
-            "with Rtnl() as n: assert n.link_index(name) is not None, 'no link'\n"
-            "assert main(['--root', r, 'delete', '--force', 'lean']) == 0\n"
-            "with Rtnl() as n: assert n.link_index(name) is None, 'link left'\n"
-            "assert 'pyroute2' not in sys.modules, 'pyroute2 imported'\n"
-            "print('LEAN')")
-    r = subprocess.run([sys.executable, "-c", code, str(state_root), str(bundle)], capture_output=True,
-                       text=True, timeout=60)
+    code = (
+        "import json, os, sys; from sandbox_shim.cli.lifecycle import main; r = sys.argv[1]\n"
+        "assert main(['--root', r, 'create', '--bundle', sys.argv[2], 'lean']) == 0\n"
+        "from sandbox_shim.platforms.linux.rtnetlink import Rtnl\n"
+        "from sandbox_shim.platforms.linux.network import link_name\n"
+        "name = link_name(r, 'lean')\n"
+        "with Rtnl() as n: assert n.link_index(name) is not None, 'no link'\n"
+        "assert main(['--root', r, 'delete', '--force', 'lean']) == 0\n"
+        "with Rtnl() as n: assert n.link_index(name) is None, 'link left'\n"
+        "assert 'pyroute2' not in sys.modules, 'pyroute2 imported'\n"
+        "print('LEAN')"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(state_root), str(bundle)], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0 and "LEAN" in r.stdout, r.stdout + r.stderr
 
 
@@ -278,17 +290,23 @@ def test_delete_removes_the_link_and_the_marker(make_bundle: Any, state_root: Pa
 
 
 @pytest.mark.parametrize("point", ["after-marker", "after-link"])
-def test_kill9_mid_create_then_delete_force_leaves_nothing(point: str, make_bundle: Any,
-                                                           state_root: Path) -> None:
+def test_kill9_mid_create_then_delete_force_leaves_nothing(
+    point: str, make_bundle: Any, state_root: Path
+) -> None:
     from sandbox_shim.platforms.linux.network import FAULT_ENV, link_name
 
     bundle = make_bundle(_config(_server_args(), "isolated", PORT), name="crash")
     name = link_name(str(state_root), "crash")
     env = dict(os.environ, **{FAULT_ENV: point})
     # bwrap outlives the killed create and keeps its stdio: no pipes, or waiting would never end.
-    r = subprocess.run(shim_cmd(state_root, "create", "--bundle", str(bundle), "crash"), env=env,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=60)
+    r = subprocess.run(
+        shim_cmd(state_root, "create", "--bundle", str(bundle), "crash"),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=60,
+    )
     assert r.returncode == -9, r.returncode
     marker = state_root / ".network" / "crash"
     assert marker.exists()

@@ -25,8 +25,9 @@ from sandbox_shim.hardening.capabilities import ORCHESTRATOR_DEFAULTS, check_cap
 DOCKER_DEFAULTS = sorted(ORCHESTRATOR_DEFAULTS)
 
 
-def _caps(cfg: dict[str, Any], names: list[str], sets: tuple[str, ...] = ("bounding", "effective",
-                                                                        "permitted")) -> None:
+def _caps(
+    cfg: dict[str, Any], names: list[str], sets: tuple[str, ...] = ("bounding", "effective", "permitted")
+) -> None:
     for k in ("bounding", "effective", "permitted", "inheritable", "ambient"):
         cfg["process"]["capabilities"][k] = list(names) if k in sets else []
 
@@ -50,6 +51,7 @@ def _root_disk() -> tuple[int, int]:
 
 # -- policy (pure) ---------------------------------------------------------------------------------
 
+
 def test_orchestrator_defaults_are_accepted_and_the_rest_refused_in_one_message() -> None:
     cfg = base_config()
     _caps(cfg, DOCKER_DEFAULTS)
@@ -71,8 +73,13 @@ def test_orchestrator_defaults_are_accepted_and_the_rest_refused_in_one_message(
 
 
 def test_granted_set_is_what_the_process_holds_after_exec() -> None:
-    caps = {"bounding": ["CAP_CHOWN", "CAP_KILL"], "effective": ["CAP_CHOWN"], "permitted": ["CAP_CHOWN"],
-            "inheritable": [], "ambient": []}
+    caps = {
+        "bounding": ["CAP_CHOWN", "CAP_KILL"],
+        "effective": ["CAP_CHOWN"],
+        "permitted": ["CAP_CHOWN"],
+        "inheritable": [],
+        "ambient": [],
+    }
     assert granted(caps, 0) == ["CAP_CHOWN", "CAP_KILL"]  # root: the bounding set (capabilities(7))
     assert granted(caps, 1000) == []  # others: the ambient set only
     caps.update(ambient=["CAP_CHOWN"], inheritable=["CAP_CHOWN"])
@@ -81,25 +88,34 @@ def test_granted_set_is_what_the_process_holds_after_exec() -> None:
 
 def test_device_rules_order_and_refusals() -> None:
     fuse = {"allow": True, "type": "c", "major": 10, "minor": 229, "access": "rw"}
-    linux = {"resources": {"devices": [{"allow": False, "access": "rwm"}, fuse]},
-             "devices": [{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}]}
+    linux = {
+        "resources": {"devices": [{"allow": False, "access": "rwm"}, fuse]},
+        "devices": [{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}],
+    }
     got = rules(linux)
     assert got[0] == DENY_ALL and got[1]["type"] == "a" and not got[1]["allow"]
     assert line(got[2]) == "c 10:229 rw"
-    assert got[3:3 + len(RUNC_DEFAULT_ALLOW)] == list(RUNC_DEFAULT_ALLOW)
+    assert got[3 : 3 + len(RUNC_DEFAULT_ALLOW)] == list(RUNC_DEFAULT_ALLOW)
     assert line(got[-1]) == "c 10:229 rwm"
     assert problems(linux) == []
-    bad = {"resources": {"devices": [{"allow": True, "access": "rwm"}, {"allow": True, "type": "b",
-                                                                       "access": "r"}]},
-           "devices": [{"path": "/dev/vda", "type": "b", "major": 254, "minor": 0}]}
-    assert [p.pointer for p in problems(bad)] == ["/linux/resources/devices/0", "/linux/resources/devices/1",
-                                                  "/linux/devices/0"]
+    bad = {
+        "resources": {
+            "devices": [{"allow": True, "access": "rwm"}, {"allow": True, "type": "b", "access": "r"}]
+        },
+        "devices": [{"path": "/dev/vda", "type": "b", "major": 254, "minor": 0}],
+    }
+    assert [p.pointer for p in problems(bad)] == [
+        "/linux/resources/devices/0",
+        "/linux/resources/devices/1",
+        "/linux/devices/0",
+    ]
     kmsg = {"devices": [{"path": "/dev/kmsg", "type": "c", "major": 1, "minor": 11}]}  # host log writes
     (p,) = problems(kmsg)
     assert p.pointer == "/linux/devices/0" and "1:11" in p.message
 
 
 # -- on the kernel ---------------------------------------------------------------------------------
+
 
 def _targets(tmp_path: Path) -> list[tuple[str, int, int]]:
     """Host devices a tenant must never open, each checked first on the host (the control): the same
@@ -122,8 +138,9 @@ def _targets(tmp_path: Path) -> list[tuple[str, int, int]]:
 
 
 @pytest.mark.parametrize("how", RUNNERS)
-def test_mknod_of_a_host_device_is_never_openable(make_bundle, state_root: Path, tmp_path: Path,
-                                                  how: str) -> None:
+def test_mknod_of_a_host_device_is_never_openable(
+    make_bundle, state_root: Path, tmp_path: Path, how: str
+) -> None:
     if os.geteuid() != 0 or shutil.which("bwrap") is None:
         pytest.skip("sandboxes need root and bwrap here")
     targets = _targets(tmp_path)
@@ -131,13 +148,21 @@ def test_mknod_of_a_host_device_is_never_openable(make_bundle, state_root: Path,
     script = "; ".join(
         f"mknod {d}/n{k}{a} {k} {a} {b} && echo MKNOD-OK{d}{k} && "
         f"dd if={d}/n{k}{a} of=/dev/null bs=8192 count=1 && echo OPEN-BREACH{d}{k}"
-        for d in dirs for k, a, b in targets)
+        for d in dirs
+        for k, a, b in targets
+    )
     script += "; head -c 4 /dev/zero | wc -c | sed s/^/ZERO-/"  # an allowed device still works
     script += "; mknod /storage/fifo p && echo FIFO-OK"  # mknod itself works inside (a FIFO)
     cfg = base_config(probe(script, exit_zero=True))
-    cfg["mounts"] += [{"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
-                       "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
-                      {"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid"]}]
+    cfg["mounts"] += [
+        {
+            "destination": "/dev/shm",
+            "type": "tmpfs",
+            "source": "shm",
+            "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+        },
+        {"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid"]},
+    ]
     _caps(cfg, DOCKER_DEFAULTS)
     r = launch(how, state_root, make_bundle(cfg), "mknod")
     assert r.code == 0, r
@@ -192,11 +217,16 @@ def test_raw_socket_reaches_only_the_sandbox_netns(make_bundle, state_root: Path
         # control, on the host: a packet socket binds the host interface (busybox arping)
         bb = shutil.which("busybox")
         assert bb
-        c = subprocess.run([bb, "arping", "-c", "1", "-w", "1", "-I", host_if, "10.255.255.1"],
-                           capture_output=True, text=True)
+        c = subprocess.run(
+            [bb, "arping", "-c", "1", "-w", "1", "-I", host_if, "10.255.255.1"],
+            capture_output=True,
+            text=True,
+        )
         assert "No such device" not in c.stderr and "Operation not permitted" not in c.stderr, c.stderr
-        script = (f"arping -c 1 -w 1 -I lo 127.0.0.1 >/dev/null 2>&1; echo LO-RC$?; "
-                  f"arping -c 1 -w 1 -I {host_if} 10.255.255.1; echo HOST-RC$?; ip -o link")
+        script = (
+            f"arping -c 1 -w 1 -I lo 127.0.0.1 >/dev/null 2>&1; echo LO-RC$?; "
+            f"arping -c 1 -w 1 -I {host_if} 10.255.255.1; echo HOST-RC$?; ip -o link"
+        )
         cfg = base_config(probe(script, exit_zero=True))
         _caps(cfg, DOCKER_DEFAULTS)
         r = launch("cli", state_root, make_bundle(cfg), "raw")
@@ -209,6 +239,7 @@ def test_raw_socket_reaches_only_the_sandbox_netns(make_bundle, state_root: Path
 
 # -- process fields as runc applies them ---------------------------------------------------------
 
+
 @pytest.mark.parametrize("how", RUNNERS)
 def test_sysctl_for_a_non_root_user(make_bundle, state_root: Path, how: str) -> None:
     """podman/docker ``run --user 1000`` set net.ipv4.ping_group_range by default."""
@@ -219,8 +250,9 @@ def test_sysctl_for_a_non_root_user(make_bundle, state_root: Path, how: str) -> 
     r = launch(how, state_root, make_bundle(cfg, name="root"), "sysroot")  # control: root
     assert r.code == 0 and "0\t2147483647" in r.out, r
     cfg["process"]["user"] = {"uid": 1000, "gid": 1000}
-    cfg["process"]["capabilities"] = {k: [] for k in ("bounding", "effective", "permitted", "inheritable",
-                                                      "ambient")}
+    cfg["process"]["capabilities"] = {
+        k: [] for k in ("bounding", "effective", "permitted", "inheritable", "ambient")
+    }
     b = make_bundle(cfg, name="user")
     os.chmod(b / "storage", 0o777)  # uid 1000 is the host's uid 1000 (no user namespace): as runc
     r = launch(how, state_root, b, "sysuser")
@@ -232,8 +264,14 @@ def test_tmpfs_without_mode_is_1777_and_oom_score_adj_applied(make_bundle, state
         pytest.skip("sandboxes need root and bwrap here")
     cfg = base_config(probe("stat -c %a /run /tmp; cat /proc/self/oom_score_adj; umask", exit_zero=True))
     cfg["process"]["user"]["umask"] = 0o27
-    cfg["mounts"].append({"destination": "/run", "type": "tmpfs", "source": "tmpfs",
-                          "options": ["rw", "rprivate", "nosuid", "nodev", "tmpcopyup"]})  # podman
+    cfg["mounts"].append(
+        {
+            "destination": "/run",
+            "type": "tmpfs",
+            "source": "tmpfs",
+            "options": ["rw", "rprivate", "nosuid", "nodev", "tmpcopyup"],
+        }
+    )  # podman
     cfg["process"]["oomScoreAdj"] = 500
     r = launch("cli", state_root, make_bundle(cfg), "tmpfs")
     assert r.code == 0 and r.out.split() == ["1777", "1777", "500", "0027"], r
@@ -264,8 +302,9 @@ def test_checkpoint_is_reported_not_supported(state_root: Path) -> None:
 
 
 @pytest.mark.parametrize("how", RUNNERS)
-def test_process_user_is_the_hosts_ids_without_a_user_namespace(make_bundle, state_root: Path,
-                                                                how: str) -> None:
+def test_process_user_is_the_hosts_ids_without_a_user_namespace(
+    make_bundle, state_root: Path, how: str
+) -> None:
     """As runc: uid/gid 1000 are the host's 1000 (a file it makes in storage is owned by them), with no
     capabilities left after the switch and no supplementary groups; uid 0 (the control) keeps its set."""
     if os.geteuid() != 0 or shutil.which("bwrap") is None:
@@ -311,8 +350,9 @@ def test_exec_as_another_uid_holds_what_execve_leaves_it() -> None:
     sets = {k: DOCKER_DEFAULTS for k in ("bounding", "effective", "permitted")}
     root = parse_process({"args": ["id"], "cwd": "/", "user": {"uid": 0, "gid": 0}, "capabilities": sets})
     assert resolve_credentials(sandbox, root.user, root.capabilities)["capabilities"] == DOCKER_DEFAULTS
-    user = parse_process({"args": ["id"], "cwd": "/", "user": {"uid": 1000, "gid": 1000},
-                          "capabilities": sets})
+    user = parse_process(
+        {"args": ["id"], "cwd": "/", "user": {"uid": 1000, "gid": 1000}, "capabilities": sets}
+    )
     creds = resolve_credentials(sandbox, user.user, user.capabilities)
     assert creds["uid"] == 1000 and creds["capabilities"] == []
     # no capabilities object (``sandbox-shim exec -u``-like callers): none either for another uid
@@ -324,10 +364,21 @@ def test_dev_shm_source_is_shm(make_bundle, state_root: Path) -> None:
     """Docker's/containerd's /dev/shm: type tmpfs, source ``shm``, nosuid,nodev,noexec, mode 1777."""
     if os.geteuid() != 0 or shutil.which("bwrap") is None:
         pytest.skip("sandboxes need root and bwrap here")
-    cfg = base_config(probe("grep -E ' /(dev/shm|tmp) ' /proc/self/mounts; stat -c %a /dev/shm; "
-                            "echo x > /dev/shm/f && echo WRITE-OK", exit_zero=True))
-    cfg["mounts"].append({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
-                          "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]})
+    cfg = base_config(
+        probe(
+            "grep -E ' /(dev/shm|tmp) ' /proc/self/mounts; stat -c %a /dev/shm; "
+            "echo x > /dev/shm/f && echo WRITE-OK",
+            exit_zero=True,
+        )
+    )
+    cfg["mounts"].append(
+        {
+            "destination": "/dev/shm",
+            "type": "tmpfs",
+            "source": "shm",
+            "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+        }
+    )
     r = launch("cli", state_root, make_bundle(cfg), "shm")
     assert r.code == 0, r
     shm = next(x for x in r.out.splitlines() if " /dev/shm " in x).split()

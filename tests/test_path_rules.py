@@ -15,8 +15,9 @@ from conftest import base_config, shim_cmd
 from sandbox_shim.config_rules import problems
 from sandbox_shim.path_rules import NAME_MAX, PATH_MAX
 
-linux_root = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
-                                reason="needs Linux, root, bwrap and cgroups")
+linux_root = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs Linux, root, bwrap and cgroups"
+)
 
 
 def _errors(cfg: dict[str, Any]) -> dict[str, str]:
@@ -35,9 +36,19 @@ def _set(cfg: dict[str, Any], pointer: str, value: Any) -> dict[str, Any]:
     return cfg
 
 
-@pytest.mark.parametrize("pointer", ["/process/cwd", "/mounts/0/destination", "/linux/maskedPaths/0",
-                                     "/linux/readonlyPaths/0", "/hooks/prestart/0/path", "/process/args/0",
-                                     "/mounts/0/source", "/root/path"])
+@pytest.mark.parametrize(
+    "pointer",
+    [
+        "/process/cwd",
+        "/mounts/0/destination",
+        "/linux/maskedPaths/0",
+        "/linux/readonlyPaths/0",
+        "/hooks/prestart/0/path",
+        "/process/args/0",
+        "/mounts/0/source",
+        "/root/path",
+    ],
+)
 def test_path_lengths_are_refused_with_their_pointer(pointer: str) -> None:
     def cfg(value: str) -> dict[str, Any]:
         c = base_config(["true"])
@@ -51,10 +62,17 @@ def test_path_lengths_are_refused_with_their_pointer(pointer: str) -> None:
     assert "bytes" in _errors(cfg(("/" + "a" * 200) * 21))[pointer]
 
 
-@pytest.mark.parametrize(("key", "cwd", "bad"), [
-    ("maskedPaths", "/tmp/m/x", True), ("maskedPaths", "/tmp/m", True), ("maskedPaths", "/tmp/mx", False),
-    ("readonlyPaths", "/tmp/r/x", True), ("readonlyPaths", "/tmp/r", False),
-    ("readonlyPaths", "/tmp/rx", False)])
+@pytest.mark.parametrize(
+    ("key", "cwd", "bad"),
+    [
+        ("maskedPaths", "/tmp/m/x", True),
+        ("maskedPaths", "/tmp/m", True),
+        ("maskedPaths", "/tmp/mx", False),
+        ("readonlyPaths", "/tmp/r/x", True),
+        ("readonlyPaths", "/tmp/r", False),
+        ("readonlyPaths", "/tmp/rx", False),
+    ],
+)
 def test_a_cwd_inside_a_masked_or_read_only_path_is_refused(key: str, cwd: str, bad: bool) -> None:
     cfg = base_config(["true"])
     cfg["linux"][key] = [*cfg["linux"].get(key, []), "/tmp/m" if key == "maskedPaths" else "/tmp/r"]
@@ -69,8 +87,12 @@ def test_the_mask_is_applied_or_the_config_refused(make_bundle: Any, tmp_path: P
     control = base_config(["sh", "-c", probe])
     control["process"]["cwd"] = "/tmp/p/x"
     root = tmp_path / "state"
-    r = subprocess.run(shim_cmd(root, "run", "--bundle", str(make_bundle(control, name="c")), "c"),
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        shim_cmd(root, "run", "--bundle", str(make_bundle(control, name="c")), "c"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and r.stdout == "hi\n", r.stderr  # the control: the write works unmasked
     cfg = json.loads(json.dumps(control))
     cfg["linux"][key] = ["/tmp/p"]
@@ -83,20 +105,23 @@ def test_the_mask_is_applied_or_the_config_refused(make_bundle: Any, tmp_path: P
 
 @linux_root
 @pytest.mark.parametrize("key", ["maskedPaths", "readonlyPaths"])
-def test_a_cwd_through_a_symlink_into_a_masked_path_is_refused(make_bundle: Any, tmp_path: Path,
-                                                               key: str) -> None:
+def test_a_cwd_through_a_symlink_into_a_masked_path_is_refused(
+    make_bundle: Any, tmp_path: Path, key: str
+) -> None:
     cfg = base_config(["sh", "-c", "echo hi > f && cat f"])
     cfg["process"]["cwd"] = "/lnk/x"
     root = tmp_path / "state"
     control = make_bundle(cfg, name="c")
     (control / "rootfs" / "lnk").symlink_to("/tmp/p")
-    r = subprocess.run(shim_cmd(root, "run", "--bundle", str(control), "c"), capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        shim_cmd(root, "run", "--bundle", str(control), "c"), capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0 and r.stdout == "hi\n", r.stderr  # the control: unmasked, the write works
     cfg["linux"][key] = ["/tmp/p"]
     bundle = make_bundle(cfg, name="m")
     (bundle / "rootfs" / "lnk").symlink_to("/tmp/p")
-    r = subprocess.run(shim_cmd(root, "run", "--bundle", str(bundle), "m"), capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        shim_cmd(root, "run", "--bundle", str(bundle), "m"), capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 3 and "/process/cwd" in r.stderr and "hi" not in r.stdout, r.stderr
     assert len(r.stderr.splitlines()) == 1 and not (root / "m").exists()

@@ -35,6 +35,7 @@ def victim(tmp_path: Path) -> Path:
 
 # -- unit: resolution rules ----------------------------------------------------------------------
 
+
 def test_resolve_in_root_keeps_absolute_links_and_dotdot_inside(tmp_path: Path) -> None:
     root = tmp_path / "r"
     (root / "real").mkdir(parents=True)
@@ -88,8 +89,10 @@ def test_view_refuses_a_missing_mount_point_in_a_read_only_bind(tmp_path: Path, 
     assert tree_hash(victim) == before
 
 
-@pytest.mark.parametrize("path", ["/proc/self/root/etc/x", "/proc/1/root/etc", "/proc/thread-self/cwd",
-                                  "/dev/fd/3/x", "/dev/stdin"])
+@pytest.mark.parametrize(
+    "path",
+    ["/proc/self/root/etc/x", "/proc/1/root/etc", "/proc/thread-self/cwd", "/dev/fd/3/x", "/dev/stdin"],
+)
 def test_view_refuses_symlinks_of_kernel_filesystems(tmp_path: Path, path: str) -> None:
     view = View(str(tmp_path))
     view.add(Layer("/proc", "proc"))
@@ -103,6 +106,7 @@ def test_view_refuses_symlinks_of_kernel_filesystems(tmp_path: Path, path: str) 
 
 # -- breach: real bwrap --------------------------------------------------------------------------
 
+
 def _mount_cfg(extra: list[dict[str, Any]], script: str) -> dict[str, Any]:
     cfg = base_config(probe(script))
     cfg["mounts"] += extra
@@ -112,10 +116,13 @@ def _mount_cfg(extra: list[dict[str, Any]], script: str) -> dict[str, Any]:
 @needs_sandbox
 @pytest.mark.parametrize("how", RUNNERS)
 @pytest.mark.parametrize("link", ["oldroot", "host"])
-def test_mount_destination_through_a_rootfs_symlink_stays_inside(make_bundle, state_root: Path, victim: Path,
-                                                                 how: str, link: str) -> None:
-    mounts = [{"destination": "/a/x", "type": "tmpfs", "source": "tmpfs"},
-              {"destination": "/a/y", "type": "bind", "source": "storage", "options": ["rbind", "rw"]}]
+def test_mount_destination_through_a_rootfs_symlink_stays_inside(
+    make_bundle, state_root: Path, victim: Path, how: str, link: str
+) -> None:
+    mounts = [
+        {"destination": "/a/x", "type": "tmpfs", "source": "tmpfs"},
+        {"destination": "/a/y", "type": "bind", "source": "storage", "options": ["rbind", "rw"]},
+    ]
     script = "touch /a/x/t && ls /a/x && echo MOUNT-MARKER > /a/y/m && echo CONTROL-OK"
     ctl = make_bundle(_mount_cfg(mounts, script), name="ctl")
     (ctl / "rootfs" / "a").mkdir()
@@ -137,8 +144,9 @@ def test_mount_destination_through_a_rootfs_symlink_stays_inside(make_bundle, st
 
 @needs_sandbox
 @pytest.mark.parametrize("how", RUNNERS)
-def test_masked_path_through_a_rootfs_symlink_stays_inside(make_bundle, state_root: Path, victim: Path,
-                                                           how: str) -> None:
+def test_masked_path_through_a_rootfs_symlink_stays_inside(
+    make_bundle, state_root: Path, victim: Path, how: str
+) -> None:
     cfg = base_config(probe("cat /opt/secret/file; echo DONE"))
     cfg["linux"]["maskedPaths"] += ["/opt/secret", "/sys/firmware"]
     ctl = make_bundle(cfg, name="ctl")
@@ -162,19 +170,24 @@ def test_masked_path_through_a_rootfs_symlink_stays_inside(make_bundle, state_ro
 
 @needs_sandbox
 @pytest.mark.parametrize("how", RUNNERS)
-@pytest.mark.parametrize("dest", ["/proc/self/root/oldroot{victim}/x", "/proc/1/root/oldroot{victim}/x",
-                                  "/dev/fd/{fd}/x"])
-def test_destination_through_a_kernel_fs_link_is_refused(make_bundle, state_root: Path, victim: Path,
-                                                         how: str, dest: str) -> None:
-    ok = make_bundle(_mount_cfg([{"destination": "/proc/bus", "type": "tmpfs", "source": "tmpfs"}],
-                                "echo CONTROL-OK"), name="ctl")
+@pytest.mark.parametrize(
+    "dest", ["/proc/self/root/oldroot{victim}/x", "/proc/1/root/oldroot{victim}/x", "/dev/fd/{fd}/x"]
+)
+def test_destination_through_a_kernel_fs_link_is_refused(
+    make_bundle, state_root: Path, victim: Path, how: str, dest: str
+) -> None:
+    ok = make_bundle(
+        _mount_cfg([{"destination": "/proc/bus", "type": "tmpfs", "source": "tmpfs"}], "echo CONTROL-OK"),
+        name="ctl",
+    )
     r = launch(how, state_root, ok, "ctl")  # control: a tmpfs under /proc (no link on the way) works
     assert r.code == 0 and "CONTROL-OK" in r.out, r
     before = tree_hash(victim)
     for fd in (3, 4, 5, 6):  # bwrap keeps host directories open while it sets up (e.g. /proc)
         d = dest.format(victim=victim, fd=fd)
-        b = make_bundle(_mount_cfg([{"destination": d, "type": "tmpfs", "source": "tmpfs"}], "echo RAN"),
-                        name=f"evil{fd}")
+        b = make_bundle(
+            _mount_cfg([{"destination": d, "type": "tmpfs", "source": "tmpfs"}], "echo RAN"), name=f"evil{fd}"
+        )
         r = launch(how, state_root, b, f"evil{fd}")
         assert r.code is None and "symbolic link" in r.refused and "RAN" not in r.out, r
         if "{fd}" not in dest:
@@ -184,8 +197,9 @@ def test_destination_through_a_kernel_fs_link_is_refused(make_bundle, state_root
 
 @needs_sandbox
 @pytest.mark.parametrize("how", RUNNERS)
-def test_cwd_through_proc_self_fd_is_refused_and_no_host_fd_leaks(make_bundle, state_root: Path,
-                                                                  how: str) -> None:
+def test_cwd_through_proc_self_fd_is_refused_and_no_host_fd_leaks(
+    make_bundle, state_root: Path, how: str
+) -> None:
     # ls as a plain child (no pipe, no redirection: the shell then holds only what it was given)
     cfg = base_config(probe("pwd; ls /proc/$$/fd; echo CWD-OK"))
     cfg["process"]["cwd"] = "/work/here"
@@ -203,11 +217,13 @@ def test_cwd_through_proc_self_fd_is_refused_and_no_host_fd_leaks(make_bundle, s
 
 @needs_sandbox
 @pytest.mark.parametrize("how", RUNNERS)
-def test_bind_destination_that_is_a_symlink_resolves_inside(make_bundle, state_root: Path, victim: Path,
-                                                            how: str) -> None:
+def test_bind_destination_that_is_a_symlink_resolves_inside(
+    make_bundle, state_root: Path, victim: Path, how: str
+) -> None:
     cfg = base_config(probe("echo BIND-MARKER > /data/m && cat /srv/real/m && echo DONE"))
-    cfg["mounts"].append({"destination": "/data", "type": "bind", "source": "storage",
-                          "options": ["rbind", "rw"]})
+    cfg["mounts"].append(
+        {"destination": "/data", "type": "bind", "source": "storage", "options": ["rbind", "rw"]}
+    )
     b = make_bundle(cfg, name="inner")
     (b / "rootfs" / "srv" / "real").mkdir(parents=True)
     os.symlink("/srv/real", b / "rootfs" / "data")  # control: a link inside the rootfs is honoured there
@@ -227,12 +243,18 @@ def test_bind_destination_that_is_a_symlink_resolves_inside(make_bundle, state_r
 
 @needs_sandbox
 @pytest.mark.parametrize("how", RUNNERS)
-def test_missing_mount_points_are_made_in_the_rootfs_or_refused(make_bundle, state_root: Path, victim: Path,
-                                                                how: str) -> None:
+def test_missing_mount_points_are_made_in_the_rootfs_or_refused(
+    make_bundle, state_root: Path, victim: Path, how: str
+) -> None:
     ro = {"destination": "/hostdata", "type": "bind", "source": str(victim), "options": ["rbind", "ro"]}
-    cfg = _mount_cfg([ro, {"destination": "/hostdata/sub", "type": "tmpfs", "source": "tmpfs"},
-                      {"destination": "/new/point", "type": "tmpfs", "source": "tmpfs"}],
-                     "touch /hostdata/sub/t /new/point/t && cat /hostdata/passwd && echo CONTROL-OK")
+    cfg = _mount_cfg(
+        [
+            ro,
+            {"destination": "/hostdata/sub", "type": "tmpfs", "source": "tmpfs"},
+            {"destination": "/new/point", "type": "tmpfs", "source": "tmpfs"},
+        ],
+        "touch /hostdata/sub/t /new/point/t && cat /hostdata/passwd && echo CONTROL-OK",
+    )
     before = tree_hash(victim)
     b = make_bundle(cfg, name="ctl")
     r = launch(how, state_root, b, "ctl")  # control: existing point in a ro bind; missing one in the rootfs

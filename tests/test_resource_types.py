@@ -54,8 +54,11 @@ def _place(path: list[Any], value: Any) -> dict[str, Any]:
     schema: dict[str, Any] = RESOURCES
     for i, part in enumerate(path):
         last = i == len(path) - 1
-        sub = schema["items"] if isinstance(part, int) else (
-            schema.get("properties", {}).get(part) or schema["additionalProperties"])
+        sub = (
+            schema["items"]
+            if isinstance(part, int)
+            else (schema.get("properties", {}).get(part) or schema["additionalProperties"])
+        )
         if last:
             node[part] = value
             break
@@ -92,11 +95,19 @@ def test_a_wrong_type_or_range_is_refused_with_its_pointer(path: list[Any], leaf
         assert hit, (bad, found)
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("weight", "s"), ("weight", 2**64), ("weight", 5), ("weight", 1001), ("leafWeight", 9),
-    ("weightDevice", [{"major": 8, "minor": 0, "weight": "s"}]),
-    ("throttleReadBpsDevice", [{"major": 8, "minor": 0, "rate": -1}]),
-    ("throttleWriteIOPSDevice", [{"major": "8", "minor": 0, "rate": 1}])])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("weight", "s"),
+        ("weight", 2**64),
+        ("weight", 5),
+        ("weight", 1001),
+        ("leafWeight", 9),
+        ("weightDevice", [{"major": 8, "minor": 0, "weight": "s"}]),
+        ("throttleReadBpsDevice", [{"major": 8, "minor": 0, "rate": -1}]),
+        ("throttleWriteIOPSDevice", [{"major": "8", "minor": 0, "rate": 1}]),
+    ],
+)
 def test_block_io_types_and_ranges(field: str, value: Any) -> None:
     cfg = base_config(["true"])
     cfg["linux"]["resources"] = {"blockIO": {"weight": 500}}
@@ -105,8 +116,16 @@ def test_block_io_types_and_ranges(field: str, value: Any) -> None:
     assert any(p.pointer.startswith(f"/linux/resources/blockIO/{field}") for p in schema_problems(cfg)[0])
 
 
-@pytest.mark.parametrize("value", [["s"], [{"pageSize": "2MB"}], [{"pageSize": 2, "limit": 1}],
-                                   [{"pageSize": "2MB", "limit": 2**64}], [{"pageSize": "huge", "limit": 1}]])
+@pytest.mark.parametrize(
+    "value",
+    [
+        ["s"],
+        [{"pageSize": "2MB"}],
+        [{"pageSize": 2, "limit": 1}],
+        [{"pageSize": "2MB", "limit": 2**64}],
+        [{"pageSize": "huge", "limit": 1}],
+    ],
+)
 def test_hugepage_limits_items_are_objects_of_page_size_and_limit(value: Any) -> None:
     cfg = base_config(["true"])
     cfg["linux"]["resources"] = {"hugepageLimits": [{"pageSize": "2MB", "limit": 0}]}
@@ -123,10 +142,12 @@ def test_a_sysctl_value_must_be_a_string() -> None:
     assert "/linux/sysctl/kernel.msgmax" in {p.pointer for p in schema_problems(cfg)[0]}
 
 
-@pytest.mark.parametrize(("kind", "refused"),
-                         [("bind", False), ("none", False), ("s", True), ("tmpfs", True)])
-def test_a_bind_mounts_type_is_applied_or_refused(make_bundle: Any, tmp_path: Any, kind: str,
-                                                  refused: bool) -> None:
+@pytest.mark.parametrize(
+    ("kind", "refused"), [("bind", False), ("none", False), ("s", True), ("tmpfs", True)]
+)
+def test_a_bind_mounts_type_is_applied_or_refused(
+    make_bundle: Any, tmp_path: Any, kind: str, refused: bool
+) -> None:
     from sandbox_shim.bundle import load
     from sandbox_shim.errors import BundleInvalid
 

@@ -30,13 +30,18 @@ def mac_resolve(p: str) -> str:
 def confine_like() -> seatbelt.Profile:
     return seatbelt.build_profile(
         ["/usr/lib", "/System/Library", "/opt/homebrew/Cellar/python@3.12/3.12.1"],
-        ["/tmp/tenants/a"], network=True, deny=["/tmp/tenants"],
-        extra_read_write=["/var/shared/cache"], resolve=mac_resolve)
+        ["/tmp/tenants/a"],
+        network=True,
+        deny=["/tmp/tenants"],
+        extra_read_write=["/var/shared/cache"],
+        resolve=mac_resolve,
+    )
 
 
 def tenant_like() -> seatbelt.Profile:
-    return seatbelt.build_profile(["/usr/lib", "/bin"], ["/Users/shim/bundles/b/storage"], network=False,
-                                  resolve=mac_resolve)
+    return seatbelt.build_profile(
+        ["/usr/lib", "/bin"], ["/Users/shim/bundles/b/storage"], network=False, resolve=mac_resolve
+    )
 
 
 def check_golden(name: str, text: str) -> None:
@@ -47,8 +52,9 @@ def check_golden(name: str, text: str) -> None:
     assert text == path.read_text(), f"profile differs from {path}"
 
 
-@pytest.mark.parametrize("name,build", [("confine_network.sb", confine_like),
-                                        ("tenant_nonet.sb", tenant_like)])
+@pytest.mark.parametrize(
+    "name,build", [("confine_network.sb", confine_like), ("tenant_nonet.sb", tenant_like)]
+)
 def test_golden(name: str, build: object) -> None:
     check_golden(name, build().text)  # type: ignore[operator]
 
@@ -82,9 +88,13 @@ def test_structure_deny_default_params_and_order() -> None:
     # later rules win: read-only, then the blanket deny, then read-write, then the extra subpaths
     pos = {k: prof.text.index(f'(param "{k}")') for k in ("RO_0", "DENY_0", "RW_0", "XRW_0")}
     assert pos["RO_0"] < pos["DENY_0"] < pos["RW_0"] < pos["XRW_0"]
-    rule_of = {k: prof.text[:pos[k]].rsplit("\n(", 1)[1].split("\n", 1)[0] for k in pos}
-    assert rule_of == {"RO_0": "allow file-read*", "DENY_0": "deny file-read* file-write*",
-                       "RW_0": "allow file-read* file-write*", "XRW_0": "allow file-read* file-write*"}
+    rule_of = {k: prof.text[: pos[k]].rsplit("\n(", 1)[1].split("\n", 1)[0] for k in pos}
+    assert rule_of == {
+        "RO_0": "allow file-read*",
+        "DENY_0": "deny file-read* file-write*",
+        "RW_0": "allow file-read* file-write*",
+        "XRW_0": "allow file-read* file-write*",
+    }
     assert "(allow network*)" in prof.text
     # the parent of the permitted path is denied, so its metadata grant (an ancestor) is overridden
     meta = {v for k, v in prof.params.items() if k.startswith("META_")}
@@ -117,7 +127,7 @@ def test_bad_paths_rejected(bad: str) -> None:
 def test_paths_with_sbpl_syntax_stay_data() -> None:
     evil = '/tmp/x") (allow file-read* (subpath "/'
     prof = seatbelt.build_profile([], [evil], network=False, resolve=mac_resolve)
-    assert "allow file-read* (subpath \"/" not in prof.text
+    assert 'allow file-read* (subpath "/' not in prof.text
     assert prof.params["RW_0"] == mac_resolve(evil)
 
 
@@ -129,8 +139,9 @@ def test_default_resolver_is_realpath(tmp_path: Path) -> None:
     assert prof.params["RW_0"] == str(real.resolve())
 
 
-darwin = pytest.mark.skipif(sys.platform != "darwin", reason="needs macOS sandbox-exec; this host is "
-                            + sys.platform)
+darwin = pytest.mark.skipif(
+    sys.platform != "darwin", reason="needs macOS sandbox-exec; this host is " + sys.platform
+)
 
 
 @pytest.mark.darwin
@@ -144,11 +155,13 @@ def test_real_profile_compiles_and_confines(tmp_path: Path) -> None:  # pragma: 
     (a / "mine").write_text("mine")
     (b / "secret").write_text("secret")
     spec = confine(("/bin/cat", [str(a / "mine")]), permit_path=str(a))
-    r = subprocess.run([spec["cmd"], *spec["args"]], env=spec["env"], cwd=spec["cd"], capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [spec["cmd"], *spec["args"]], env=spec["env"], cwd=spec["cd"], capture_output=True, text=True
+    )
     assert (r.returncode, r.stdout) == (0, "mine")
     spec = confine(("/bin/cat", [str(b / "secret")]), permit_path=str(a))
-    r = subprocess.run([spec["cmd"], *spec["args"]], env=spec["env"], cwd=spec["cd"], capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [spec["cmd"], *spec["args"]], env=spec["env"], cwd=spec["cd"], capture_output=True, text=True
+    )
     assert r.returncode != 0 and "secret" not in r.stdout
     assert "Operation not permitted" in r.stderr

@@ -35,8 +35,22 @@ needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is
 def run_sandbox(root: Path | None, argv: list[str], bpf: bytes | None) -> subprocess.CompletedProcess[str]:
     """Run argv under bwrap (``root`` None: the host root, read-only) with ``bpf`` passed as --seccomp FD."""
     bind = ["--ro-bind", str(root), "/"] if root is not None else ["--ro-bind", "/", "/"]
-    cmd = ["bwrap", *bind, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--unshare-pid",
-           "--die-with-parent", "--clearenv", "--setenv", "PATH", "/bin:/usr/bin"]
+    cmd = [
+        "bwrap",
+        *bind,
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--unshare-pid",
+        "--die-with-parent",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/bin:/usr/bin",
+    ]
     fds: tuple[int, ...] = ()
     if bpf is not None:
         fd = os.memfd_create("test-seccomp")
@@ -83,24 +97,31 @@ def allow_bpf() -> bytes:
 
 
 @needs_bwrap
-@pytest.mark.parametrize("probe, error", [
-    ("unshare -n true", "Operation not permitted"),
-    ("unshare -m true", "Operation not permitted"),
-    ("mount -t tmpfs none /tmp", "permission denied"),  # busybox's wording for EPERM from mount(2)
-    ("umount /tmp", "Operation not permitted"),
-])
+@pytest.mark.parametrize(
+    "probe, error",
+    [
+        ("unshare -n true", "Operation not permitted"),
+        ("unshare -m true", "Operation not permitted"),
+        ("mount -t tmpfs none /tmp", "permission denied"),  # busybox's wording for EPERM from mount(2)
+        ("umount /tmp", "Operation not permitted"),
+    ],
+)
 def test_tenant_filter_denies_namespace_and_mount_syscalls(
     rootfs_template: Path, tenant_bpf: bytes, allow_bpf: bytes, probe: str, error: str
 ) -> None:
-    control_then_breach(lambda bpf: sh(rootfs_template, f"{probe} && echo {MARK}", bpf),
-                        tenant_bpf, allow_bpf, error)
+    control_then_breach(
+        lambda bpf: sh(rootfs_template, f"{probe} && echo {MARK}", bpf), tenant_bpf, allow_bpf, error
+    )
 
 
 @needs_bwrap
 def test_tenant_filter_leaves_ordinary_work_alone(rootfs_template: Path, tenant_bpf: bytes) -> None:
     # fork (clone without CLONE_NEW*), pipes, files, exec: a tenant program's everyday syscalls.
-    r = sh(rootfs_template, f"echo hi > /tmp/f && cat /tmp/f | sh -c 'read x; echo $x-{MARK}'; mkdir /tmp/d",
-           tenant_bpf)
+    r = sh(
+        rootfs_template,
+        f"echo hi > /tmp/f && cat /tmp/f | sh -c 'read x; echo $x-{MARK}'; mkdir /tmp/d",
+        tenant_bpf,
+    )
     assert r.returncode == 0, r.stderr
     assert f"hi-{MARK}" in r.stdout
 
@@ -132,8 +153,9 @@ def test_tenant_filter_denies_clone_with_namespace_flag(
     tenant_bpf: bytes, allow_bpf: bytes, flag: str
 ) -> None:
     value = str(seccomp.TENANT_CLONE_NAMESPACE_FLAGS[flag])
-    control_then_breach(lambda bpf: py(CLONE_PROBE, bpf, value), tenant_bpf, allow_bpf,
-                        "ERRNO " + os.strerror(errno.EPERM))
+    control_then_breach(
+        lambda bpf: py(CLONE_PROBE, bpf, value), tenant_bpf, allow_bpf, "ERRNO " + os.strerror(errno.EPERM)
+    )
 
 
 @needs_bwrap
@@ -143,8 +165,12 @@ def test_tenant_filter_allows_plain_clone_and_answers_clone3_with_enosys(
 ) -> None:
     plain = py(CLONE_PROBE, tenant_bpf, "0")
     assert MARK in plain.stdout, plain.stderr
-    control_then_breach(lambda bpf: py(CLONE_PROBE, bpf, "clone3"), tenant_bpf, allow_bpf,
-                        "ERRNO " + os.strerror(errno.ENOSYS))
+    control_then_breach(
+        lambda bpf: py(CLONE_PROBE, bpf, "clone3"),
+        tenant_bpf,
+        allow_bpf,
+        "ERRNO " + os.strerror(errno.ENOSYS),
+    )
 
 
 INT80_PROBE = r"""
@@ -180,25 +206,38 @@ def test_tenant_filter_covers_the_32bit_abi(tenant_bpf: bytes, allow_bpf: bytes)
 
 @needs_bwrap
 def test_section_errnoret_is_the_errno_returned(rootfs_template: Path, allow_bpf: bytes) -> None:
-    section = {"defaultAction": "SCMP_ACT_ALLOW",
-               "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO",
-                             "errnoRet": errno.ENOSPC}]}
+    section = {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSPC}],
+    }
     bpf = seccomp.compile_bpf(section)
-    control_then_breach(lambda b: sh(rootfs_template, f"mkdir /tmp/d && echo {MARK}", b),
-                        bpf, allow_bpf, os.strerror(errno.ENOSPC))
+    control_then_breach(
+        lambda b: sh(rootfs_template, f"mkdir /tmp/d && echo {MARK}", b),
+        bpf,
+        allow_bpf,
+        os.strerror(errno.ENOSPC),
+    )
     other = sh(rootfs_template, f"touch /tmp/f && echo {MARK}", bpf)  # only mkdir is denied
     assert MARK in other.stdout, other.stderr
 
 
 @needs_bwrap
 def test_section_args_eq_denies_only_the_matching_call(rootfs_template: Path, allow_bpf: bytes) -> None:
-    section = {"defaultAction": "SCMP_ACT_ALLOW",
-               "syscalls": [{"names": ["kill"], "action": "SCMP_ACT_ERRNO",
-                             "args": [{"index": 1, "value": 10, "op": "SCMP_CMP_EQ"}]}]}  # SIGUSR1
+    section = {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [
+            {
+                "names": ["kill"],
+                "action": "SCMP_ACT_ERRNO",
+                "args": [{"index": 1, "value": 10, "op": "SCMP_CMP_EQ"}],
+            }
+        ],
+    }  # SIGUSR1
     bpf = seccomp.compile_bpf(section)
     script = f"trap 'echo got' USR1; kill -0 $$ && echo zero-ok; kill -USR1 $$ && echo {MARK}"
-    out = control_then_breach(lambda b: sh(rootfs_template, script, b), bpf, allow_bpf,
-                              "Operation not permitted")
+    out = control_then_breach(
+        lambda b: sh(rootfs_template, script, b), bpf, allow_bpf, "Operation not permitted"
+    )
     assert "zero-ok" in out  # kill(pid, 0) does not match the condition
 
 
@@ -208,35 +247,52 @@ def test_section_args_masked_eq(rootfs_template: Path, allow_bpf: bytes) -> None
     def cond(index: int) -> list[dict[str, Any]]:
         return [{"index": index, "value": 0o002, "valueTwo": 0o002, "op": "SCMP_CMP_MASKED_EQ"}]
 
-    section = {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
-        {"names": ["chmod"], "action": "SCMP_ACT_ERRNO", "args": cond(1)},
-        {"names": ["fchmodat"], "action": "SCMP_ACT_ERRNO", "args": cond(2)}]}
+    section = {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [
+            {"names": ["chmod"], "action": "SCMP_ACT_ERRNO", "args": cond(1)},
+            {"names": ["fchmodat"], "action": "SCMP_ACT_ERRNO", "args": cond(2)},
+        ],
+    }
     bpf = seccomp.compile_bpf(section)
     script = f"touch /tmp/f; chmod 755 /tmp/f && echo 755-ok; chmod 757 /tmp/f && echo {MARK}"
-    out = control_then_breach(lambda b: sh(rootfs_template, script, b), bpf, allow_bpf,
-                              "Operation not permitted")
+    out = control_then_breach(
+        lambda b: sh(rootfs_template, script, b), bpf, allow_bpf, "Operation not permitted"
+    )
     assert "755-ok" in out
 
 
 @needs_bwrap
 def test_section_same_index_conditions_are_ored(rootfs_template: Path, allow_bpf: bytes) -> None:
     # runc's rule: two conditions on one index become two rules (libseccomp cannot AND them).
-    section = {"defaultAction": "SCMP_ACT_ALLOW",
-               "syscalls": [{"names": ["kill"], "action": "SCMP_ACT_ERRNO", "args": [
-                   {"index": 1, "value": 10, "op": "SCMP_CMP_EQ"},
-                   {"index": 1, "value": 12, "op": "SCMP_CMP_EQ"}]}]}
+    section = {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [
+            {
+                "names": ["kill"],
+                "action": "SCMP_ACT_ERRNO",
+                "args": [
+                    {"index": 1, "value": 10, "op": "SCMP_CMP_EQ"},
+                    {"index": 1, "value": 12, "op": "SCMP_CMP_EQ"},
+                ],
+            }
+        ],
+    }
     bpf = seccomp.compile_bpf(section)
     for sig in ("USR1", "USR2"):
         script = f"trap 'echo got' {sig}; kill -0 $$ && echo zero-ok; kill -{sig} $$ && echo {MARK}"
-        out = control_then_breach(lambda b, s=script: sh(rootfs_template, s, b), bpf, allow_bpf,
-                                  "Operation not permitted")
+        out = control_then_breach(
+            lambda b, s=script: sh(rootfs_template, s, b), bpf, allow_bpf, "Operation not permitted"
+        )
         assert "zero-ok" in out
 
 
 @needs_bwrap
 def test_section_kill_process_action(rootfs_template: Path, allow_bpf: bytes) -> None:
-    section = {"defaultAction": "SCMP_ACT_ALLOW",
-               "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_KILL_PROCESS"}]}
+    section = {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_KILL_PROCESS"}],
+    }
     bpf = seccomp.compile_bpf(section)
     script = f"mkdir /tmp/d && echo {MARK}; echo status=$?"
     out = control_then_breach(lambda b: sh(rootfs_template, script, b), bpf, allow_bpf, "status=")
@@ -251,10 +307,15 @@ def test_no_section_is_valid() -> None:
 
 
 def test_unknown_syscall_name_points_at_the_entry() -> None:
-    section = {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
-        {"names": ["read"], "action": "SCMP_ACT_ERRNO"}, {"names": ["write"], "action": "SCMP_ACT_ERRNO"},
-        {"names": ["open"], "action": "SCMP_ACT_ERRNO"},
-        {"names": ["getpid", "no_such_syscall"], "action": "SCMP_ACT_ERRNO"}]}
+    section = {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [
+            {"names": ["read"], "action": "SCMP_ACT_ERRNO"},
+            {"names": ["write"], "action": "SCMP_ACT_ERRNO"},
+            {"names": ["open"], "action": "SCMP_ACT_ERRNO"},
+            {"names": ["getpid", "no_such_syscall"], "action": "SCMP_ACT_ERRNO"},
+        ],
+    }
     problems = seccomp.validate(section)
     assert [p.pointer for p in problems] == ["/linux/seccomp/syscalls/3/names/1"]
     assert "no_such_syscall" in problems[0].message
@@ -264,8 +325,9 @@ def test_unknown_syscall_name_points_at_the_entry() -> None:
 
 
 def test_pointer_prefix_is_honoured() -> None:
-    problems = seccomp.validate({"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_VAX"]},
-                                pointer="/x/seccomp")
+    problems = seccomp.validate(
+        {"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_VAX"]}, pointer="/x/seccomp"
+    )
     assert [p.pointer for p in problems] == ["/x/seccomp/architectures/0"]
 
 
@@ -277,25 +339,40 @@ def _arg(**kw: Any) -> dict[str, Any]:
     return _rule(action="SCMP_ACT_ERRNO", args=[{"index": 0, "value": 1, "op": "SCMP_CMP_EQ", **kw}])
 
 
-@pytest.mark.parametrize("section, pointer", [
-    ({}, "/linux/seccomp/defaultAction"),
-    ({"defaultAction": "SCMP_ACT_BOGUS"}, "/linux/seccomp/defaultAction"),
-    ({"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_Z80"]},
-     "/linux/seccomp/architectures/1"),
-    ({"defaultAction": "SCMP_ACT_ALLOW", "flags": ["SECCOMP_FILTER_FLAG_NOPE"]}, "/linux/seccomp/flags/0"),
-    ({"defaultAction": "SCMP_ACT_ALLOW", "flags": ["SECCOMP_FILTER_FLAG_TSYNC", "SECCOMP_FILTER_FLAG_LOG"]},
-     "/linux/seccomp/flags/1"),
-    (_rule(action="SCMP_ACT_NOPE"), "/linux/seccomp/syscalls/0/action"),
-    ({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": [], "action": "SCMP_ACT_ERRNO"}]},
-     "/linux/seccomp/syscalls/0/names"),
-    (_rule(action="SCMP_ACT_KILL", errnoRet=1), "/linux/seccomp/syscalls/0/errnoRet"),
-    (_rule(action="SCMP_ACT_ERRNO", errnoRet=5000), "/linux/seccomp/syscalls/0/errnoRet"),
-    (_arg(index=6), "/linux/seccomp/syscalls/0/args/0/index"),
-    (_arg(value=-1), "/linux/seccomp/syscalls/0/args/0/value"),
-    (_arg(value=2**64), "/linux/seccomp/syscalls/0/args/0/value"),
-    (_arg(valueTwo=True), "/linux/seccomp/syscalls/0/args/0/valueTwo"),
-    (_arg(op="SCMP_CMP_IN"), "/linux/seccomp/syscalls/0/args/0/op"),
-])
+@pytest.mark.parametrize(
+    "section, pointer",
+    [
+        ({}, "/linux/seccomp/defaultAction"),
+        ({"defaultAction": "SCMP_ACT_BOGUS"}, "/linux/seccomp/defaultAction"),
+        (
+            {"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_Z80"]},
+            "/linux/seccomp/architectures/1",
+        ),
+        (
+            {"defaultAction": "SCMP_ACT_ALLOW", "flags": ["SECCOMP_FILTER_FLAG_NOPE"]},
+            "/linux/seccomp/flags/0",
+        ),
+        (
+            {
+                "defaultAction": "SCMP_ACT_ALLOW",
+                "flags": ["SECCOMP_FILTER_FLAG_TSYNC", "SECCOMP_FILTER_FLAG_LOG"],
+            },
+            "/linux/seccomp/flags/1",
+        ),
+        (_rule(action="SCMP_ACT_NOPE"), "/linux/seccomp/syscalls/0/action"),
+        (
+            {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": [], "action": "SCMP_ACT_ERRNO"}]},
+            "/linux/seccomp/syscalls/0/names",
+        ),
+        (_rule(action="SCMP_ACT_KILL", errnoRet=1), "/linux/seccomp/syscalls/0/errnoRet"),
+        (_rule(action="SCMP_ACT_ERRNO", errnoRet=5000), "/linux/seccomp/syscalls/0/errnoRet"),
+        (_arg(index=6), "/linux/seccomp/syscalls/0/args/0/index"),
+        (_arg(value=-1), "/linux/seccomp/syscalls/0/args/0/value"),
+        (_arg(value=2**64), "/linux/seccomp/syscalls/0/args/0/value"),
+        (_arg(valueTwo=True), "/linux/seccomp/syscalls/0/args/0/valueTwo"),
+        (_arg(op="SCMP_CMP_IN"), "/linux/seccomp/syscalls/0/args/0/op"),
+    ],
+)
 def test_problems_have_exact_pointers(section: dict[str, Any], pointer: str) -> None:
     problems = seccomp.validate(section)
     assert [p.pointer for p in problems] == [pointer]
@@ -304,12 +381,23 @@ def test_problems_have_exact_pointers(section: dict[str, Any], pointer: str) -> 
         seccomp.compile_bpf(section)
 
 
-@pytest.mark.parametrize("section, pointer", [
-    ({"defaultAction": "SCMP_ACT_NOTIFY"}, "/linux/seccomp/defaultAction"),
-    ({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"}]},
-     "/linux/seccomp/syscalls/0/action"),
-    ({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/run/agent.sock"}, "/linux/seccomp/listenerPath"),
-])
+@pytest.mark.parametrize(
+    "section, pointer",
+    [
+        ({"defaultAction": "SCMP_ACT_NOTIFY"}, "/linux/seccomp/defaultAction"),
+        (
+            {
+                "defaultAction": "SCMP_ACT_ALLOW",
+                "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"}],
+            },
+            "/linux/seccomp/syscalls/0/action",
+        ),
+        (
+            {"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/run/agent.sock"},
+            "/linux/seccomp/listenerPath",
+        ),
+    ],
+)
 def test_notify_is_refused(section: dict[str, Any], pointer: str) -> None:
     problems = seccomp.validate(section)
     assert [p.pointer for p in problems] == [pointer]
@@ -318,10 +406,21 @@ def test_notify_is_refused(section: dict[str, Any], pointer: str) -> None:
 
 def test_messages_do_not_echo_config_values() -> None:
     secret = "s3cr3t-VALUE-do-not-print"
-    section = {"defaultAction": secret, "defaultErrnoRet": secret, "architectures": [secret],
-               "flags": [secret], "listenerMetadata": secret,
-               "syscalls": [{"names": ["read"], "action": secret, "errnoRet": secret,
-                             "args": [{"index": secret, "value": secret, "valueTwo": secret, "op": secret}]}]}
+    section = {
+        "defaultAction": secret,
+        "defaultErrnoRet": secret,
+        "architectures": [secret],
+        "flags": [secret],
+        "listenerMetadata": secret,
+        "syscalls": [
+            {
+                "names": ["read"],
+                "action": secret,
+                "errnoRet": secret,
+                "args": [{"index": secret, "value": secret, "valueTwo": secret, "op": secret}],
+            }
+        ],
+    }
     problems = seccomp.validate(section)
     assert len(problems) >= 8
     for p in problems:
@@ -329,9 +428,12 @@ def test_messages_do_not_echo_config_values() -> None:
 
 
 def test_tsync_flag_and_default_repeating_rules_are_accepted() -> None:
-    section = {"defaultAction": "SCMP_ACT_ALLOW", "flags": ["SECCOMP_FILTER_FLAG_TSYNC"],
-               "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
-               "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW"}]}
+    section = {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "flags": ["SECCOMP_FILTER_FLAG_TSYNC"],
+        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+        "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW"}],
+    }
     assert seccomp.validate(section) == []
     assert seccomp.compile_bpf(section)
 
@@ -351,8 +453,10 @@ def test_default_tenant_section_is_what_compile_none_builds() -> None:
     clone3 = {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS}
     assert clone3 in section["syscalls"]
     mknod = [r for r in section["syscalls"] if r["names"][0] in ("mknod", "mknodat")]
-    assert {(r["names"][0], r["args"][0]["valueTwo"]) for r in mknod} >= {("mknodat", 0o020000),
-                                                                            ("mknodat", 0o060000)}
+    assert {(r["names"][0], r["args"][0]["valueTwo"]) for r in mknod} >= {
+        ("mknodat", 0o020000),
+        ("mknodat", 0o060000),
+    }
     bpf = seccomp.compile_bpf(None)
     assert bpf == seccomp.compile_bpf(section)
     assert len(bpf) % 8 == 0 and 50 < len(bpf) // 8 <= seccomp.BPF_MAXINSNS
@@ -376,8 +480,10 @@ def test_libseccomp_rule_failure_is_bundle_invalid_with_pointer(monkeypatch: pyt
         real(self, action, name, *args)
 
     monkeypatch.setattr(pyseccomp.SyscallFilter, "add_rule", add_rule)
-    section = {"defaultAction": "SCMP_ACT_ALLOW",
-               "syscalls": [{"names": ["read", "write"], "action": "SCMP_ACT_ERRNO"}]}
+    section = {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["read", "write"], "action": "SCMP_ACT_ERRNO"}],
+    }
     with pytest.raises(BundleInvalid) as e:
         seccomp.compile_bpf(section)
     assert e.value.problems[0].pointer == "/linux/seccomp/syscalls/0/names/1"

@@ -23,8 +23,10 @@ pytest.importorskip("pyseccomp")
 
 from sandbox_shim.platforms.linux import seccomp_cache as sc  # noqa: E402
 
-BUNDLE: dict[str, Any] = {"defaultAction": "SCMP_ACT_ALLOW",
-                          "syscalls": [{"names": ["getpid"], "action": "SCMP_ACT_ERRNO"}]}
+BUNDLE: dict[str, Any] = {
+    "defaultAction": "SCMP_ACT_ALLOW",
+    "syscalls": [{"names": ["getpid"], "action": "SCMP_ACT_ERRNO"}],
+}
 PLANTED = [b"\x06\x00\x00\x00\x00\x00\xff\x7f"]  # RET ALLOW: what a stale entry would hand out
 
 
@@ -88,6 +90,7 @@ def test_the_host_facts_are_this_hosts() -> None:
     assert facts["arch"] == u.machine and u.release in facts["kernel"]
     import pyseccomp
     from sandbox_shim.probes.kernel import libseccomp_version
+
     assert facts["libseccomp"] == libseccomp_version()
     assert facts["binding"] == sc._digest_file(pyseccomp.__file__)
 
@@ -99,8 +102,14 @@ def test_a_damaged_entry_is_a_miss(damage: str, tmp_path: Path) -> None:
     sc.store(str(tmp_path), key, PLANTED)
     f = tmp_path / key
     data = f.read_bytes()
-    f.write_bytes({"truncate": data[:-3], "flip": data[:-1] + bytes([data[-1] ^ 1]),
-                   "magic": b"x" + data[1:], "empty": b""}[damage])
+    f.write_bytes(
+        {
+            "truncate": data[:-3],
+            "flip": data[:-1] + bytes([data[-1] ^ 1]),
+            "magic": b"x" + data[1:],
+            "empty": b"",
+        }[damage]
+    )
     assert sc.programs(p, str(tmp_path)) == sc.compile_programs(p)
 
 
@@ -116,12 +125,14 @@ def test_a_symlinked_entry_is_not_followed(tmp_path: Path) -> None:
 
 def test_a_cached_create_path_and_validation_load_no_pyseccomp(tmp_path: Path) -> None:
     sc.programs(plan(section=BUNDLE), str(tmp_path))
-    code = ("import sys; from types import SimpleNamespace as N\n"
-            "from sandbox_shim.platforms.linux import seccomp, seccomp_cache as sc\n"
-            f"b = {BUNDLE!r}\n"
-            "assert seccomp.validate(b) == []\n"
-            f"progs = sc.programs(N(allow_nested_userns=False, seccomp=b), {str(tmp_path)!r})\n"
-            "print(len(progs), 'pyseccomp' in sys.modules)\n")
+    code = (
+        "import sys; from types import SimpleNamespace as N\n"
+        "from sandbox_shim.platforms.linux import seccomp, seccomp_cache as sc\n"
+        f"b = {BUNDLE!r}\n"
+        "assert seccomp.validate(b) == []\n"
+        f"progs = sc.programs(N(allow_nested_userns=False, seccomp=b), {str(tmp_path)!r})\n"
+        "print(len(progs), 'pyseccomp' in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     n, loaded = out.stdout.split()

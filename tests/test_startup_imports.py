@@ -19,15 +19,32 @@ from pathlib import Path
 import pytest
 from conftest import BundleFactory, run_shim, wait_pid
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0 or not
-                                Path("/usr/bin/bwrap").exists(), reason="needs Linux, root and bwrap")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or os.geteuid() != 0 or not Path("/usr/bin/bwrap").exists(),
+    reason="needs Linux, root and bwrap",
+)
 
 HEAVY = ("click", "jsonschema", "fastjsonschema", "psutil", "pyroute2", "pyseccomp", "ctypes")
 # standard-library modules that cost milliseconds and that no lifecycle verb needs on its own path:
 # typing, dataclasses (with inspect, ast, dis, tokenize under it), shutil (with bz2, lzma), and
 # subprocess and tempfile (running hooks only)
-STDLIB_UNUSED = ("typing", "dataclasses", "inspect", "ast", "shutil", "bz2", "lzma", "subprocess", "tempfile",
-                 "json", "re", "enum", "signal", "hashlib", "threading")
+STDLIB_UNUSED = (
+    "typing",
+    "dataclasses",
+    "inspect",
+    "ast",
+    "shutil",
+    "bz2",
+    "lzma",
+    "subprocess",
+    "tempfile",
+    "json",
+    "re",
+    "enum",
+    "signal",
+    "hashlib",
+    "threading",
+)
 
 WRAPPER = """
 import atexit, os, sys
@@ -52,8 +69,13 @@ def loaded(tmp_path: Path, root: Path, *args: str) -> set[str]:
     out = tmp_path / "modules.json"
     err = tmp_path / "stderr.txt"
     with open(err, "w") as fh:  # a file, not a pipe: a sandbox made by create keeps its stderr open
-        run = subprocess.run([sys.executable, "-c", WRAPPER, str(out), "--root", str(root), *args],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=fh, timeout=60)
+        run = subprocess.run(
+            [sys.executable, "-c", WRAPPER, str(out), "--root", str(root), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=fh,
+            timeout=60,
+        )
     assert run.returncode == 0, err.read_text()
     return set(out.read_text().split("\n"))
 
@@ -62,8 +84,9 @@ def heavy(mods: set[str], allowed: tuple[str, ...] = ()) -> list[str]:
     return sorted(m for m in mods if m.split(".")[0] in HEAVY and m.split(".")[0] not in allowed)
 
 
-def test_lifecycle_verbs_load_nothing_heavy(tmp_path: Path, state_root: Path,
-                                            make_bundle: BundleFactory) -> None:
+def test_lifecycle_verbs_load_nothing_heavy(
+    tmp_path: Path, state_root: Path, make_bundle: BundleFactory
+) -> None:
     bundle = make_bundle(args=["sleep", "30"])
     pid_file = tmp_path / "pid"
     created = run_shim(state_root, "create", "--bundle", str(bundle), "--pid-file", str(pid_file), "s1")
@@ -78,16 +101,19 @@ def test_lifecycle_verbs_load_nothing_heavy(tmp_path: Path, state_root: Path,
     assert found == {"state": [], "start": [], "kill": [], "delete": []}
 
 
-def test_lifecycle_verbs_skip_costly_stdlib_modules(tmp_path: Path, state_root: Path,
-                                                    make_bundle: BundleFactory) -> None:
+def test_lifecycle_verbs_skip_costly_stdlib_modules(
+    tmp_path: Path, state_root: Path, make_bundle: BundleFactory
+) -> None:
     """No typing, dataclasses, shutil; no subprocess/tempfile either (a bundle without hooks)."""
     bundle = make_bundle(args=["sleep", "30"])
     pid_file = tmp_path / "pid"
     created = run_shim(state_root, "create", "--bundle", str(bundle), "--pid-file", str(pid_file), "s3")
     assert created.returncode == 0, created.stderr
-    mods = {"state": loaded(tmp_path, state_root, "state", "s3"),
-            "start": loaded(tmp_path, state_root, "start", "s3"),
-            "kill": loaded(tmp_path, state_root, "kill", "s3", "KILL")}
+    mods = {
+        "state": loaded(tmp_path, state_root, "state", "s3"),
+        "start": loaded(tmp_path, state_root, "start", "s3"),
+        "kill": loaded(tmp_path, state_root, "kill", "s3", "KILL"),
+    }
     assert wait_pid(int(pid_file.read_text())) == 137
     mods["delete"] = loaded(tmp_path, state_root, "delete", "s3")
     found = {verb: sorted(m for m in names if m in STDLIB_UNUSED) for verb, names in mods.items()}
@@ -97,8 +123,9 @@ def test_lifecycle_verbs_skip_costly_stdlib_modules(tmp_path: Path, state_root: 
     assert not (state_root / "s3").exists()  # delete removed the state directory all the same
 
 
-def test_start_reads_the_capability_cache_and_loads_no_ctypes(tmp_path: Path, state_root: Path,
-                                                               make_bundle: BundleFactory) -> None:
+def test_start_reads_the_capability_cache_and_loads_no_ctypes(
+    tmp_path: Path, state_root: Path, make_bundle: BundleFactory
+) -> None:
     bundle = make_bundle(args=["sleep", "30"])
     pid_file = tmp_path / "pid"
     created = run_shim(state_root, "create", "--bundle", str(bundle), "--pid-file", str(pid_file), "s2")
@@ -110,8 +137,9 @@ def test_start_reads_the_capability_cache_and_loads_no_ctypes(tmp_path: Path, st
         wait_pid(int(pid_file.read_text()))
 
 
-def test_create_loads_no_cli_framework_schema_library_or_netlink(tmp_path: Path, state_root: Path,
-                                                                 make_bundle: BundleFactory) -> None:
+def test_create_loads_no_cli_framework_schema_library_or_netlink(
+    tmp_path: Path, state_root: Path, make_bundle: BundleFactory
+) -> None:
     """create needs the seccomp binding (and ctypes under it) to compile the filter; nothing else heavy."""
     bundle = make_bundle(args=["sleep", "30"])
     mods = loaded(tmp_path, state_root, "create", "--bundle", str(bundle), "c1")
@@ -125,8 +153,18 @@ def test_create_loads_no_cli_framework_schema_library_or_netlink(tmp_path: Path,
 def test_an_error_on_a_verbs_path_loads_no_json_either(tmp_path: Path, state_root: Path) -> None:
     """The one-line JSON error (``--log-format json``) is written by fastjson too."""
     out = tmp_path / "modules.txt"
-    argv = [sys.executable, "-c", WRAPPER, str(out), "--root", str(state_root), "--log-format", "json",
-            "state", "nope"]
+    argv = [
+        sys.executable,
+        "-c",
+        WRAPPER,
+        str(out),
+        "--root",
+        str(state_root),
+        "--log-format",
+        "json",
+        "state",
+        "nope",
+    ]
     run = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert run.returncode == 6 and json.loads(run.stderr)["level"] == "error", run.stderr
     mods = set(out.read_text().split("\n"))

@@ -29,8 +29,9 @@ def cgroups_of(root: Path, sandbox_id: str) -> list[str]:
     import hashlib
 
     tag = hashlib.sha256(str(root).encode()).hexdigest()[:10]
-    return glob.glob(f"/sys/fs/cgroup/*/sandbox-shim/{tag}/{glob.escape(sandbox_id)}") + \
-        glob.glob(f"/sys/fs/cgroup/sandbox-shim/{tag}/{glob.escape(sandbox_id)}")
+    return glob.glob(f"/sys/fs/cgroup/*/sandbox-shim/{tag}/{glob.escape(sandbox_id)}") + glob.glob(
+        f"/sys/fs/cgroup/sandbox-shim/{tag}/{glob.escape(sandbox_id)}"
+    )
 
 
 #: exit statuses a verb may end with here (README "Exit statuses"): done, not found, wrong state,
@@ -124,11 +125,25 @@ def _one_line(r: subprocess.CompletedProcess[str], verb: str) -> None:
 
 
 def _verbs(bundle: Path) -> list[list[str]]:
-    return [["state", "c"], ["list"], ["start", "c"], ["state", "c"], ["kill", "r", "TERM"],
-            ["exec", "r", "true"], ["update", "--pids-limit", "50", "r"], ["events", "--stats", "r"],
-            ["pause", "r"], ["resume", "p"], ["delete", "s"], ["delete", "--force", "s"],
-            ["delete", "--force", "p"], ["delete", "--force", "c"], ["delete", "--force", "r"],
-            ["delete", "--force", "nosuch"], ["list"]]
+    return [
+        ["state", "c"],
+        ["list"],
+        ["start", "c"],
+        ["state", "c"],
+        ["kill", "r", "TERM"],
+        ["exec", "r", "true"],
+        ["update", "--pids-limit", "50", "r"],
+        ["events", "--stats", "r"],
+        ["pause", "r"],
+        ["resume", "p"],
+        ["delete", "s"],
+        ["delete", "--force", "s"],
+        ["delete", "--force", "p"],
+        ["delete", "--force", "c"],
+        ["delete", "--force", "r"],
+        ["delete", "--force", "nosuch"],
+        ["list"],
+    ]
 
 
 def _create_refused(root: Path, bundle: Path, sid: str) -> None:
@@ -141,7 +156,8 @@ def _create_refused(root: Path, bundle: Path, sid: str) -> None:
 
 
 def test_delete_force_on_a_read_only_root_kills_removes_cgroups_and_says_so(
-        make_bundle: Any, small_root: Path, tmp_path: Path) -> None:
+    make_bundle: Any, small_root: Path, tmp_path: Path
+) -> None:
     b = make_bundle(args=["sleep", "1000"])
     assert run_shim(small_root, "create", "--bundle", str(b), "last").returncode == 0
     assert run_shim(small_root, "start", "last").returncode == 0
@@ -237,8 +253,17 @@ def test_read_only_cgroups(make_bundle: Any, state_root: Path) -> None:
     def ro_cgroups(*args: str) -> subprocess.CompletedProcess[str]:
         from conftest import shim_cmd
 
-        cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", READ_ONLY_CGROUPS, "sh",
-               *shim_cmd(state_root, *args)]
+        cmd = [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            READ_ONLY_CGROUPS,
+            "sh",
+            *shim_cmd(state_root, *args),
+        ]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         assert p.returncode != 99, p.stderr
         return p

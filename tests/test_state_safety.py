@@ -52,14 +52,16 @@ def test_corrupt_state_file_is_reported_and_removed_by_force(make_bundle, state_
     assert run_shim(state_root, "create", "--bundle", str(b), "bad").returncode == 0
 
 
-def test_bind_source_through_a_link_planted_in_storage_is_refused(make_bundle, state_root: Path,
-                                                                   tmp_path: Path) -> None:
+def test_bind_source_through_a_link_planted_in_storage_is_refused(
+    make_bundle, state_root: Path, tmp_path: Path
+) -> None:
     secret = tmp_path / "hostonly"
     secret.mkdir()
     (secret / "s.txt").write_text("HOST-SECRET")
     cfg = base_config(["sh", "-c", "cat /data/* 2>&1; true"])
-    cfg["mounts"].append({"destination": "/data", "type": "bind", "source": "storage/data",
-                          "options": ["rbind", "ro"]})
+    cfg["mounts"].append(
+        {"destination": "/data", "type": "bind", "source": "storage/data", "options": ["rbind", "ro"]}
+    )
     b = make_bundle(cfg)
     (b / "storage" / "data").mkdir()
     (b / "storage" / "data" / "f.txt").write_text("TENANT-DATA")
@@ -73,8 +75,9 @@ def test_bind_source_through_a_link_planted_in_storage_is_refused(make_bundle, s
     assert not (state_root / "brk").exists()
 
 
-def test_a_sandbox_whose_state_and_cgroup_record_are_lost_is_listed_and_removed(make_bundle, state_root: Path,
-                                                                                tmp_path: Path) -> None:
+def test_a_sandbox_whose_state_and_cgroup_record_are_lost_is_listed_and_removed(
+    make_bundle, state_root: Path, tmp_path: Path
+) -> None:
     import uuid
 
     sid = "lost-" + uuid.uuid4().hex[:8]

@@ -45,20 +45,28 @@ def _set_args(bundle: Path, args: list[str], mutate: Any = None) -> None:
 
 
 @pytest.mark.parametrize("how", RUNNERS)
-def test_neighbour_storage_by_dotdot_and_host_path(siblings: tuple[Path, Path], state_root: Path,
-                                                   how: str) -> None:
+def test_neighbour_storage_by_dotdot_and_host_path(
+    siblings: tuple[Path, Path], state_root: Path, how: str
+) -> None:
     a, b = siblings
     _set_args(b, probe("cat /storage/secret && echo OWN-OK"))
     r = launch(how, state_root, b, "b")  # control: B reads its own storage
     assert r.code == 0 and SECRET in r.out and "OWN-OK" in r.out, r
     host_secret = b / "storage" / "secret"
-    reads = ["/storage/../b/storage/secret", "/storage/../../b/storage/secret",
-             "/storage/../../../bundles/b/storage/secret", str(host_secret), f"/proc/self/root{host_secret}",
-             f"/proc/1/root{host_secret}"]
+    reads = [
+        "/storage/../b/storage/secret",
+        "/storage/../../b/storage/secret",
+        "/storage/../../../bundles/b/storage/secret",
+        str(host_secret),
+        f"/proc/self/root{host_secret}",
+        f"/proc/1/root{host_secret}",
+    ]
     writes = ["/storage/../../b/storage/pwn", f"{b}/storage/pwn", "/pwn", "/etc/pwn"]
-    script = "; ".join([f"cat {p} && echo BREACH-READ" for p in reads] +
-                       [f"echo x > {p} && echo BREACH-WRITE" for p in writes] +
-                       ["echo mine > /storage/mine && cat /storage/mine && echo CONTROL-WRITE"])
+    script = "; ".join(
+        [f"cat {p} && echo BREACH-READ" for p in reads]
+        + [f"echo x > {p} && echo BREACH-WRITE" for p in writes]
+        + ["echo mine > /storage/mine && cat /storage/mine && echo CONTROL-WRITE"]
+    )
     _set_args(a, probe(script))
     before = tree_hash(b.parent, skip=("a/storage/out", "b/storage/out"))
     r = launch(how, state_root, a, "a")
@@ -70,21 +78,39 @@ def test_neighbour_storage_by_dotdot_and_host_path(siblings: tuple[Path, Path], 
 
 
 @pytest.mark.parametrize("how", RUNNERS)
-def test_neighbour_storage_through_proc(siblings: tuple[Path, Path], state_root: Path, tmp_path: Path,
-                                        how: str) -> None:
+def test_neighbour_storage_through_proc(
+    siblings: tuple[Path, Path], state_root: Path, tmp_path: Path, how: str
+) -> None:
     a, b = siblings
     _set_args(b, ["sh", "-c", "echo B-UP > /storage/up; sleep 20"])
-    holder = subprocess.Popen([sys.executable, "-m", "sandbox_shim", "--root", str(state_root), "run",
-                               "--bundle", str(b), f"b-live-{TAG}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sandbox_shim",
+            "--root",
+            str(state_root),
+            "run",
+            "--bundle",
+            str(b),
+            f"b-live-{TAG}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 20
         while not (b / "storage" / "up").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert (b / "storage" / "up").exists(), "B did not start"
         echo_pids = "for p in /proc/[0-9]*; do cat $p/root/storage/secret 2>/dev/null && echo BREACH-$p; done"
-        _set_args(a, probe(f"echo own > /storage/own; cat /proc/self/root/storage/own && echo CONTROL-OK; "
-                           f"{echo_pids}; ls /proc | grep -c '^[0-9]'"))
+        _set_args(
+            a,
+            probe(
+                f"echo own > /storage/own; cat /proc/self/root/storage/own && echo CONTROL-OK; "
+                f"{echo_pids}; ls /proc | grep -c '^[0-9]'"
+            ),
+        )
         r = launch(how, state_root, a, "a")
         assert r.code == 0 and "CONTROL-OK" in r.out, r  # control: its own files through /proc/self/root
         assert SECRET not in r.out and "BREACH" not in r.out, r.out
@@ -104,29 +130,42 @@ def test_neighbour_storage_through_proc(siblings: tuple[Path, Path], state_root:
 
 
 @pytest.mark.parametrize("how", RUNNERS)
-def test_symlink_planted_in_storage_is_followed_inside_only(siblings: tuple[Path, Path], state_root: Path,
-                                                            how: str) -> None:
+def test_symlink_planted_in_storage_is_followed_inside_only(
+    siblings: tuple[Path, Path], state_root: Path, how: str
+) -> None:
     a, b = siblings
     b_storage = b / "storage"
-    _set_args(a, probe("ln -s /../b/storage /storage/link && ln -s ../../b/storage /storage/rel && "
-                       f"ln -s {b_storage} /storage/abs && ln -s /oldroot{b_storage} /storage/old && "
-                       "echo PLANTED"))
+    _set_args(
+        a,
+        probe(
+            "ln -s /../b/storage /storage/link && ln -s ../../b/storage /storage/rel && "
+            f"ln -s {b_storage} /storage/abs && ln -s /oldroot{b_storage} /storage/old && "
+            "echo PLANTED"
+        ),
+    )
     r = launch(how, state_root, a, "a1")
     assert r.code == 0 and "PLANTED" in r.out, r
     assert os.readlink(a / "storage" / "abs") == str(b_storage)  # planted on the host, as a link
     before = tree_hash(b.parent, skip=("a/", "b/storage/out"))
 
     def under_links(cfg: dict[str, Any]) -> None:  # a config whose mounts go through the planted links
-        cfg["mounts"] += [{"destination": f"/storage/{n}/m", "type": "tmpfs", "source": "tmpfs"}
-                          for n in ("link", "rel", "abs", "old")]
+        cfg["mounts"] += [
+            {"destination": f"/storage/{n}/m", "type": "tmpfs", "source": "tmpfs"}
+            for n in ("link", "rel", "abs", "old")
+        ]
         cfg["linux"]["maskedPaths"] += [f"/storage/{n}/secret" for n in ("link", "rel", "abs", "old")]
         cfg["linux"]["readonlyPaths"] += [f"/storage/{n}" for n in ("link", "rel", "abs", "old")]
 
     reads = "; ".join(f"cat /storage/{n}/secret && echo BREACH-{n}" for n in ("link", "rel", "abs", "old"))
-    _set_args(a, probe(f"echo again > /storage/again && echo CONTROL-OK; {reads}; "
-                       "echo x > /storage/abs/pwn; echo x > /storage/old/pwn; "
-                       "echo x > /storage/link/pwn; true"),
-              under_links)  # they land in the sandbox's own /tmp tmpfs, or fail (EROFS): host checked below
+    _set_args(
+        a,
+        probe(
+            f"echo again > /storage/again && echo CONTROL-OK; {reads}; "
+            "echo x > /storage/abs/pwn; echo x > /storage/old/pwn; "
+            "echo x > /storage/link/pwn; true"
+        ),
+        under_links,
+    )  # they land in the sandbox's own /tmp tmpfs, or fail (EROFS): host checked below
     r = launch(how, state_root, a, "a2")  # another run of A follows its own links
     assert r.code == 0 and "CONTROL-OK" in r.out, r
     assert r.out.count("No such file or directory") >= 4 and "Read-only file system" in r.out, r.out
@@ -142,11 +181,16 @@ def test_symlink_planted_in_storage_is_followed_inside_only(siblings: tuple[Path
 
 @pytest.mark.parametrize("how", RUNNERS)
 def test_everything_but_storage_is_read_only_or_absent(make_bundle, state_root: Path, how: str) -> None:
-    b = make_bundle(base_config(probe(
-        "echo w > /storage/w && echo STORAGE-OK; echo w > /tmp/w && echo TMP-OK; "
-        "for p in /etc/pwn /bin/pwn /pwn /proc/sys/kernel/hostname /sys/pwn; do "
-        "echo x > $p && echo BREACH-$p; done; mount -t tmpfs none /mnt && echo BREACH-MOUNT; true")),
-        name="ro")
+    b = make_bundle(
+        base_config(
+            probe(
+                "echo w > /storage/w && echo STORAGE-OK; echo w > /tmp/w && echo TMP-OK; "
+                "for p in /etc/pwn /bin/pwn /pwn /proc/sys/kernel/hostname /sys/pwn; do "
+                "echo x > $p && echo BREACH-$p; done; mount -t tmpfs none /mnt && echo BREACH-MOUNT; true"
+            )
+        ),
+        name="ro",
+    )
     before = tree_hash(b / "rootfs")
     r = launch(how, state_root, b, "ro")
     assert r.code == 0 and "STORAGE-OK" in r.out and "TMP-OK" in r.out, r  # controls

@@ -20,10 +20,26 @@ from sandbox_shim.errors import BundleInvalid, ShimError
 from sandbox_shim.hardening import tenant
 
 VALUE = "s3cr3t-VALUE-never-echoed-7d41"
-CREDENTIAL_NAMES = ["AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "GITHUB_TOKEN", "api_key", "DB_PASSWORD",
-                    "DB_PASS", "PGPASSFILE", "MYSQL_PWD", "OAUTH_CLIENT", "HTTP_AUTHORIZATION", "SESSION_ID",
-                    "SSH_PRIVATE", "GOOGLE_APPLICATION_CREDENTIALS", "AWS_CREDS", "my_Secret", "COOKIE_JAR",
-                    "SSL_PASSPHRASE", "REQUEST_SIGNATURE"]
+CREDENTIAL_NAMES = [
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_ACCESS_KEY_ID",
+    "GITHUB_TOKEN",
+    "api_key",
+    "DB_PASSWORD",
+    "DB_PASS",
+    "PGPASSFILE",
+    "MYSQL_PWD",
+    "OAUTH_CLIENT",
+    "HTTP_AUTHORIZATION",
+    "SESSION_ID",
+    "SSH_PRIVATE",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "AWS_CREDS",
+    "my_Secret",
+    "COOKIE_JAR",
+    "SSL_PASSPHRASE",
+    "REQUEST_SIGNATURE",
+]
 HARMLESS_NAMES = ["PATH", "HOME", "TERM", "LANG", "PWD", "OLDPWD", "TZ", "PYTHONUNBUFFERED", "HOSTNAME"]
 
 
@@ -36,6 +52,7 @@ def environ(out: str) -> dict[str, str]:
 
 
 # -- validation ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", CREDENTIAL_NAMES)
 def test_credential_names_are_refused_by_name_never_value(name: str) -> None:
@@ -51,9 +68,13 @@ def test_harmless_names_pass() -> None:
 def test_refused_at_validation_whatever_the_annotations_say(make_bundle, tmp_path: Path) -> None:
     cfg = base_config()
     cfg["process"]["env"].append(f"GITHUB_TOKEN={VALUE}")
-    cfg["annotations"] = {"sandbox-shim.profile": "confinement", "sandbox-shim.network": "none",
-                          "sandbox-shim.allow-nested-userns": "true", "sandbox-shim.env": "passthrough",
-                          "sandbox-shim.allow-credentials": "true"}
+    cfg["annotations"] = {
+        "sandbox-shim.profile": "confinement",
+        "sandbox-shim.network": "none",
+        "sandbox-shim.allow-nested-userns": "true",
+        "sandbox-shim.env": "passthrough",
+        "sandbox-shim.allow-credentials": "true",
+    }
     b = make_bundle(cfg)
     with pytest.raises(BundleInvalid) as ei:
         load(str(b))
@@ -82,14 +103,18 @@ def test_cli_json_log_never_echoes_the_value(make_bundle, state_root: Path) -> N
     cfg["process"]["env"].append(f"DB_PASSWORD={VALUE}")
     b = make_bundle(cfg)
     sid = f"j-{TAG}"
-    for args in (("create", "--bundle", str(b), sid), ("validate", "--bundle", str(b)),
-                 ("--log-format", "json", "create", "--bundle", str(b), sid)):
+    for args in (
+        ("create", "--bundle", str(b), sid),
+        ("validate", "--bundle", str(b)),
+        ("--log-format", "json", "create", "--bundle", str(b), sid),
+    ):
         r = run_shim(state_root, *args)
         assert r.returncode != 0 and "DB_PASSWORD" in r.stdout + r.stderr, (args, r)
         assert VALUE not in r.stdout + r.stderr, args
 
 
 # -- runtime -------------------------------------------------------------------------------------
+
 
 @needs_sandbox
 @pytest.mark.parametrize("how", RUNNERS)

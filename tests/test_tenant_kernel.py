@@ -40,10 +40,13 @@ def _caps(cfg: dict[str, Any], *names: str) -> None:
 
 # -- capabilities, no_new_privs, setuid ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("how", RUNNERS)
 def test_capabilities_default_none_and_config_grants(make_bundle, state_root: Path, how: str) -> None:
-    script = ("touch /tmp/f && chown 1234 /tmp/f && echo CHOWN-MARKER; "
-              "grep -E '^(Cap|NoNewPrivs)' /proc/self/status")
+    script = (
+        "touch /tmp/f && chown 1234 /tmp/f && echo CHOWN-MARKER; "
+        "grep -E '^(Cap|NoNewPrivs)' /proc/self/status"
+    )
     cfg = base_config(probe(script))
     _caps(cfg, "CAP_CHOWN")
     r = launch(how, state_root, make_bundle(cfg, name="ctl"), "ctl")  # control: the config grants CAP_CHOWN
@@ -71,8 +74,10 @@ def test_unknown_capability_is_refused(make_bundle, state_root: Path) -> None:
 def test_setuid_root_binary_gains_nothing(make_bundle, state_root: Path, tmp_path: Path, how: str) -> None:
     """A setuid-root copy of busybox in the rootfs: exec'ing it as the sandbox's (capability-less)
     root would restore the full bounding set without no_new_privs — the host control shows that."""
-    script = ("touch /tmp/f; /opt/suid/busybox chown 1234 /tmp/f && echo SUID-MARKER; "
-              "/opt/suid/busybox grep -E '^(CapEff|NoNewPrivs)' /proc/self/status")
+    script = (
+        "touch /tmp/f; /opt/suid/busybox chown 1234 /tmp/f && echo SUID-MARKER; "
+        "/opt/suid/busybox grep -E '^(CapEff|NoNewPrivs)' /proc/self/status"
+    )
     b = make_bundle(base_config(probe(script)), name="suid")
     suid = b / "rootfs" / "opt" / "suid" / "busybox"
     suid.parent.mkdir(parents=True)
@@ -86,8 +91,11 @@ def test_setuid_root_binary_gains_nothing(make_bundle, state_root: Path, tmp_pat
     victim = tmp_path / "host-f"
     victim.write_text("")
     # control, on the host: a root process with no capabilities exec's the copy and chowns again
-    p = subprocess.run(["capsh", "--caps=", f"--shell={suid}", "--", "chown", "1234", str(victim)],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        ["capsh", "--caps=", f"--shell={suid}", "--", "chown", "1234", str(victim)],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0 and victim.stat().st_uid == 1234, p.stderr
 
     r = launch(how, state_root, b, "suid")
@@ -105,13 +113,16 @@ def test_no_new_privileges_false_is_still_set(make_bundle, state_root: Path, how
 
 # -- seccomp, nested user namespaces -------------------------------------------------------------
 
+
 @pytest.mark.parametrize("how", RUNNERS)
 def test_seccomp_section_is_enforced(make_bundle, state_root: Path, how: str) -> None:
     cfg = base_config(probe("grep Seccomp: /proc/self/status; mkdir /tmp/d && echo MKDIR-MARKER"))
     r = launch(how, state_root, make_bundle(cfg, name="ctl"), "ctl")  # control: the default filter allows it
     assert r.code == 0 and "MKDIR-MARKER" in r.out and status_field(r.out, "Seccomp") == "2", r
-    cfg["linux"]["seccomp"] = {"defaultAction": "SCMP_ACT_ALLOW",
-                               "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}
+    cfg["linux"]["seccomp"] = {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}],
+    }
     r = launch(how, state_root, make_bundle(cfg, name="evil"), "evil")
     assert r.code == 0 and "MKDIR-MARKER" not in r.out and "Operation not permitted" in r.out, r
 
@@ -130,12 +141,15 @@ def test_nested_user_namespace_only_when_asked(make_bundle, state_root: Path, ho
 
 
 @pytest.mark.parametrize("how", RUNNERS)
-def test_nested_user_namespace_refused_with_a_custom_seccomp_section(make_bundle, state_root: Path,
-                                                                     how: str) -> None:
+def test_nested_user_namespace_refused_with_a_custom_seccomp_section(
+    make_bundle, state_root: Path, how: str
+) -> None:
     """A bundle's own section is stacked on the tenant filter: it narrows, never widens."""
     cfg = base_config(probe(NESTED + "; mkdir /tmp/d && echo MKDIR-MARKER"))
-    cfg["linux"]["seccomp"] = {"defaultAction": "SCMP_ACT_ALLOW",
-                               "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_ERRNO"}]}
+    cfg["linux"]["seccomp"] = {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_ERRNO"}],
+    }
     r = launch(how, state_root, make_bundle(cfg), "sc")
     assert r.code == 0 and "NESTED-MARKER" not in r.out and "MKDIR-MARKER" not in r.out, r
     assert r.out.count("Operation not permitted") == 2, r.out  # EPERM from each filter
@@ -143,11 +157,14 @@ def test_nested_user_namespace_refused_with_a_custom_seccomp_section(make_bundle
 
 # -- masked / read-only paths, /dev --------------------------------------------------------------
 
+
 @pytest.mark.parametrize("how", RUNNERS)
 def test_masked_and_readonly_paths_apply_in_storage_and_proc(make_bundle, state_root: Path, how: str) -> None:
-    script = ("echo w > /storage/rw/f && echo RW-MARKER; echo w > /storage/ro/f && echo RO-MARKER; "
-              "cat /storage/masked.txt; echo; echo x > /proc/self/comm && echo PROC-MARKER; "
-              "echo 1 > /proc/sys/kernel/domainname && echo SYS-MARKER; cat /proc/keys | head -1")
+    script = (
+        "echo w > /storage/rw/f && echo RW-MARKER; echo w > /storage/ro/f && echo RO-MARKER; "
+        "cat /storage/masked.txt; echo; echo x > /proc/self/comm && echo PROC-MARKER; "
+        "echo 1 > /proc/sys/kernel/domainname && echo SYS-MARKER; cat /proc/keys | head -1"
+    )
     cfg = base_config(probe(script))
     cfg["linux"]["maskedPaths"].append("/storage/masked.txt")
     cfg["linux"]["readonlyPaths"].append("/storage/ro")
@@ -163,16 +180,32 @@ def test_masked_and_readonly_paths_apply_in_storage_and_proc(make_bundle, state_
     assert (b / "storage" / "masked.txt").read_text() == "MASKED-CONTENT\n"  # masked, not changed
 
 
-DEV_EXPECTED = {"core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout",
-                "tty", "urandom", "zero"}
+DEV_EXPECTED = {
+    "core",
+    "fd",
+    "full",
+    "null",
+    "ptmx",
+    "pts",
+    "random",
+    "shm",
+    "stderr",
+    "stdin",
+    "stdout",
+    "tty",
+    "urandom",
+    "zero",
+}
 
 
 @pytest.mark.parametrize("how", RUNNERS)
 def test_dev_is_minimal(make_bundle, state_root: Path, how: str) -> None:
     host_disks = [d for d in os.listdir("/dev") if d.startswith(("vd", "sd", "nvme", "xvd"))][:2]
     reads = "; ".join(f"head -c1 /dev/{d} && echo DEV-BREACH" for d in [*host_disks, "mem", "kmsg", "port"])
-    script = (f"echo x > /dev/null && echo NULL-MARKER; ls /dev | tr '\\n' ' '; echo; {reads}; "
-              "mknod /tmp/disk b 8 0 && echo MKNOD-BREACH")
+    script = (
+        f"echo x > /dev/null && echo NULL-MARKER; ls /dev | tr '\\n' ' '; echo; {reads}; "
+        "mknod /tmp/disk b 8 0 && echo MKNOD-BREACH"
+    )
     r = launch(how, state_root, make_bundle(base_config(probe(script))), "dev")
     assert r.code == 0 and "NULL-MARKER" in r.out, r
     assert set(r.out.splitlines()[1].split()) == DEV_EXPECTED
@@ -182,12 +215,22 @@ def test_dev_is_minimal(make_bundle, state_root: Path, how: str) -> None:
 
 # -- README claims about what is NOT enforced ----------------------------------------------------
 
+
 @pytest.mark.parametrize("how", RUNNERS)
 def test_claim_sysfs_is_the_hosts_read_only_view(make_bundle, state_root: Path, how: str) -> None:
-    cfg = base_config(probe("ls /sys/class/net | tr '\\n' ' '; echo; echo 1 > /sys/kernel/uevent_helper "
-                            "&& echo SYSFS-BREACH"))
-    cfg["mounts"].append({"destination": "/sys", "type": "sysfs", "source": "sysfs",
-                          "options": ["nosuid", "noexec", "nodev", "ro"]})
+    cfg = base_config(
+        probe(
+            "ls /sys/class/net | tr '\\n' ' '; echo; echo 1 > /sys/kernel/uevent_helper && echo SYSFS-BREACH"
+        )
+    )
+    cfg["mounts"].append(
+        {
+            "destination": "/sys",
+            "type": "sysfs",
+            "source": "sysfs",
+            "options": ["nosuid", "noexec", "nodev", "ro"],
+        }
+    )
     r = launch(how, state_root, make_bundle(cfg), "sys")
     assert r.code == 0 and "SYSFS-BREACH" not in r.out and "Read-only file system" in r.out, r
     # the host's interfaces, not the sandbox's (loopback only): /sys is a read-only bind of the host's
@@ -196,8 +239,12 @@ def test_claim_sysfs_is_the_hosts_read_only_view(make_bundle, state_root: Path, 
 
 @pytest.mark.parametrize("how", RUNNERS)
 def test_claim_tmpfs_noexec_is_not_enforced(make_bundle, state_root: Path, how: str) -> None:
-    cfg = base_config(probe("mkdir /tmp/x && cp /bin/busybox /tmp/x/busybox && "
-                            "/tmp/x/busybox echo EXEC-FROM-TMP; grep ' /tmp ' /proc/mounts"))
+    cfg = base_config(
+        probe(
+            "mkdir /tmp/x && cp /bin/busybox /tmp/x/busybox && "
+            "/tmp/x/busybox echo EXEC-FROM-TMP; grep ' /tmp ' /proc/mounts"
+        )
+    )
     cfg["mounts"][2]["options"] = ["nosuid", "nodev", "noexec", "mode=1777"]
     r = launch(how, state_root, make_bundle(cfg), "nx")
     assert r.code == 0 and "EXEC-FROM-TMP" in r.out, r  # bwrap 0.8's --tmpfs takes no noexec
@@ -208,8 +255,12 @@ def test_claim_config_json_is_not_reread(make_bundle, state_root: Path, tmp_path
     """The plan is rendered at create: a config edited between create and start changes nothing."""
     b = make_bundle(base_config(probe("grep CapEff /proc/self/status")))
     sid = f"rr-{TAG}"
-    assert run_shim(state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"),
-                    sid).returncode == 0
+    assert (
+        run_shim(
+            state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"), sid
+        ).returncode
+        == 0
+    )
     cfg = json.loads((b / "config.json").read_text())
     _caps(cfg, "CAP_SYS_ADMIN")
     (b / "config.json").write_text(json.dumps(cfg))

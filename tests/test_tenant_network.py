@@ -70,8 +70,9 @@ def test_host_loopback_server_unreachable(make_bundle, state_root: Path, host_se
     ctl = make_bundle(_host_net(base_config(probe(_connect(host_server)))), name="ctl")
     r = launch(how, state_root, ctl, "ctl")  # control: a sandbox on the host network reaches it
     assert r.code == 0 and MARKER in r.out and "CONNECTED" in r.out, r
-    b = make_bundle(base_config(probe(_connect(host_server) + "; ip -o link | cut -d: -f2 | tr -d ' '")),
-                    name="evil")
+    b = make_bundle(
+        base_config(probe(_connect(host_server) + "; ip -o link | cut -d: -f2 | tr -d ' '")), name="evil"
+    )
     r = launch(how, state_root, b, "evil")
     assert r.code == 0 and MARKER not in r.out and "CONNECTED" not in r.out, r
     assert "Connection refused" in r.out, r.out  # ECONNREFUSED: its own loopback has no such server
@@ -80,14 +81,17 @@ def test_host_loopback_server_unreachable(make_bundle, state_root: Path, host_se
 
 @pytest.mark.parametrize("how", RUNNERS)
 def test_loopback_works_inside(make_bundle, state_root: Path, how: str) -> None:
-    script = ("(nc -l -p 5599 -e echo INNER-LOOPBACK-MARKER &); sleep 0.3; "
-              "nc -w 3 127.0.0.1 5599 </dev/null; ip -4 addr show lo | grep -c 127.0.0.1")
+    script = (
+        "(nc -l -p 5599 -e echo INNER-LOOPBACK-MARKER &); sleep 0.3; "
+        "nc -w 3 127.0.0.1 5599 </dev/null; ip -4 addr show lo | grep -c 127.0.0.1"
+    )
     r = launch(how, state_root, make_bundle(base_config(probe(script))), "lo")
     assert r.code == 0 and "INNER-LOOPBACK-MARKER" in r.out and r.out.split()[-1] == "1", r
 
 
-def test_host_network_without_asking_is_refused_and_the_opt_in_shows_in_state(make_bundle, state_root: Path,
-                                                                               tmp_path: Path) -> None:
+def test_host_network_without_asking_is_refused_and_the_opt_in_shows_in_state(
+    make_bundle, state_root: Path, tmp_path: Path
+) -> None:
     cfg = base_config(probe("echo RAN"))
     cfg["linux"]["namespaces"] = [n for n in cfg["linux"]["namespaces"] if n["type"] != "network"]
     b = make_bundle(cfg, name="shared")
@@ -98,8 +102,12 @@ def test_host_network_without_asking_is_refused_and_the_opt_in_shows_in_state(ma
 
     b = make_bundle(_host_net(base_config(probe("echo RAN"))), name="host")
     sid = f"host-{TAG}"
-    assert run_shim(state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"),
-                    sid).returncode == 0
+    assert (
+        run_shim(
+            state_root, "create", "--bundle", str(b), "--pid-file", str(tmp_path / "pid"), sid
+        ).returncode
+        == 0
+    )
     st = json.loads(run_shim(state_root, "state", sid).stdout)
     assert st["annotations"]["sandbox-shim.network"] == "host"
     assert run_shim(state_root, "start", sid).returncode == 0
@@ -108,22 +116,32 @@ def test_host_network_without_asking_is_refused_and_the_opt_in_shows_in_state(ma
 
 
 @pytest.mark.parametrize("how", RUNNERS)
-def test_network_namespace_by_path_is_joined(make_bundle, state_root: Path, host_server: int,
-                                             how: str) -> None:
+def test_network_namespace_by_path_is_joined(
+    make_bundle, state_root: Path, host_server: int, how: str
+) -> None:
     """A namespace made here (``unshare --net``) with its own loopback server: the sandbox joins it —
     it reaches that server (control) and still not the host's (breach)."""
     if shutil.which("unshare") is None:
         pytest.skip("unshare(1) is not installed (util-linux)")
-    holder = subprocess.Popen(["unshare", "--net", "sh", "-c",
-                               "ip link set lo up && exec busybox nc -ll -p 5601 -e echo JOINED-NS-MARKER"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    holder = subprocess.Popen(
+        [
+            "unshare",
+            "--net",
+            "sh",
+            "-c",
+            "ip link set lo up && exec busybox nc -ll -p 5601 -e echo JOINED-NS-MARKER",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(0.3)
         assert holder.poll() is None, "the namespace holder did not start"
         cfg = base_config(probe(f"nc -w 3 127.0.0.1 5601 </dev/null; {_connect(host_server)}"))
-        cfg["linux"]["namespaces"] = [n if n["type"] != "network" else
-                                      {"type": "network", "path": f"/proc/{holder.pid}/ns/net"}
-                                      for n in cfg["linux"]["namespaces"]]
+        cfg["linux"]["namespaces"] = [
+            n if n["type"] != "network" else {"type": "network", "path": f"/proc/{holder.pid}/ns/net"}
+            for n in cfg["linux"]["namespaces"]
+        ]
         r = launch(how, state_root, make_bundle(cfg), "joined")
         assert r.code == 0 and "JOINED-NS-MARKER" in r.out, r
         assert MARKER not in r.out and "Connection refused" in r.out, r.out

@@ -176,8 +176,9 @@ def test_unsupported_mount_type_is_refused_not_skipped(make_bundle) -> None:
     cfg = base_config()
     b = make_bundle(cfg, name="ok")
     assert load(str(b)).config["mounts"]  # control: the supported mounts validate
-    cfg["mounts"].append({"destination": "/data", "type": "overlay", "source": "overlay",
-                          "options": ["lowerdir=/a"]})
+    cfg["mounts"].append(
+        {"destination": "/data", "type": "overlay", "source": "overlay", "options": ["lowerdir=/a"]}
+    )
     with pytest.raises(BundleInvalid) as ei:
         load(str(make_bundle(cfg, name="bad")))
     assert [p.pointer for p in ei.value.problems] == [f"/mounts/{len(cfg['mounts']) - 1}/type"]

@@ -18,8 +18,9 @@ from sandbox_shim import api
 from sandbox_shim.errors import CouldNotRun
 from sandbox_shim.execution import run_bundle
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
-                                reason="needs Linux, root, bwrap and cgroups")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs Linux, root, bwrap and cgroups"
+)
 
 
 def cgroups_of(root: Path, sandbox_id: str) -> list[str]:
@@ -29,15 +30,17 @@ def cgroups_of(root: Path, sandbox_id: str) -> list[str]:
     import hashlib
 
     tag = hashlib.sha256(str(root).encode()).hexdigest()[:10]
-    return glob.glob(f"/sys/fs/cgroup/*/sandbox-shim/{tag}/{glob.escape(sandbox_id)}") + \
-        glob.glob(f"/sys/fs/cgroup/sandbox-shim/{tag}/{glob.escape(sandbox_id)}")
+    return glob.glob(f"/sys/fs/cgroup/*/sandbox-shim/{tag}/{glob.escape(sandbox_id)}") + glob.glob(
+        f"/sys/fs/cgroup/sandbox-shim/{tag}/{glob.escape(sandbox_id)}"
+    )
 
 
 def _config(cwd: str, *tmpfs_options: str) -> dict[str, Any]:
     cfg = base_config(["sh", "-c", "pwd; echo made > here && cat here"])
     cfg["process"]["cwd"] = cwd
-    cfg["mounts"].append({"destination": "/work", "type": "tmpfs", "source": "tmpfs",
-                          "options": list(tmpfs_options)})
+    cfg["mounts"].append(
+        {"destination": "/work", "type": "tmpfs", "source": "tmpfs", "options": list(tmpfs_options)}
+    )
     return cfg
 
 
@@ -101,8 +104,9 @@ def test_a_cwd_bwrap_cannot_enter_is_could_not_run_at_create(make_bundle: Any, s
 
 
 @pytest.mark.parametrize("layout", ["/priv", "/priv2/inner"])
-def test_a_cwd_the_process_user_cannot_search_is_could_not_run(make_bundle: Any, state_root: Path,
-                                                               layout: str) -> None:
+def test_a_cwd_the_process_user_cannot_search_is_could_not_run(
+    make_bundle: Any, state_root: Path, layout: str
+) -> None:
     """bwrap enters the cwd as root; the program's own lookups are searched as process.user (1000)."""
     cfg = base_config(["ls", "."])
     cfg["process"]["user"] = {"uid": 1000, "gid": 1000}

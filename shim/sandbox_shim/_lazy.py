@@ -14,8 +14,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 
-def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], object],
-                                                                  Callable[[], list[str]]]:
+def lazy_exports(
+    package: str, exports: dict[str, str]
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package``: each name in ``exports`` maps to ``"submodule"``
     (same attribute name) or ``"submodule:attribute"``; a loaded value is cached in the package.
 

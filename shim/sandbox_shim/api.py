@@ -56,9 +56,14 @@ def rfc3339(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1e9):09d}Z"
 
 
-def provision(mechanism: Mechanism, sandbox: Sandbox, pid_file: str | None = None,
-              console_socket: str | None = None, preserve_fds: int = 0,
-              stdio: tuple[int, int, int] | None = None) -> Status:
+def provision(
+    mechanism: Mechanism,
+    sandbox: Sandbox,
+    pid_file: str | None = None,
+    console_socket: str | None = None,
+    preserve_fds: int = 0,
+    stdio: tuple[int, int, int] | None = None,
+) -> Status:
     """OCI create: validate, plan, check capabilities, make resources, hold the process before user code.
 
     Then the prestart, createRuntime and createContainer hooks run (``hooks``); a failing one
@@ -87,8 +92,14 @@ def provision(mechanism: Mechanism, sandbox: Sandbox, pid_file: str | None = Non
     return _provision(mechanism, sandbox, pid_file, console_socket, preserve_fds, stdio)
 
 
-def _provision(mechanism: Mechanism, sandbox: Sandbox, pid_file: str | None, console_socket: str | None,
-               preserve_fds: int, stdio: tuple[int, int, int]) -> Status:
+def _provision(
+    mechanism: Mechanism,
+    sandbox: Sandbox,
+    pid_file: str | None,
+    console_socket: str | None,
+    preserve_fds: int,
+    stdio: tuple[int, int, int],
+) -> Status:
     import contextlib
 
     from . import hooks
@@ -101,9 +112,16 @@ def _provision(mechanism: Mechanism, sandbox: Sandbox, pid_file: str | None, con
     plan_hooks = getattr(plan, "hooks", None) or {}
     store = store_of(mechanism)
     with store.new(sandbox.id) as d:
-        rec = Record(id=sandbox.id, bundle=spec.bundle, created=rfc3339(time.time()),
-                     annotations=spec.annotations, mechanism=mechanism.name, required=required,
-                     owner_ref=sandbox.owner_ref, context=sandbox.context)
+        rec = Record(
+            id=sandbox.id,
+            bundle=spec.bundle,
+            created=rfc3339(time.time()),
+            annotations=spec.annotations,
+            mechanism=mechanism.name,
+            required=required,
+            owner_ref=sandbox.owner_ref,
+            context=sandbox.context,
+        )
         sandbox.bundle = spec.bundle
         sandbox.private["dir"] = d
         sandbox.private["on_cgroup"] = recorder = _CgroupRecorder(store, sandbox.id)
@@ -121,8 +139,11 @@ def _provision(mechanism: Mechanism, sandbox: Sandbox, pid_file: str | None, con
             rec.pid, rec.pid_start = sandbox.private["pid"], sandbox.private["pid_start"]
             rec.init_pid, rec.init_start = sandbox.private["init_pid"], sandbox.private["init_start"]
             rec.private = {k: v for k, v in sandbox.private.items() if k != "dir" and k not in _IDENTITY}
-            rec.private["plan"] = {"hooks": plan_hooks, "wall_clock": getattr(plan, "wall_clock", None),
-                                   "network": getattr(plan, "network", None)}
+            rec.private["plan"] = {
+                "hooks": plan_hooks,
+                "wall_clock": getattr(plan, "wall_clock", None),
+                "network": getattr(plan, "network", None),
+            }
             store.write(rec)
             if pid_file:
                 st.write_atomic(os.path.abspath(pid_file), str(rec.pid), 0o644)
@@ -136,8 +157,12 @@ def _provision(mechanism: Mechanism, sandbox: Sandbox, pid_file: str | None, con
                 _drop_cgroups(mechanism, store, sandbox.id)
             store.remove(sandbox.id)
             if isinstance(e, hooks.HookFailed):
-                hooks.run(plan_hooks, "poststop", hooks.state_doc(sandbox.id, "stopped", 0, spec.bundle,
-                                                                  spec.annotations), cwd=spec.bundle)
+                hooks.run(
+                    plan_hooks,
+                    "poststop",
+                    hooks.state_doc(sandbox.id, "stopped", 0, spec.bundle, spec.annotations),
+                    cwd=spec.bundle,
+                )
             raise
     return _status(mechanism, rec, store)
 
@@ -208,8 +233,15 @@ def _status(mechanism: Mechanism, rec: Record, store: StateStore) -> Status:
     joined = (rec.private or {}).get("joined")
     if joined:
         annotations[JOINED_ANNOTATION] = ",".join(f"{t}={v}" for t, v in sorted(joined.items()))
-    return Status(id=rec.id, status=now, pid=rec.pid if now != "stopped" else 0, bundle=rec.bundle,
-                  annotations=annotations, exit_status=exit_status, created=rec.created or None)
+    return Status(
+        id=rec.id,
+        status=now,
+        pid=rec.pid if now != "stopped" else 0,
+        bundle=rec.bundle,
+        annotations=annotations,
+        exit_status=exit_status,
+        created=rec.created or None,
+    )
 
 
 def status(mechanism: Mechanism, sandbox: Sandbox | str) -> Status:
@@ -236,20 +268,33 @@ def start(mechanism: Mechanism, sandbox: Sandbox | str) -> Status:
         hk = (rec.private.get("plan") or {}).get("hooks")
         sb = sandbox_of(rec, store)
         try:
-            hooks.run(hk, "startContainer", hooks.state_doc(rec.id, "created", rec.init_pid, rec.bundle,
-                                                            rec.annotations), rec.init_pid, rec.bundle)
+            hooks.run(
+                hk,
+                "startContainer",
+                hooks.state_doc(rec.id, "created", rec.init_pid, rec.bundle, rec.annotations),
+                rec.init_pid,
+                rec.bundle,
+            )
         except hooks.HookFailed:
             mechanism.destroy(sb)  # runtime.md Lifecycle step 7: stop, destroy, then poststop
             _drop_cgroups(mechanism, store, sandbox_id)
             store.remove(sandbox_id)
-            hooks.run(hk, "poststop", hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations),
-                      cwd=rec.bundle)
+            hooks.run(
+                hk,
+                "poststop",
+                hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations),
+                cwd=rec.bundle,
+            )
             raise
         rec.status = "running"
         with store.staged(rec):  # space taken before the release: a refused write releases nothing
             mechanism.start(sb)
-        hooks.run(hk, "poststart", hooks.state_doc(rec.id, "running", rec.init_pid, rec.bundle,
-                                                   rec.annotations), cwd=rec.bundle)
+        hooks.run(
+            hk,
+            "poststart",
+            hooks.state_doc(rec.id, "running", rec.init_pid, rec.bundle, rec.annotations),
+            cwd=rec.bundle,
+        )
         return _status(mechanism, rec, store)
 
 
@@ -336,8 +381,12 @@ def destroy(mechanism: Mechanism, sandbox: Sandbox | str, force: bool = False) -
         cm.__exit__(None, None, None)
     from . import hooks
 
-    hooks.run((rec.private.get("plan") or {}).get("hooks"), "poststop",
-              hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations), cwd=rec.bundle)
+    hooks.run(
+        (rec.private.get("plan") or {}).get("hooks"),
+        "poststop",
+        hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations),
+        cwd=rec.bundle,
+    )
     _raise_leftovers(sandbox_id, problems)
 
 
@@ -355,9 +404,11 @@ def _kill_by_identity(rec: Record) -> None:
 
 def _raise_leftovers(sandbox_id: str, problems: list[str]) -> None:
     if problems:
-        raise LaunchFailed(f"deleted {sandbox_id!r} and killed its processes, but could not remove: "
-                           + "; ".join(problems)[:300],
-                           "the record is kept: run `delete --force` again once that is fixed")
+        raise LaunchFailed(
+            f"deleted {sandbox_id!r} and killed its processes, but could not remove: "
+            + "; ".join(problems)[:300],
+            "the record is kept: run `delete --force` again once that is fixed",
+        )
 
 
 def usage(mechanism: Mechanism, sandbox: Sandbox | str) -> Usage:
@@ -395,8 +446,17 @@ def _instrument() -> None:
     from . import telemetry
 
     g = globals()
-    for name in ("provision", "start", "stop", "destroy", "signal", "status", "usage", "list_running",
-                 "list_sandboxes"):
+    for name in (
+        "provision",
+        "start",
+        "stop",
+        "destroy",
+        "signal",
+        "status",
+        "usage",
+        "list_running",
+        "list_sandboxes",
+    ):
         g[name] = telemetry.instrument(name)(g[name])
 
 

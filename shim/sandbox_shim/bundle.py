@@ -135,8 +135,10 @@ def read_config(bundle: str) -> dict[str, Any]:
         raise BundleInvalid(
             [
                 BundleProblem(
-                    "", f"cannot read {path}: {e.strerror}", "runtime-spec bundle.md",
-                    "make it a readable file"
+                    "",
+                    f"cannot read {path}: {e.strerror}",
+                    "runtime-spec bundle.md",
+                    "make it a readable file",
                 )
             ]
         ) from e
@@ -238,10 +240,14 @@ def _requires_problems(settings: Settings) -> list[BundleProblem]:
     unknown = sorted(set(settings.requires) - set(capability.PROBES))
     if not unknown:
         return []
-    return [BundleProblem("/annotations/" + SETTINGS_PREFIX + "requires",
-                          f"unknown capability names: {', '.join(n[:64] for n in unknown[:8])}",
-                          "sandbox-shim: capability probes",
-                          "use names listed by `sandbox-shim capabilities`")]
+    return [
+        BundleProblem(
+            "/annotations/" + SETTINGS_PREFIX + "requires",
+            f"unknown capability names: {', '.join(n[:64] for n in unknown[:8])}",
+            "sandbox-shim: capability probes",
+            "use names listed by `sandbox-shim capabilities`",
+        )
+    ]
 
 
 #: annotations only the Windows planner applies (``platforms/windows/plan.py``)
@@ -254,10 +260,16 @@ def _windows_only_problems(ann: dict[str, Any]) -> list[BundleProblem]:
 
     if sys.platform == "win32":
         return []
-    return [BundleProblem(f"/annotations/{k}", "applies on Windows only (a Job Object limit)",
-                          "sandbox-shim annotations",
-                          "remove it; on this host limit processes with linux.resources.pids.limit")
-            for k in WINDOWS_ONLY if k in ann]
+    return [
+        BundleProblem(
+            f"/annotations/{k}",
+            "applies on Windows only (a Job Object limit)",
+            "sandbox-shim annotations",
+            "remove it; on this host limit processes with linux.resources.pids.limit",
+        )
+        for k in WINDOWS_ONLY
+        if k in ann
+    ]
 
 
 def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:
@@ -283,14 +295,25 @@ def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:
                 try:
                     host = bind_source(bundle, src)
                 except OSError as e:
-                    out.append(BundleProblem(
-                        f"/mounts/{i}/source", f"bind source goes through the symlink {e.filename} inside "
-                        "the bundle (storage/ is tenant-writable)", "path safety",
-                        "bind a real directory; remove the link"))
+                    out.append(
+                        BundleProblem(
+                            f"/mounts/{i}/source",
+                            f"bind source goes through the symlink {e.filename} inside "
+                            "the bundle (storage/ is tenant-writable)",
+                            "path safety",
+                            "bind a real directory; remove the link",
+                        )
+                    )
                     continue
                 if not os.path.exists(host):
-                    out.append(BundleProblem(f"/mounts/{i}/source", f"bind source {host} does not exist",
-                                             "runtime-spec config.md mounts", "create it or fix the path"))
+                    out.append(
+                        BundleProblem(
+                            f"/mounts/{i}/source",
+                            f"bind source {host} does not exist",
+                            "runtime-spec config.md mounts",
+                            "create it or fix the path",
+                        )
+                    )
     for i, ns in enumerate((cfg.get("linux") or {}).get("namespaces") or []):
         if ns.get("path") and not os.path.exists(ns["path"]):
             out.append(
@@ -304,23 +327,36 @@ def _host_problems(cfg: dict[str, Any], bundle: str) -> list[BundleProblem]:
     return out
 
 
-def _kernel_mount_problems(pointer: str, host: str, table: list[tuple[str, str]] | None
-                           ) -> list[BundleProblem]:
+def _kernel_mount_problems(
+    pointer: str, host: str, table: list[tuple[str, str]] | None
+) -> list[BundleProblem]:
     """Refuse a recursively bound host directory that holds a host kernel mount (host_mounts)."""
     from .host_mounts import kernel_mounts_in
 
     try:
         found = kernel_mounts_in(host, table)
     except OSError as e:
-        return [BundleProblem(pointer, f"{host}: {e}; its mounts cannot be checked", "fail closed",
-                              "run where /proc is mounted")]
+        return [
+            BundleProblem(
+                pointer,
+                f"{host}: {e}; its mounts cannot be checked",
+                "fail closed",
+                "run where /proc is mounted",
+            )
+        ]
     if not found:
         return []
     mp, fs = found[0]
     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-    return [BundleProblem(pointer, f"{host} holds the host's {fs} mount at {mp}{more}; binds are recursive, "
-                          "so the tenant would see it", "tenant profile: kernel files",
-                          "bind a directory without kernel mounts below it")]
+    return [
+        BundleProblem(
+            pointer,
+            f"{host} holds the host's {fs} mount at {mp}{more}; binds are recursive, "
+            "so the tenant would see it",
+            "tenant profile: kernel files",
+            "bind a directory without kernel mounts below it",
+        )
+    ]
 
 
 def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> list[BundleProblem]:
@@ -334,24 +370,42 @@ def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> lis
         kind = m.get("type")
         if kind and kind not in MOUNT_TYPES and not {"bind", "rbind"} & set(m.get("options") or []):
             # a mount that cannot be made is refused, never silently left out
-            out.append(BundleProblem(f"/mounts/{i}/type", f"mount type {kind!r} is not supported",
-                                     "sandbox-shim: mounts", "use one of " + ", ".join(MOUNT_TYPES)))
+            out.append(
+                BundleProblem(
+                    f"/mounts/{i}/type",
+                    f"mount type {kind!r} is not supported",
+                    "sandbox-shim: mounts",
+                    "use one of " + ", ".join(MOUNT_TYPES),
+                )
+            )
         elif kind and kind not in ("bind", "none") and {"bind", "rbind"} & set(m.get("options") or []):
             # mount(2) ignores the type of MS_BIND: a type given there would be accepted and not applied
-            out.append(BundleProblem(f"/mounts/{i}/type",
-                                     f"a bind mount's type {kind!r} would not be applied",
-                                     "mount(2) MS_BIND ignores filesystemtype",
-                                     'use "bind" (or "none"), or drop the bind option'))
+            out.append(
+                BundleProblem(
+                    f"/mounts/{i}/type",
+                    f"a bind mount's type {kind!r} would not be applied",
+                    "mount(2) MS_BIND ignores filesystemtype",
+                    'use "bind" (or "none"), or drop the bind option',
+                )
+            )
         if kind == "bind" or {"bind", "rbind"} & set(m.get("options") or []):
             try:
                 host = bind_source(bundle, m.get("source") or "")
             except OSError:
                 continue  # _host_problems names the link
-            if any(h in ("/proc", "/sys") or h.startswith(("/proc/", "/sys/"))
-                   for h in (host, os.path.realpath(host))):
-                out.append(BundleProblem(f"/mounts/{i}/source", f"bind source {host} is the host's proc or "
-                                         "sysfs (the host's processes and kernel settings)",
-                                         "tenant profile: kernel files", 'use a "proc" or "sysfs" mount'))
+            if any(
+                h in ("/proc", "/sys") or h.startswith(("/proc/", "/sys/"))
+                for h in (host, os.path.realpath(host))
+            ):
+                out.append(
+                    BundleProblem(
+                        f"/mounts/{i}/source",
+                        f"bind source {host} is the host's proc or "
+                        "sysfs (the host's processes and kernel settings)",
+                        "tenant profile: kernel files",
+                        'use a "proc" or "sysfs" mount',
+                    )
+                )
                 continue
             out += _kernel_mount_problems(f"/mounts/{i}/source", host, table)
     root = cfg.get("root") or {}
@@ -390,7 +444,7 @@ def protected_paths(cfg: dict[str, Any], bundle: str) -> list[str]:
     every hook's executable (hooks run on the host)."""
     out = [bundle, os.path.join(bundle, "config.json")]
     hooks = cfg.get("hooks")
-    for entries in (hooks.values() if isinstance(hooks, dict) else ()):  # wrong types: the schema's to report
+    for entries in hooks.values() if isinstance(hooks, dict) else ():  # wrong types: the schema's to report
         for h in entries if isinstance(entries, list) else ():
             if isinstance(h, dict) and isinstance(h.get("path"), str):
                 out.append(h["path"])
@@ -414,7 +468,7 @@ def hook_references(cfg: dict[str, Any], bundle: str) -> list[tuple[str, str]]:
     hooks run inside the sandbox and are left out."""
     out: list[tuple[str, str]] = []
     hooks = cfg.get("hooks")
-    for phase, entries in (hooks.items() if isinstance(hooks, dict) else ()):
+    for phase, entries in hooks.items() if isinstance(hooks, dict) else ():
         if phase == "startContainer" or not isinstance(entries, list):
             continue
         for i, h in enumerate(entries):
@@ -426,13 +480,15 @@ def hook_references(cfg: dict[str, Any], bundle: str) -> list[tuple[str, str]]:
                     if not isinstance(v, str) or j < start:
                         continue
                     v = v.split("=", 1)[1] if key == "env" else v
-                    out += [(f"/hooks/{phase}/{i}/{key}/{j}", os.path.join(bundle, w))
-                            for w in _path_words(v)]
+                    out += [
+                        (f"/hooks/{phase}/{i}/{key}/{j}", os.path.join(bundle, w)) for w in _path_words(v)
+                    ]
     return out
 
 
-def exposure_problems(cfg: dict[str, Any], bundle: str, rootfs: str,
-                      extra_protected: tuple[str, ...] = ()) -> list[BundleProblem]:
+def exposure_problems(
+    cfg: dict[str, Any], bundle: str, rootfs: str, extra_protected: tuple[str, ...] = ()
+) -> list[BundleProblem]:
     """Refuse a writable rootfs or bind that contains (or aliases) the bundle, config.json, a hook's
     executable or ``extra_protected`` (the state root): the tenant would rewrite what the runtime reads
     or runs on the host next (a hook, the next ``run``'s config)."""
@@ -446,18 +502,29 @@ def exposure_problems(cfg: dict[str, Any], bundle: str, rootfs: str,
                 continue  # _host_problems reports the link
     root_ro = bool((cfg.get("root") or {}).get("readonly"))
     out = []
-    for ptr, path in exposed(writable_exposures(rootfs, root_ro, binds),
-                             [*protected_paths(cfg, bundle), *extra_protected]):
-        out.append(BundleProblem(ptr, f"the tenant could write {path}, which the runtime reads or runs on "
-                                 "the host later", "tenant profile: nothing the runtime reads is writable "
-                                 "from inside", "use a rootfs / bind source outside the bundle and the "
-                                 "hooks' directories, or make it read-only"))
+    for ptr, path in exposed(
+        writable_exposures(rootfs, root_ro, binds), [*protected_paths(cfg, bundle), *extra_protected]
+    ):
+        out.append(
+            BundleProblem(
+                ptr,
+                f"the tenant could write {path}, which the runtime reads or runs on the host later",
+                "tenant profile: nothing the runtime reads is writable from inside",
+                "use a rootfs / bind source outside the bundle and the "
+                "hooks' directories, or make it read-only",
+            )
+        )
     exposures = writable_exposures(rootfs, root_ro, binds)
     for ptr, path in hook_references(cfg, bundle):
         where = next((e for e, host in exposures if contains(host, path)), None)
         if where is not None:
-            out.append(BundleProblem(ptr, f"names {path}, which the tenant could write (through {where}); "
-                                     "the hook runs it on the host", "tenant profile: nothing the runtime "
-                                     "reads or runs is writable from inside", "keep the hook's scripts and "
-                                     "files outside storage/, the rootfs and read-write binds"))
+            out.append(
+                BundleProblem(
+                    ptr,
+                    f"names {path}, which the tenant could write (through {where}); "
+                    "the hook runs it on the host",
+                    "tenant profile: nothing the runtime reads or runs is writable from inside",
+                    "keep the hook's scripts and files outside storage/, the rootfs and read-write binds",
+                )
+            )
     return out

@@ -39,8 +39,7 @@ class Capability(FrozenValue):
     measured_by: str
 
     def __init__(self, name: str, available: bool, mechanism: str, detail: str, measured_by: str) -> None:
-        self._set(name=name, available=available, mechanism=mechanism, detail=detail,
-                  measured_by=measured_by)
+        self._set(name=name, available=available, mechanism=mechanism, detail=detail, measured_by=measured_by)
 
     def to_dict(self) -> dict[str, Any]:
         """``{name, available, mechanism, detail, measured_by}``."""

@@ -88,10 +88,10 @@ def collect(s: Started, input: bytes | None, deadline: float | None, limit: int 
             got.dropped[name] += len(chunk) - min(room, len(chunk))
         if ready_w and writer is not None:
             try:
-                pending = pending[os.write(writer, pending[:65536]):]
+                pending = pending[os.write(writer, pending[:65536]) :]
             except (BrokenPipeError, BlockingIOError) as e:
                 if isinstance(e, BrokenPipeError):
-                    pending = pending[len(pending):]
+                    pending = pending[len(pending) :]
             if not pending:
                 with contextlib.suppress(OSError):
                     p.stdin.close()  # type: ignore[union-attr]

@@ -51,7 +51,6 @@ ARGV_FLOOR = 600
 HOST_NAME_MAX = 64  # sethostname(2)
 
 
-
 def _obj(parent: dict[str, Any], key: str) -> dict[str, Any]:
     """``parent[key]`` when it is an object, else {} (a wrong type is the schema's to report)."""
     value = parent.get(key)
@@ -62,6 +61,7 @@ def _list(parent: dict[str, Any], key: str) -> list[Any]:
     """``parent[key]`` when it is an array, else []."""
     value = parent.get(key)
     return value if isinstance(value, list) else []
+
 
 def _ptr(parts: list[Any]) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
@@ -102,32 +102,52 @@ def string_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
         bad = _bad_char(text)
         if bad:
             what = "key" if is_key else "value"
-            out.append(BundleProblem(_ptr(path), f"{what} contains {bad}", "config strings reach bwrap's "
-                                     "NUL-separated arguments and the kernel",
-                                     f"remove {bad} from the {what}"))
+            out.append(
+                BundleProblem(
+                    _ptr(path),
+                    f"{what} contains {bad}",
+                    "config strings reach bwrap's NUL-separated arguments and the kernel",
+                    f"remove {bad} from the {what}",
+                )
+            )
     if out:
         return out  # the forms below assume clean strings
     out += _path_fields(cfg)
     host = cfg.get("hostname")
     if isinstance(host, str) and host:
         if len(host.encode()) > HOST_NAME_MAX or _CONTROL.search(host) or "/" in host or " " in host:
-            out.append(BundleProblem("/hostname", f"hostname must be 1-{HOST_NAME_MAX} bytes without '/', "
-                                     "spaces or control characters", "sethostname(2); RFC 1123",
-                                     "use letters, digits, '-' and '.'"))
+            out.append(
+                BundleProblem(
+                    "/hostname",
+                    f"hostname must be 1-{HOST_NAME_MAX} bytes without '/', spaces or control characters",
+                    "sethostname(2); RFC 1123",
+                    "use letters, digits, '-' and '.'",
+                )
+            )
     linux = _obj(cfg, "linux")
     for key, value in (linux.get("sysctl") or {}).items() if isinstance(linux.get("sysctl"), dict) else ():
         if isinstance(value, str) and _CONTROL.search(value.rstrip("\n")):
-            out.append(BundleProblem(_ptr(["linux", "sysctl", key]), "sysctl value holds a control character "
-                                     "(a newline starts another write)", "sysctl.d(5)",
-                                     "give the value on one line"))
+            out.append(
+                BundleProblem(
+                    _ptr(["linux", "sysctl", key]),
+                    "sysctl value holds a control character (a newline starts another write)",
+                    "sysctl.d(5)",
+                    "give the value on one line",
+                )
+            )
     cg = linux.get("cgroupsPath")
     if isinstance(cg, str) and cg:
         parts = cg.split("/")
         if _CONTROL.search(cg) or any(p in (".", "..") for p in parts):
-            out.append(BundleProblem("/linux/cgroupsPath", "cgroupsPath must not hold '.' or '..' components "
-                                     "or control characters: it is joined under each cgroup root",
-                                     "runtime-spec config-linux.md cgroupsPath",
-                                     "give a path such as /mygroup/sandbox-1"))
+            out.append(
+                BundleProblem(
+                    "/linux/cgroupsPath",
+                    "cgroupsPath must not hold '.' or '..' components "
+                    "or control characters: it is joined under each cgroup root",
+                    "runtime-spec config-linux.md cgroupsPath",
+                    "give a path such as /mygroup/sandbox-1",
+                )
+            )
     return out
 
 
@@ -162,19 +182,34 @@ def _path_fields(cfg: dict[str, Any]) -> list[BundleProblem]:
                 loose.append((["linux", key, i, "path"], n.get("path")))
     for path, value in fields + loose:
         if isinstance(value, str) and _CONTROL.search(value):
-            out.append(BundleProblem(_ptr(path), "path holds a control character (a newline or tab would "
-                                     "make a file name the config does not show)", "path safety",
-                                     "remove the control character"))
+            out.append(
+                BundleProblem(
+                    _ptr(path),
+                    "path holds a control character (a newline or tab would "
+                    "make a file name the config does not show)",
+                    "path safety",
+                    "remove the control character",
+                )
+            )
     bad = {_ptr(path) for path, value in fields + loose if isinstance(value, str) and _CONTROL.search(value)}
     for path, value in fields:
         if not isinstance(value, str) or _ptr(path) in bad:
             continue  # the schema reports the type
         if not value.startswith("/"):
-            out.append(BundleProblem(_ptr(path), "path must be absolute", "runtime-spec config.md",
-                                     "start it with '/'"))
+            out.append(
+                BundleProblem(
+                    _ptr(path), "path must be absolute", "runtime-spec config.md", "start it with '/'"
+                )
+            )
         elif ".." in value.split("/"):
-            out.append(BundleProblem(_ptr(path), "path must not hold a '..' component", "path safety",
-                                     "write the path it means without '..'"))
+            out.append(
+                BundleProblem(
+                    _ptr(path),
+                    "path must not hold a '..' component",
+                    "path safety",
+                    "write the path it means without '..'",
+                )
+            )
     args = proc.get("args")
     arg0 = [(["process", "args", 0], args[0])] if isinstance(args, list) and args else []
     return out + length_problems([(p, v) for p, v in fields + loose + arg0 if _ptr(p) not in bad])
@@ -185,27 +220,48 @@ def number_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     out: list[BundleProblem] = []
     proc = _obj(cfg, "process")
     for i, r in enumerate(proc.get("rlimits") or [] if isinstance(proc.get("rlimits"), list) else []):
-        if isinstance(r, dict) and isinstance(r.get("soft"), int) and isinstance(r.get("hard"), int) \
-                and r["soft"] > r["hard"]:
-            out.append(BundleProblem(_ptr(["process", "rlimits", i, "soft"]), "soft limit exceeds hard limit",
-                                     "setrlimit(2) EINVAL", "make soft <= hard"))
+        if (
+            isinstance(r, dict)
+            and isinstance(r.get("soft"), int)
+            and isinstance(r.get("hard"), int)
+            and r["soft"] > r["hard"]
+        ):
+            out.append(
+                BundleProblem(
+                    _ptr(["process", "rlimits", i, "soft"]),
+                    "soft limit exceeds hard limit",
+                    "setrlimit(2) EINVAL",
+                    "make soft <= hard",
+                )
+            )
     linux = _obj(cfg, "linux")
     res = _obj(linux, "resources")
     cpu = _obj(res, "cpu")
     period, quota = cpu.get("period"), cpu.get("quota")
     if isinstance(period, int) and period and not CPU_PERIOD_MIN <= period <= CPU_PERIOD_MAX:
-        out.append(BundleProblem("/linux/resources/cpu/period",
-                                 f"period must be from {CPU_PERIOD_MIN} to {CPU_PERIOD_MAX} µs (or 0: unset)",
-                                 "kernel sched-bwc.rst: cpu.cfs_period_us / cpu.max period",
-                                 "use e.g. 100000 (100 ms)"))
+        out.append(
+            BundleProblem(
+                "/linux/resources/cpu/period",
+                f"period must be from {CPU_PERIOD_MIN} to {CPU_PERIOD_MAX} µs (or 0: unset)",
+                "kernel sched-bwc.rst: cpu.cfs_period_us / cpu.max period",
+                "use e.g. 100000 (100 ms)",
+            )
+        )
     if isinstance(quota, int) and 0 < quota < CPU_QUOTA_MIN:
-        out.append(BundleProblem("/linux/resources/cpu/quota",
-                                 f"quota must be at least {CPU_QUOTA_MIN} µs (or -1/0: unlimited)",
-                                 "kernel sched-bwc.rst: cpu.cfs_quota_us / cpu.max quota",
-                                 f"use a quota of {CPU_QUOTA_MIN} or more"))
+        out.append(
+            BundleProblem(
+                "/linux/resources/cpu/quota",
+                f"quota must be at least {CPU_QUOTA_MIN} µs (or -1/0: unlimited)",
+                "kernel sched-bwc.rst: cpu.cfs_quota_us / cpu.max quota",
+                f"use a quota of {CPU_QUOTA_MIN} or more",
+            )
+        )
     ann = _obj(cfg, "annotations")
-    ranges = {"sandbox-shim.port": (1, 65535), "sandbox-shim.cpu-time-seconds": (0, 2**62),
-              "sandbox-shim.wall-clock-seconds": (0, 10**9)}
+    ranges = {
+        "sandbox-shim.port": (1, 65535),
+        "sandbox-shim.cpu-time-seconds": (0, 2**62),
+        "sandbox-shim.wall-clock-seconds": (0, 10**9),
+    }
     for key, (lo, hi) in ranges.items():
         v = ann.get(key)
         if not isinstance(v, str) or not v.strip():
@@ -215,12 +271,19 @@ def number_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
         except ValueError:
             continue  # the schema's pattern reports the form
         if not lo <= n <= hi:
-            out.append(BundleProblem(_ptr(["annotations", key]), f"value must be from {lo} to {hi}",
-                                     "sandbox-shim settings", "use a value in range"))
+            out.append(
+                BundleProblem(
+                    _ptr(["annotations", key]),
+                    f"value must be from {lo} to {hi}",
+                    "sandbox-shim settings",
+                    "use a value in range",
+                )
+            )
     return out
 
 
 # -- fields not applied: one table ----------------------------------------------------------------
+
 
 def _set(v: Any) -> bool:
     return v is not None and v != [] and v != {} and v != ""
@@ -238,12 +301,21 @@ UNAPPLIED: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
     ("/process/execCPUAffinity", _set, "execCPUAffinity is not applied", "remove it"),
     ("/mounts/*/uidMappings", _set, "id-mapped mounts are not supported", "remove uidMappings"),
     ("/mounts/*/gidMappings", _set, "id-mapped mounts are not supported", "remove gidMappings"),
-    ("/linux/resources/memory/kernel", _set, "kernel memory limits are not applied (removed from "
-     "cgroup v2 and from recent kernels)", "remove it"),
+    (
+        "/linux/resources/memory/kernel",
+        _set,
+        "kernel memory limits are not applied (removed from cgroup v2 and from recent kernels)",
+        "remove it",
+    ),
     ("/linux/resources/network", _set, "network classID/priorities are not applied", "remove it"),
     ("/linux/resources/rdma", _set, "rdma limits are not applied", "remove it"),
-    ("/linux/rootfsPropagation", _propagation, "bwrap makes every mount of the sandbox a slave of the "
-     "host's (received, never sent back); other propagation is not applied", "use \"rslave\" or remove it"),
+    (
+        "/linux/rootfsPropagation",
+        _propagation,
+        "bwrap makes every mount of the sandbox a slave of the "
+        "host's (received, never sent back); other propagation is not applied",
+        'use "rslave" or remove it',
+    ),
     ("/linux/mountLabel", _set, "SELinux mount labels are not applied", "remove it"),
     ("/linux/intelRdt", _set, "Intel RDT is not applied", "remove it"),
     ("/linux/personality", _set, "personality is not applied", "remove it"),
@@ -273,9 +345,16 @@ def _uts_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     nss = _list(linux, "namespaces")
     if any(isinstance(n, dict) and n.get("type") == "uts" for n in nss):
         return []  # new: bwrap --hostname; joined: written as kernel.hostname inside it (as runc does)
-    return [BundleProblem(f"/{k}", f"{k} needs a new uts namespace to be applied",
-                          "runtime-spec config.md hostname", 'add {"type": "uts"} to linux.namespaces, or '
-                          f"remove {k}") for k in ("hostname", "domainname") if cfg.get(k)]
+    return [
+        BundleProblem(
+            f"/{k}",
+            f"{k} needs a new uts namespace to be applied",
+            "runtime-spec config.md hostname",
+            f'add {{"type": "uts"}} to linux.namespaces, or remove {k}',
+        )
+        for k in ("hostname", "domainname")
+        if cfg.get(k)
+    ]
 
 
 def unapplied_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
@@ -291,17 +370,44 @@ def unapplied_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
 
 #: mount options applied as asked (bwrap makes every bind and tmpfs nosuid and nodev; proc also noexec;
 #: binds are recursive; propagation is slave of the host: ``rootfsPropagation``)
-_APPLIED_OPTIONS = frozenset({"ro", "rw", "bind", "rbind", "nosuid", "nodev", "slave", "rslave",
-                              "newinstance"})
+_APPLIED_OPTIONS = frozenset(
+    {"ro", "rw", "bind", "rbind", "nosuid", "nodev", "slave", "rslave", "newinstance"}
+)
 #: options without effect on what the tenant can reach, accepted with a warning that they are not applied
-_COSMETIC_OPTIONS = frozenset({"noexec", "exec", "strictatime", "relatime", "noatime", "nodiratime",
-                               "lazytime", "sync", "async", "dirsync", "silent", "loud", "mand", "nomand",
-                               "norelatime", "nostrictatime", "iversion", "noiversion", "tmpcopyup",
-                               "private", "rprivate"})  # private: bwrap makes it slave (host -> sandbox only)
+_COSMETIC_OPTIONS = frozenset(
+    {
+        "noexec",
+        "exec",
+        "strictatime",
+        "relatime",
+        "noatime",
+        "nodiratime",
+        "lazytime",
+        "sync",
+        "async",
+        "dirsync",
+        "silent",
+        "loud",
+        "mand",
+        "nomand",
+        "norelatime",
+        "nostrictatime",
+        "iversion",
+        "noiversion",
+        "tmpcopyup",
+        "private",
+        "rprivate",
+    }
+)  # private: bwrap makes it slave (host -> sandbox only)
 #: ``key=value`` options and the form of their value
-_VALUE_OPTIONS = {"mode": re.compile(r"^0?[0-7]{1,4}$"), "size": re.compile(r"^[0-9]{1,15}[kmgKMG]?$"),
-                  "ptmxmode": re.compile(r"^0?[0-7]{1,4}$"), "gid": re.compile(r"^[0-9]{1,10}$"),
-                  "uid": re.compile(r"^[0-9]{1,10}$"), "nr_inodes": re.compile(r"^[0-9]{1,15}[kmgKMG]?$")}
+_VALUE_OPTIONS = {
+    "mode": re.compile(r"^0?[0-7]{1,4}$"),
+    "size": re.compile(r"^[0-9]{1,15}[kmgKMG]?$"),
+    "ptmxmode": re.compile(r"^0?[0-7]{1,4}$"),
+    "gid": re.compile(r"^[0-9]{1,10}$"),
+    "uid": re.compile(r"^[0-9]{1,10}$"),
+    "nr_inodes": re.compile(r"^[0-9]{1,15}[kmgKMG]?$"),
+}
 #: value options that reach bwrap (``--perms``/``--size`` for tmpfs); the others are warnings
 _APPLIED_VALUES = frozenset({"mode", "size"})
 
@@ -328,12 +434,24 @@ def mount_option_problems(cfg: dict[str, Any]) -> tuple[list[BundleProblem], lis
             ptr = _ptr(["mounts", i, "options", j])
             key, eq, value = opt.partition("=")
             if "," in opt or (eq and key not in _VALUE_OPTIONS):
-                errors.append(BundleProblem(ptr, "not a mount option known here (one option per entry)",
-                                            "mount(8) options", "split it, or remove it"))
+                errors.append(
+                    BundleProblem(
+                        ptr,
+                        "not a mount option known here (one option per entry)",
+                        "mount(8) options",
+                        "split it, or remove it",
+                    )
+                )
             elif eq:
                 if not _VALUE_OPTIONS[key].match(value):
-                    errors.append(BundleProblem(ptr, f"{key}= has a malformed value", "tmpfs(5); mount(8)",
-                                                f"give {key}= a plain number"))
+                    errors.append(
+                        BundleProblem(
+                            ptr,
+                            f"{key}= has a malformed value",
+                            "tmpfs(5); mount(8)",
+                            f"give {key}= a plain number",
+                        )
+                    )
                 elif key == "mode" and int(value, 8) > 0o7777:
                     errors.append(BundleProblem(ptr, "mode must be at most 7777 (octal)", "chmod(2)"))
                 elif not (key in _APPLIED_VALUES and kind == "tmpfs"):
@@ -343,18 +461,36 @@ def mount_option_problems(cfg: dict[str, Any]) -> tuple[list[BundleProblem], lis
             elif kind == "mqueue" and opt in ("nosuid", "nodev"):
                 mqueue.append(opt)
             elif opt not in _APPLIED_OPTIONS:
-                errors.append(BundleProblem(ptr, "mount option is not applied by this runtime",
-                                            "no field is accepted and left unapplied", "remove it"))
+                errors.append(
+                    BundleProblem(
+                        ptr,
+                        "mount option is not applied by this runtime",
+                        "no field is accepted and left unapplied",
+                        "remove it",
+                    )
+                )
         if mqueue:
-            warnings.append(BundleProblem(_ptr(["mounts", i, "options"]), "not applied: bwrap's --mqueue "
-                                          "mounts without options (" + ", ".join(mqueue) + "); no effect: an "
-                                          "mqueue file system holds no device nodes (mknod(2) fails with "
-                                          "EPERM) and its files cannot be executed (execve(2): EACCES)",
-                                          "bwrap(1) --mqueue; mq_overview(7)", "remove them to silence this"))
+            warnings.append(
+                BundleProblem(
+                    _ptr(["mounts", i, "options"]),
+                    "not applied: bwrap's --mqueue "
+                    "mounts without options (" + ", ".join(mqueue) + "); no effect: an "
+                    "mqueue file system holds no device nodes (mknod(2) fails with "
+                    "EPERM) and its files cannot be executed (execve(2): EACCES)",
+                    "bwrap(1) --mqueue; mq_overview(7)",
+                    "remove them to silence this",
+                )
+            )
         if ignored:
-            warnings.append(BundleProblem(_ptr(["mounts", i, "options"]), "not applied (bwrap cannot set "
-                                          "them; no effect on what it reaches): " + ", ".join(ignored),
-                                          "bwrap(1)", "remove them to silence this"))
+            warnings.append(
+                BundleProblem(
+                    _ptr(["mounts", i, "options"]),
+                    "not applied (bwrap cannot set "
+                    "them; no effect on what it reaches): " + ", ".join(ignored),
+                    "bwrap(1)",
+                    "remove them to silence this",
+                )
+            )
     return errors, warnings
 
 
@@ -380,15 +516,20 @@ def cwd_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     ro_paths = linux.get("readonlyPaths") if isinstance(linux, dict) else None
     ro_paths = ro_paths if isinstance(ro_paths, list) else []
     if "ro" in opts or any(isinstance(p, str) and os.path.normpath(p) == last[0] for p in ro_paths):
-        return [BundleProblem("/process/cwd", f"cwd {cwd} lies below the root of an empty read-only tmpfs "
-                              f"at {last[0]}: it cannot exist", "path safety: the cwd must be inside the "
-                              "sandbox's files", "use the mount's root, a writable tmpfs, or a directory of "
-                              "the rootfs or a bind")]
+        return [
+            BundleProblem(
+                "/process/cwd",
+                f"cwd {cwd} lies below the root of an empty read-only tmpfs at {last[0]}: it cannot exist",
+                "path safety: the cwd must be inside the sandbox's files",
+                "use the mount's root, a writable tmpfs, or a directory of the rootfs or a bind",
+            )
+        ]
     return []
 
 
-def problems(cfg: dict[str, Any], schema_valid: bool = True
-             ) -> tuple[list[BundleProblem], list[BundleProblem]]:
+def problems(
+    cfg: dict[str, Any], schema_valid: bool = True
+) -> tuple[list[BundleProblem], list[BundleProblem]]:
     """(errors, warnings): strings, then (for a config the schema accepted) numbers, unapplied fields
     and the path-entry limit."""
     errors = string_problems(cfg)
@@ -396,19 +537,33 @@ def problems(cfg: dict[str, Any], schema_valid: bool = True
         return errors, []
     errors += number_problems(cfg) + unapplied_problems(cfg) + cwd_problems(cfg) + hidden_problems(cfg)
     linux = _obj(cfg, "linux")
-    count = sum(len(x) for x in (cfg.get("mounts"), linux.get("maskedPaths"), linux.get("readonlyPaths"))
-                if isinstance(x, list))
+    count = sum(
+        len(x)
+        for x in (cfg.get("mounts"), linux.get("maskedPaths"), linux.get("readonlyPaths"))
+        if isinstance(x, list)
+    )
     if count > MAX_PATH_ENTRIES:
-        errors.append(BundleProblem("/mounts", f"{count} mounts, masked and read-only paths; at most "
-                                    f"{MAX_PATH_ENTRIES} are supported", "sandbox-shim set-up limit (README)",
-                                    "merge mounts or mask parent directories"))
+        errors.append(
+            BundleProblem(
+                "/mounts",
+                f"{count} mounts, masked and read-only paths; at most {MAX_PATH_ENTRIES} are supported",
+                "sandbox-shim set-up limit (README)",
+                "merge mounts or mask parent directories",
+            )
+        )
     proc = _obj(cfg, "process")
     n_args = len(proc["args"]) if isinstance(proc.get("args"), list) else 0
     n_env = len(proc["env"]) if isinstance(proc.get("env"), list) else 0
     need = n_args + 3 * n_env + 4 * count + ARGV_FLOOR
     if need > BWRAP_MAX_ARGS:
         field = "/process/args" if n_args >= 3 * n_env else "/process/env"
-        errors.append(BundleProblem(field, f"{n_args} arguments and {n_env} environment entries need about "
-                                    f"{need} launcher arguments; bwrap takes at most {BWRAP_MAX_ARGS}",
-                                    "bwrap(1) MAX_ARGS", "pass long lists in a file the program reads"))
+        errors.append(
+            BundleProblem(
+                field,
+                f"{n_args} arguments and {n_env} environment entries need about "
+                f"{need} launcher arguments; bwrap takes at most {BWRAP_MAX_ARGS}",
+                "bwrap(1) MAX_ARGS",
+                "pass long lists in a file the program reads",
+            )
+        )
     return errors, mount_option_problems(cfg)[1]

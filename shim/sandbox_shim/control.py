@@ -27,6 +27,7 @@ from .errors import InvalidState, LaunchFailed, ShimError, UsageError
 if TYPE_CHECKING:
     from .mechanism import CgroupControl, Mechanism, Sandbox
 
+
 @dataclass
 class Facts:
     """Counters of one cgroup at one moment.  Bytes, nanoseconds, counts; None where the host has none.
@@ -93,8 +94,11 @@ def resume(mechanism: Mechanism, sandbox_id: str) -> None:
         _cgroup(mechanism, sandbox_of(rec, store)).freeze(False)
 
 
-_UPDATABLE = {"memory": {"limit", "reservation", "swap"}, "pids": {"limit"},
-              "cpu": {"shares", "quota", "period", "cpus", "mems"}}
+_UPDATABLE = {
+    "memory": {"limit", "reservation", "swap"},
+    "pids": {"limit"},
+    "cpu": {"shares", "quota", "period", "cpus", "mems"},
+}
 
 
 def update(mechanism: Mechanism, sandbox_id: str, resources: dict[str, Any]) -> None:
@@ -117,8 +121,10 @@ def update(mechanism: Mechanism, sandbox_id: str, resources: dict[str, Any]) -> 
             if key not in _UPDATABLE[section]:
                 raise UsageError(f"update cannot change {section}.{key}")
             if key not in ("cpus", "mems") and not (isinstance(val, int) and val > 0):
-                raise UsageError(f"{section}.{key} must be a positive integer (got {val!r})",
-                                 "removing a limit (-1) is not supported by update")
+                raise UsageError(
+                    f"{section}.{key} must be a positive integer (got {val!r})",
+                    "removing a limit (-1) is not supported by update",
+                )
     store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
         now = observed_status(mechanism, rec, store)
@@ -149,14 +155,29 @@ def stats(mechanism: Mechanism, sandbox_id: str) -> dict[str, Any]:
 def _stats_event(sandbox_id: str, f: Facts) -> dict[str, Any]:
     """runc's stats shape; ``psi`` (runc 1.2, cgroup v2) under cpu, memory and blkio where present."""
     data: dict[str, Any] = {
-        "cpu": {"usage": {"total": f.cpu_total_ns or 0, "user": f.cpu_user_ns or 0,
-                          "kernel": f.cpu_kernel_ns or 0}},
-        "memory": {"usage": {"usage": f.memory_usage or 0, "max": f.memory_peak or 0,
-                             "failcnt": f.memory_failcnt or 0, "limit": f.memory_limit or 0}},
+        "cpu": {
+            "usage": {
+                "total": f.cpu_total_ns or 0,
+                "user": f.cpu_user_ns or 0,
+                "kernel": f.cpu_kernel_ns or 0,
+            }
+        },
+        "memory": {
+            "usage": {
+                "usage": f.memory_usage or 0,
+                "max": f.memory_peak or 0,
+                "failcnt": f.memory_failcnt or 0,
+                "limit": f.memory_limit or 0,
+            }
+        },
         "pids": {"current": f.pids_current or 0, "limit": f.pids_limit or 0},
-        "blkio": {"ioServiceBytesRecursive": [
-            {"op": op, "value": v} for op, v in (("Read", f.io_read_bytes), ("Write", f.io_write_bytes))
-            if v is not None]},
+        "blkio": {
+            "ioServiceBytesRecursive": [
+                {"op": op, "value": v}
+                for op, v in (("Read", f.io_read_bytes), ("Write", f.io_write_bytes))
+                if v is not None
+            ]
+        },
     }
     for res, key in (("cpu", "cpu"), ("memory", "memory"), ("io", "blkio")):
         if f.psi and res in f.psi:

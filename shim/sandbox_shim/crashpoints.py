@@ -21,12 +21,33 @@ if TYPE_CHECKING:
     from typing import Any
 
 #: audit events (Python docs "Audit events table") that change the host
-EVENTS = frozenset({
-    "os.mkdir", "os.rmdir", "os.remove", "os.rename", "os.replace", "os.truncate", "os.symlink", "os.link",
-    "os.chmod", "os.chown", "os.mkfifo", "os.mknod", "os.kill", "os.killpg", "os.fork", "os.posix_spawn",
-    "os.exec", "os.system", "subprocess.Popen", "_posixsubprocess.fork_exec", "shutil.rmtree",
-    "socket.bind", "socket.connect",
-})
+EVENTS = frozenset(
+    {
+        "os.mkdir",
+        "os.rmdir",
+        "os.remove",
+        "os.rename",
+        "os.replace",
+        "os.truncate",
+        "os.symlink",
+        "os.link",
+        "os.chmod",
+        "os.chown",
+        "os.mkfifo",
+        "os.mknod",
+        "os.kill",
+        "os.killpg",
+        "os.fork",
+        "os.posix_spawn",
+        "os.exec",
+        "os.system",
+        "subprocess.Popen",
+        "_posixsubprocess.fork_exec",
+        "shutil.rmtree",
+        "socket.bind",
+        "socket.connect",
+    }
+)
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 

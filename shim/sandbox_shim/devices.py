@@ -29,31 +29,48 @@ Rule = dict[str, Any]
 #: runc's default allow list (libcontainer/specconv ``AllowedDevices``): mknod of any node, and the
 #: nodes every container's /dev holds
 RUNC_DEFAULT_ALLOW: tuple[Rule, ...] = tuple(
-    {"allow": True, "type": t, "major": ma, "minor": mi, "access": acc} for t, ma, mi, acc in (
-        ("c", None, None, "m"), ("b", None, None, "m"),
-        ("c", 1, 3, "rwm"),    # /dev/null
-        ("c", 1, 8, "rwm"),    # /dev/random
-        ("c", 1, 7, "rwm"),    # /dev/full
-        ("c", 5, 0, "rwm"),    # /dev/tty
-        ("c", 1, 5, "rwm"),    # /dev/zero
-        ("c", 1, 9, "rwm"),    # /dev/urandom
+    {"allow": True, "type": t, "major": ma, "minor": mi, "access": acc}
+    for t, ma, mi, acc in (
+        ("c", None, None, "m"),
+        ("b", None, None, "m"),
+        ("c", 1, 3, "rwm"),  # /dev/null
+        ("c", 1, 8, "rwm"),  # /dev/random
+        ("c", 1, 7, "rwm"),  # /dev/full
+        ("c", 5, 0, "rwm"),  # /dev/tty
+        ("c", 1, 5, "rwm"),  # /dev/zero
+        ("c", 1, 9, "rwm"),  # /dev/urandom
         ("c", 136, None, "rwm"),  # /dev/pts/*
-        ("c", 5, 2, "rwm"),    # /dev/ptmx
+        ("c", 5, 2, "rwm"),  # /dev/ptmx
         ("c", 10, 200, "rwm"),  # /dev/net/tun
-    ))
+    )
+)
 
 #: (type, major, minor) of host nodes ``linux.devices`` may bind: runc's default list, FUSE, TUN
-BINDABLE: frozenset[tuple[str, int, int]] = frozenset({
-    ("c", 1, 3), ("c", 1, 5), ("c", 1, 7), ("c", 1, 8), ("c", 1, 9), ("c", 5, 0), ("c", 5, 2),
-    ("c", 10, 200), ("c", 10, 229),
-})
+BINDABLE: frozenset[tuple[str, int, int]] = frozenset(
+    {
+        ("c", 1, 3),
+        ("c", 1, 5),
+        ("c", 1, 7),
+        ("c", 1, 8),
+        ("c", 1, 9),
+        ("c", 5, 0),
+        ("c", 5, 2),
+        ("c", 10, 200),
+        ("c", 10, 229),
+    }
+)
 
 DENY_ALL: Rule = {"allow": False, "type": "a", "major": None, "minor": None, "access": "rwm"}
 
 
 def _rule(d: dict[str, Any]) -> Rule:
-    return {"allow": bool(d.get("allow")), "type": d.get("type") or "a", "major": d.get("major"),
-            "minor": d.get("minor"), "access": d.get("access") or "rwm"}
+    return {
+        "allow": bool(d.get("allow")),
+        "type": d.get("type") or "a",
+        "major": d.get("major"),
+        "minor": d.get("minor"),
+        "access": d.get("access") or "rwm",
+    }
 
 
 def rules(linux: dict[str, Any]) -> list[Rule]:
@@ -63,8 +80,15 @@ def rules(linux: dict[str, Any]) -> list[Rule]:
     out += [dict(r) for r in RUNC_DEFAULT_ALLOW]
     for d in linux.get("devices") or []:
         if isinstance(d, dict):
-            out.append({"allow": True, "type": "c" if d.get("type") == "u" else d.get("type"),
-                        "major": d.get("major"), "minor": d.get("minor"), "access": "rwm"})
+            out.append(
+                {
+                    "allow": True,
+                    "type": "c" if d.get("type") == "u" else d.get("type"),
+                    "major": d.get("major"),
+                    "minor": d.get("minor"),
+                    "access": "rwm",
+                }
+            )
     return out
 
 
@@ -76,30 +100,43 @@ def problems(linux: dict[str, Any]) -> list[BundleProblem]:
             continue
         r = _rule(d)
         if r["type"] in ("a", "b") and set(r["access"]) & {"r", "w"}:
-            out.append(BundleProblem(
-                f"/linux/resources/devices/{i}",
-                f"allows {'r/w on every device' if r['type'] == 'a' else 'r/w on block devices'}: a node "
-                "the tenant makes could open the host's disks",
-                "tenant profile: devices cgroup (hardening/capabilities.py CAP_MKNOD)",
-                "allow the character devices it needs by type c, major and minor"))
+            out.append(
+                BundleProblem(
+                    f"/linux/resources/devices/{i}",
+                    f"allows {'r/w on every device' if r['type'] == 'a' else 'r/w on block devices'}: a node "
+                    "the tenant makes could open the host's disks",
+                    "tenant profile: devices cgroup (hardening/capabilities.py CAP_MKNOD)",
+                    "allow the character devices it needs by type c, major and minor",
+                )
+            )
     for i, d in enumerate(linux.get("devices") or []):
         if not isinstance(d, dict):
             continue
         kind = "c" if d.get("type") == "u" else d.get("type")
         if kind == "b":
-            out.append(BundleProblem(f"/linux/devices/{i}", "a block device (a host disk) for a tenant",
-                                     "tenant profile: host disks never reach a tenant",
-                                     "give the tenant its data through storage/ or a bind mount"))
+            out.append(
+                BundleProblem(
+                    f"/linux/devices/{i}",
+                    "a block device (a host disk) for a tenant",
+                    "tenant profile: host disks never reach a tenant",
+                    "give the tenant its data through storage/ or a bind mount",
+                )
+            )
         elif (kind, d.get("major"), d.get("minor")) not in BINDABLE:
-            out.append(BundleProblem(
-                f"/linux/devices/{i}", f"host device {kind} {d.get('major')}:{d.get('minor')} is not one a "
-                "tenant may hold", "tenant profile: devices (devices.py BINDABLE)",
-                "only null, zero, full, random, urandom, tty, ptmx, net/tun and fuse"))
+            out.append(
+                BundleProblem(
+                    f"/linux/devices/{i}",
+                    f"host device {kind} {d.get('major')}:{d.get('minor')} is not one a tenant may hold",
+                    "tenant profile: devices (devices.py BINDABLE)",
+                    "only null, zero, full, random, urandom, tty, ptmx, net/tun and fuse",
+                )
+            )
     return out
 
 
 def line(rule: Rule) -> str:
     """One rule in devices cgroup v1 syntax: ``TYPE MAJOR:MINOR ACCESS`` (``*`` for None)."""
+
     def num(v: Any) -> str:
         return "*" if v is None or v == -1 else str(int(v))
 

@@ -80,7 +80,7 @@ def prepare(path: str, text: str, mode: int = 0o600) -> str:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]  # a short write is continued, never left short
+                view = view[os.write(fd, view) :]  # a short write is continued, never left short
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -79,8 +79,13 @@ def check_seconds(parameter: str, value: float | None, zero_ok: bool = False) ->
     """
     if value is None:
         return
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
-        and value not in (float("inf"), float("-inf")) and (value >= 0 if zero_ok else value > 0)
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value == value
+        and value not in (float("inf"), float("-inf"))
+        and (value >= 0 if zero_ok else value > 0)
+    )
     if not ok:
         want = "a finite number of seconds >= 0" if zero_ok else "a finite number of seconds > 0"
         raise InvalidArgument(parameter, f"{value!r} is not {want}", "pass None for no deadline")
@@ -120,8 +125,11 @@ class BundleInvalid(ShimError):
     def __init__(self, problems: Sequence[BundleProblem], what: str = "bundle") -> None:
         self.problems = list(problems)
         first = self.problems[0]
-        more = f" (and {len(self.problems) - 1} more: sandbox-shim validate lists them)" \
-            if len(self.problems) > 1 else ""
+        more = (
+            f" (and {len(self.problems) - 1} more: sandbox-shim validate lists them)"
+            if len(self.problems) > 1
+            else ""
+        )
         super().__init__(f"invalid {what}: {first.pointer or '/'}: {first.message}{more}", first.hint)
 
     def to_dict(self) -> dict[str, Any]:
@@ -185,8 +193,11 @@ class StateCorrupt(SandboxNotFound):
     kind = "state_corrupt"
 
     def __init__(self, sandbox_id: str, path: str) -> None:
-        ShimError.__init__(self, f"container {sandbox_id!r} has an unreadable state file {path}",
-                           f"`sandbox-shim delete --force {sandbox_id}` removes it and what it recorded")
+        ShimError.__init__(
+            self,
+            f"container {sandbox_id!r} has an unreadable state file {path}",
+            f"`sandbox-shim delete --force {sandbox_id}` removes it and what it recorded",
+        )
 
 
 class SandboxExists(ShimError):
@@ -274,5 +285,7 @@ class StateUnwritable(ShimError):
     def __init__(self, path: str, errno: int, strerror: str) -> None:
         self.path = path
         self.errno = errno
-        super().__init__(f"cannot write state {path}: {strerror}; the previous state is kept",
-                         "free space on (or remount read-write) the state root, then retry")
+        super().__init__(
+            f"cannot write state {path}: {strerror}; the previous state is kept",
+            "free space on (or remount read-write) the state root, then retry",
+        )

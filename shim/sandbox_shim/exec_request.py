@@ -40,8 +40,9 @@ class ExecRequest(Value):
 
     __match_args__ = ("process", "env", "cwd", "console_socket")
 
-    def __init__(self, process: ExecProcess, env: dict[str, str], cwd: str | None,
-                 console_socket: str | None) -> None:
+    def __init__(
+        self, process: ExecProcess, env: dict[str, str], cwd: str | None, console_socket: str | None
+    ) -> None:
         self.process = process
         self.env = env
         self.cwd = cwd
@@ -50,12 +51,25 @@ class ExecRequest(Value):
     def spawn_options(self) -> dict[str, Any]:
         """Keyword arguments for ``spawn.spawn`` / ``execution.execute``."""
         p = self.process
-        return {"env": self.env, "cwd": self.cwd, "replace_env": p.env_given, "user": p.user,
-                "capabilities": p.capabilities, "console_socket": self.console_socket}
+        return {
+            "env": self.env,
+            "cwd": self.cwd,
+            "replace_env": p.env_given,
+            "user": p.user,
+            "capabilities": p.capabilities,
+            "console_socket": self.console_socket,
+        }
 
 
-def request(*, process_file: str | None = None, args: Sequence[str] = (), env_pairs: Sequence[str] = (),
-            cwd: str | None = None, tty: bool = False, console_socket: str | None = None) -> ExecRequest:
+def request(
+    *,
+    process_file: str | None = None,
+    args: Sequence[str] = (),
+    env_pairs: Sequence[str] = (),
+    cwd: str | None = None,
+    tty: bool = False,
+    console_socket: str | None = None,
+) -> ExecRequest:
     """Assemble an ``ExecRequest`` from runc's ``exec`` arguments.
 
     Args:
@@ -79,11 +93,15 @@ def request(*, process_file: str | None = None, args: Sequence[str] = (), env_pa
         cwd = cwd or proc.cwd
     terminal = tty or proc.terminal
     if terminal and not console_socket:
-        raise UsageError("exec with a terminal is not supported without --console-socket",
-                         "pass --console-socket SOCKET, or run without a terminal")
+        raise UsageError(
+            "exec with a terminal is not supported without --console-socket",
+            "pass --console-socket SOCKET, or run without a terminal",
+        )
     if console_socket and not terminal:
-        raise UsageError("--console-socket was given but no terminal was asked",
-                         "add --tty (or process.terminal), or drop --console-socket")
+        raise UsageError(
+            "--console-socket was given but no terminal was asked",
+            "add --tty (or process.terminal), or drop --console-socket",
+        )
     if not proc.args:
         raise UsageError("exec needs a command", "usage: sandbox-shim exec [flags] ID CMD [ARGS...]")
     env = dict(proc.env)
@@ -102,8 +120,15 @@ def _write_pid(pid_file: str | None, pid: int) -> None:
         write_atomic(os.path.abspath(pid_file), str(pid), 0o644)
 
 
-def run(mechanism: Any, sandbox: Sandbox | str, req: ExecRequest, *, detach: bool = False,
-        pid_file: str | None = None, forward_signals: bool = True) -> int:
+def run(
+    mechanism: Any,
+    sandbox: Sandbox | str,
+    req: ExecRequest,
+    *,
+    detach: bool = False,
+    pid_file: str | None = None,
+    forward_signals: bool = True,
+) -> int:
     """Run ``req`` in the running sandbox with this process's stdin/stdout/stderr.
 
     Args:
@@ -140,13 +165,28 @@ def run(mechanism: Any, sandbox: Sandbox | str, req: ExecRequest, *, detach: boo
     return int(done.shell_status)
 
 
-def exec_command(mechanism: Any, sandbox: Sandbox | str, *, process_file: str | None = None,
-                 args: Sequence[str] = (), env_pairs: Sequence[str] = (), cwd: str | None = None,
-                 tty: bool = False, console_socket: str | None = None, detach: bool = False,
-                 pid_file: str | None = None) -> int:
+def exec_command(
+    mechanism: Any,
+    sandbox: Sandbox | str,
+    *,
+    process_file: str | None = None,
+    args: Sequence[str] = (),
+    env_pairs: Sequence[str] = (),
+    cwd: str | None = None,
+    tty: bool = False,
+    console_socket: str | None = None,
+    detach: bool = False,
+    pid_file: str | None = None,
+) -> int:
     """``run(mechanism, sandbox, request(...), detach=..., pid_file=...)``: runc's ``exec`` in one call.
 
     Raises: as ``request`` and ``run``."""
-    req = request(process_file=process_file, args=args, env_pairs=env_pairs, cwd=cwd, tty=tty,
-                  console_socket=console_socket)
+    req = request(
+        process_file=process_file,
+        args=args,
+        env_pairs=env_pairs,
+        cwd=cwd,
+        tty=tty,
+        console_socket=console_socket,
+    )
     return run(mechanism, sandbox, req, detach=detach, pid_file=pid_file)

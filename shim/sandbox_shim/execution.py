@@ -43,8 +43,14 @@ if TYPE_CHECKING:
 __all__ = ["Started", "execute", "preflight", "run_bundle", "run_detached", "spawn"]
 
 
-def _limit_kind(end: dict[str, Any], before: Facts, after: Facts, cpu_limit: int | None,
-                cpu_used_s: float, timed_out: bool) -> str | None:
+def _limit_kind(
+    end: dict[str, Any],
+    before: Facts,
+    after: Facts,
+    cpu_limit: int | None,
+    cpu_used_s: float,
+    timed_out: bool,
+) -> str | None:
     """Which limit stopped a program, from how it ended and the cgroup counters; None if none did."""
     if timed_out:
         return "wall_clock"
@@ -73,11 +79,19 @@ def _cpu_limit(rlimits: Sequence[Sequence[Any]]) -> int | None:
     return next((int(r[1]) for r in rlimits if r[0] == "RLIMIT_CPU"), None)
 
 
-def execute(mechanism: Mechanism, sandbox: Any, command: tuple[str, Sequence[str]],
-            timeout: float | None = None,
-            env: dict[str, str] | None = None, cwd: str | None = None, input: bytes | None = None,
-            capture: bool = True, on_start: Callable[[Started], None] | None = None,
-            max_output: int = MAX_OUTPUT, **opts: Any) -> Completion:
+def execute(
+    mechanism: Mechanism,
+    sandbox: Any,
+    command: tuple[str, Sequence[str]],
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    input: bytes | None = None,
+    capture: bool = True,
+    on_start: Callable[[Started], None] | None = None,
+    max_output: int = MAX_OUTPUT,
+    **opts: Any,
+) -> Completion:
     """Run ``command`` = (program, args) inside the running sandbox; wait; capture stdout/stderr.
 
     Args:
@@ -109,9 +123,17 @@ def execute(mechanism: Mechanism, sandbox: Any, command: tuple[str, Sequence[str
     cg = mechanism.cgroup(api.sandbox_of(rec, store))
     before = facts(cg) if cg else Facts()
     pipe = subprocess.PIPE if capture else None
-    s = spawn(mechanism, sandbox_id, [cmd, *args], env=env, cwd=cwd,
-              stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL if capture else None,
-              stdout=pipe, stderr=pipe, **opts)
+    s = spawn(
+        mechanism,
+        sandbox_id,
+        [cmd, *args],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL if capture else None,
+        stdout=pipe,
+        stderr=pipe,
+        **opts,
+    )
     if on_start is not None:
         on_start(s)
     deadline = None if timeout is None else s.started + timeout
@@ -129,10 +151,21 @@ def execute(mechanism: Mechanism, sandbox: Any, command: tuple[str, Sequence[str
     duration = time.monotonic() - s.started
     end = s.result()
     ru = end.get("rusage") or {}
-    usage = Usage(memory_peak_bytes=ru.get("maxrss_bytes"), cpu_user_us=ru.get("utime_us"),
-                  cpu_system_us=ru.get("stime_us"))
-    done = Completion(end.get("exit"), end.get("signal"), bytes(got.out), bytes(got.err), duration, usage,
-                      stdout_dropped=got.dropped["stdout"], stderr_dropped=got.dropped["stderr"])
+    usage = Usage(
+        memory_peak_bytes=ru.get("maxrss_bytes"),
+        cpu_user_us=ru.get("utime_us"),
+        cpu_system_us=ru.get("stime_us"),
+    )
+    done = Completion(
+        end.get("exit"),
+        end.get("signal"),
+        bytes(got.out),
+        bytes(got.err),
+        duration,
+        usage,
+        stdout_dropped=got.dropped["stdout"],
+        stderr_dropped=got.dropped["stderr"],
+    )
     if not end:
         done.signal = _signal.SIGKILL
     after = facts(cg) if cg else Facts()
@@ -155,6 +188,7 @@ _instrument()
 
 
 # -- a bundle's own process ---------------------------------------------------------------------------
+
 
 def _wait_exit(mechanism: Mechanism, sb: Sandbox, pid: int, deadline: float | None) -> int | None:
     """Wait until the container process ``pid`` exits or ``deadline`` (monotonic) passes.
@@ -222,10 +256,18 @@ def preflight(bundle: str) -> None:
     raise CouldNotRun("permission_denied" if denied else "not_found", prog)
 
 
-def run_bundle(mechanism: Mechanism, sandbox_id: str, bundle: str | os.PathLike[str],
-               timeout: float | None = None, *, stdio: tuple[int, int, int] | None = None,
-               pid_file: str | None = None, keep: bool = False,
-               on_start: Callable[[str], None] | None = None, max_output: int = MAX_OUTPUT) -> Completion:
+def run_bundle(
+    mechanism: Mechanism,
+    sandbox_id: str,
+    bundle: str | os.PathLike[str],
+    timeout: float | None = None,
+    *,
+    stdio: tuple[int, int, int] | None = None,
+    pid_file: str | None = None,
+    keep: bool = False,
+    on_start: Callable[[str], None] | None = None,
+    max_output: int = MAX_OUTPUT,
+) -> Completion:
     """Run a bundle's own process to its end and remove everything: provision, start, wait, collect, destroy.
 
     The CLI's ``run`` is this function (with ``stdio=(0, 1, 2)``), so both honour the same limits.
@@ -248,8 +290,9 @@ def run_bundle(mechanism: Mechanism, sandbox_id: str, bundle: str | os.PathLike[
     preflight(os.fspath(bundle))
     sb = Sandbox(sandbox_id, os.fspath(bundle))
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, open(os.devnull, "rb") as null:
-        api.provision(mechanism, sb, pid_file=pid_file,
-                      stdio=stdio or (null.fileno(), out.fileno(), err.fileno()))
+        api.provision(
+            mechanism, sb, pid_file=pid_file, stdio=stdio or (null.fileno(), out.fileno(), err.fileno())
+        )
         try:
             rec = api.store_of(mechanism).read(sandbox_id)
             sb = api.sandbox_of(rec, api.store_of(mechanism))
@@ -284,12 +327,23 @@ def run_bundle(mechanism: Mechanism, sandbox_id: str, bundle: str | os.PathLike[
         code = ended[0] if ended[0] is not None else code
     else:
         sig = code - 128 if 128 < code < 128 + _signal.NSIG else None
-    usage = Usage(memory_bytes=after.memory_usage, memory_peak_bytes=after.memory_peak,
-                  cpu_user_us=None if after.cpu_user_ns is None else after.cpu_user_ns // 1000,
-                  cpu_system_us=None if after.cpu_kernel_ns is None else after.cpu_kernel_ns // 1000,
-                  pids=after.pids_current)
-    done = Completion(None if sig else code, sig, stdout, stderr, duration, usage, stdout_dropped=dropped[0],
-                      stderr_dropped=dropped[1])
+    usage = Usage(
+        memory_bytes=after.memory_usage,
+        memory_peak_bytes=after.memory_peak,
+        cpu_user_us=None if after.cpu_user_ns is None else after.cpu_user_ns // 1000,
+        cpu_system_us=None if after.cpu_kernel_ns is None else after.cpu_kernel_ns // 1000,
+        pids=after.pids_current,
+    )
+    done = Completion(
+        None if sig else code,
+        sig,
+        stdout,
+        stderr,
+        duration,
+        usage,
+        stdout_dropped=dropped[0],
+        stderr_dropped=dropped[1],
+    )
     cpu_limit = _cpu_limit(rec.private.get("process", {}).get("rlimits") or [])
     cpu_used = ((after.cpu_total_ns or 0) - (before.cpu_total_ns or 0)) / 1e9
     end = {"signal": sig} if sig else {"exit": code}
@@ -299,8 +353,14 @@ def run_bundle(mechanism: Mechanism, sandbox_id: str, bundle: str | os.PathLike[
     return done
 
 
-def run_detached(mechanism: Any, sandbox_id: str, bundle: str | os.PathLike[str], *,
-                 stdio: tuple[int, int, int] | None = None, pid_file: str | None = None) -> None:
+def run_detached(
+    mechanism: Any,
+    sandbox_id: str,
+    bundle: str | os.PathLike[str],
+    *,
+    stdio: tuple[int, int, int] | None = None,
+    pid_file: str | None = None,
+) -> None:
     """Provision and start a bundle's process and return while it runs (``runc run --detach``).
 
     Nothing waits for it here, so nothing could enforce a wall-clock limit: a bundle that sets
@@ -314,11 +374,16 @@ def run_detached(mechanism: Any, sandbox_id: str, bundle: str | os.PathLike[str]
     from .errors import BundleInvalid, BundleProblem
 
     if load(os.fspath(bundle)).settings.wall_clock is not None:
-        raise BundleInvalid([BundleProblem(
-            f"/annotations/{SETTINGS_PREFIX}wall-clock-seconds",
-            "a wall-clock limit needs a caller that waits, and a detached run has none",
-            "sandbox-shim.wall-clock-seconds is enforced by the waiting shim",
-            "run without --detach, or remove the setting")])
+        raise BundleInvalid(
+            [
+                BundleProblem(
+                    f"/annotations/{SETTINGS_PREFIX}wall-clock-seconds",
+                    "a wall-clock limit needs a caller that waits, and a detached run has none",
+                    "sandbox-shim.wall-clock-seconds is enforced by the waiting shim",
+                    "run without --detach, or remove the setting",
+                )
+            ]
+        )
     preflight(os.fspath(bundle))
     sb = Sandbox(sandbox_id, os.fspath(bundle))
     api.provision(mechanism, sb, pid_file=pid_file, stdio=stdio)

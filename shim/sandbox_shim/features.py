@@ -35,8 +35,7 @@ from .capability import report as capability_report
 OCI_VERSION_MIN = "1.0.0"
 OCI_VERSION_MAX = "1.1.0"
 #: hooks (config.md "POSIX-platform Hooks") the runtime runs (``sandbox_shim.hooks``).
-HOOKS: list[str] = ["prestart", "createRuntime", "createContainer", "startContainer", "poststart",
-                     "poststop"]
+HOOKS: list[str] = ["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"]
 #: mount options (config.md "Mounts") that ``plan`` acts on when building bwrap's mounts.
 MOUNT_OPTIONS: list[str] = ["bind", "rbind", "ro", "rw", "nosuid", "nodev"]  # bwrap always sets the last two
 #: seccomp flags (seccomp(2) SECCOMP_FILTER_FLAG_*) accepted in ``linux.seccomp.flags``.
@@ -44,19 +43,34 @@ SECCOMP_FLAGS: list[str] = ["SECCOMP_FILTER_FLAG_TSYNC"]
 
 #: OCI namespace type (config-linux.md "Namespaces") -> the probe that must succeed.
 NAMESPACE_PROBES: dict[str, str] = {
-    "cgroup": "namespace.cgroup", "ipc": "namespace.ipc", "mount": "namespace.mount",
-    "network": "namespace.network", "pid": "namespace.pid", "user": "namespace.user", "uts": "namespace.uts",
+    "cgroup": "namespace.cgroup",
+    "ipc": "namespace.ipc",
+    "mount": "namespace.mount",
+    "network": "namespace.network",
+    "pid": "namespace.pid",
+    "user": "namespace.user",
+    "uts": "namespace.uts",
 }
 #: OCI seccomp action -> pyseccomp attribute (libseccomp's SCMP_ACT_*, seccomp_rule_add(3)).
 _ACTIONS = {
-    "SCMP_ACT_ALLOW": "ALLOW", "SCMP_ACT_ERRNO": "ERRNO", "SCMP_ACT_KILL": "KILL",
-    "SCMP_ACT_KILL_PROCESS": "KILL_PROCESS", "SCMP_ACT_KILL_THREAD": "KILL_THREAD", "SCMP_ACT_LOG": "LOG",
-    "SCMP_ACT_TRACE": "TRACE", "SCMP_ACT_TRAP": "TRAP",
+    "SCMP_ACT_ALLOW": "ALLOW",
+    "SCMP_ACT_ERRNO": "ERRNO",
+    "SCMP_ACT_KILL": "KILL",
+    "SCMP_ACT_KILL_PROCESS": "KILL_PROCESS",
+    "SCMP_ACT_KILL_THREAD": "KILL_THREAD",
+    "SCMP_ACT_LOG": "LOG",
+    "SCMP_ACT_TRACE": "TRACE",
+    "SCMP_ACT_TRAP": "TRAP",
 }
 #: OCI operator -> pyseccomp attribute (enum scmp_compare, seccomp_rule_add(3)).
 _OPERATORS = {
-    "SCMP_CMP_EQ": "EQ", "SCMP_CMP_GE": "GE", "SCMP_CMP_GT": "GT", "SCMP_CMP_LE": "LE", "SCMP_CMP_LT": "LT",
-    "SCMP_CMP_MASKED_EQ": "MASKED_EQ", "SCMP_CMP_NE": "NE",
+    "SCMP_CMP_EQ": "EQ",
+    "SCMP_CMP_GE": "GE",
+    "SCMP_CMP_GT": "GT",
+    "SCMP_CMP_LE": "LE",
+    "SCMP_CMP_LT": "LT",
+    "SCMP_CMP_MASKED_EQ": "MASKED_EQ",
+    "SCMP_CMP_NE": "NE",
 }
 
 
@@ -68,8 +82,14 @@ def seccomp_features(enabled: bool) -> dict[str, Any]:
     cannot be loaded.  An arch is listed only if libseccomp accepts adding it to a filter
     (seccomp_arch_add(3)).  Never raises.
     """
-    empty: dict[str, Any] = {"enabled": False, "actions": [], "operators": [], "archs": [],
-                             "knownFlags": [], "supportedFlags": []}
+    empty: dict[str, Any] = {
+        "enabled": False,
+        "actions": [],
+        "operators": [],
+        "archs": [],
+        "knownFlags": [],
+        "supportedFlags": [],
+    }
     if not enabled:
         return empty
     try:
@@ -121,11 +141,13 @@ def features(reports: Iterable[Capability] | None = None) -> dict[str, Any]:
     from .platforms.select import bwrap_version
     from .probes.kernel import libseccomp_version
 
-    annotations = {"sandbox-shim.version": _package_version(),
-                   # granted without a user namespace (contained); any capability inside one
-                   "sandbox-shim.capabilities.without-userns": ",".join(sorted(ORCHESTRATOR_DEFAULTS)),
-                   # the devices cgroup that contains CAP_MKNOD and applies linux.resources.devices
-                   "sandbox-shim.devices-cgroup": "true" if ok("cgroup.devices") else "false"}
+    annotations = {
+        "sandbox-shim.version": _package_version(),
+        # granted without a user namespace (contained); any capability inside one
+        "sandbox-shim.capabilities.without-userns": ",".join(sorted(ORCHESTRATOR_DEFAULTS)),
+        # the devices cgroup that contains CAP_MKNOD and applies linux.resources.devices
+        "sandbox-shim.devices-cgroup": "true" if ok("cgroup.devices") else "false",
+    }
     version = bwrap_version()
     if version:
         annotations["sandbox-shim.bwrap.version"] = version
@@ -140,8 +162,13 @@ def features(reports: Iterable[Capability] | None = None) -> dict[str, Any]:
         "linux": {
             "namespaces": sorted(ns for ns, probe in NAMESPACE_PROBES.items() if ok(probe)),
             "capabilities": capability_names(),
-            "cgroup": {"v1": cgroup_version == "cgroup v1", "v2": cgroup_version == "cgroup v2",
-                       "systemd": ok("cgroup.systemd"), "systemdUser": False, "rdma": False},
+            "cgroup": {
+                "v1": cgroup_version == "cgroup v1",
+                "v2": cgroup_version == "cgroup v2",
+                "systemd": ok("cgroup.systemd"),
+                "systemdUser": False,
+                "rdma": False,
+            },
             "seccomp": seccomp,
             "apparmor": {"enabled": False},
             "selinux": {"enabled": False},

@@ -48,11 +48,17 @@ class HookFailed(LaunchFailed):
     kind = "hook_failed"
 
 
-def state_doc(sandbox_id: str, status: str, pid: int, bundle: str,
-              annotations: dict[str, str]) -> dict[str, Any]:
+def state_doc(
+    sandbox_id: str, status: str, pid: int, bundle: str, annotations: dict[str, str]
+) -> dict[str, Any]:
     """The state JSON handed to hooks (runtime-spec runtime.md "State")."""
-    doc: dict[str, Any] = {"ociVersion": OCI_VERSION, "id": sandbox_id, "status": status, "bundle": bundle,
-                           "annotations": annotations}
+    doc: dict[str, Any] = {
+        "ociVersion": OCI_VERSION,
+        "id": sandbox_id,
+        "status": status,
+        "bundle": bundle,
+        "annotations": annotations,
+    }
     if pid:
         doc["pid"] = pid
     return doc
@@ -82,8 +88,10 @@ def _command(phase: str, hook: dict[str, Any], ns_pid: int) -> tuple[list[str], 
 
     nsenter = shutil.which("nsenter", path="/usr/bin:/bin:/usr/sbin:/sbin")
     if not nsenter:
-        raise HookFailed(f"{phase} hook {path}: nsenter(1) is needed to run it in the sandbox's namespaces",
-                         "apt-get install util-linux")
+        raise HookFailed(
+            f"{phase} hook {path}: nsenter(1) is needed to run it in the sandbox's namespaces",
+            "apt-get install util-linux",
+        )
     inside = phase == "startContainer"
     argv = [nsenter, "-t", str(ns_pid), *_ns_options(ns_pid, inside)]
     if inside:
@@ -113,9 +121,17 @@ def _run_one(phase: str, hook: dict[str, Any], state: dict[str, Any], ns_pid: in
         stdin.write(json.dumps(state).encode())
         stdin.seek(0)
         try:
-            proc = subprocess.Popen(argv, executable=exe, stdin=stdin, stdout=out, stderr=out, env=env,
-                                    cwd=cwd if os.path.isdir(cwd) else "/", start_new_session=True,
-                                    close_fds=True)
+            proc = subprocess.Popen(
+                argv,
+                executable=exe,
+                stdin=stdin,
+                stdout=out,
+                stderr=out,
+                env=env,
+                cwd=cwd if os.path.isdir(cwd) else "/",
+                start_new_session=True,
+                close_fds=True,
+            )
         except OSError as e:
             return f"{phase} hook {path}: cannot run: {e.strerror}"
         try:
@@ -133,8 +149,13 @@ def _run_one(phase: str, hook: dict[str, Any], state: dict[str, Any], ns_pid: in
         return f"{phase} hook {path}: {how}" + (f": {tail}" if tail else "")
 
 
-def run(hooks: dict[str, list[dict[str, Any]]] | None, phase: str, state: dict[str, Any],
-        ns_pid: int = 0, cwd: str = "/") -> list[str]:
+def run(
+    hooks: dict[str, list[dict[str, Any]]] | None,
+    phase: str,
+    state: dict[str, Any],
+    ns_pid: int = 0,
+    cwd: str = "/",
+) -> list[str]:
     """Run every hook of ``phase`` in order.
 
     Args:

@@ -14,11 +14,30 @@ import re
 import sys
 
 #: file system types that show the host's kernel state (proc(5), sysfs(5), kernel Documentation/filesystems)
-HOST_KERNEL_FS = frozenset({
-    "proc", "sysfs", "debugfs", "tracefs", "securityfs", "bpf", "cgroup", "cgroup2", "devtmpfs", "devpts",
-    "configfs", "efivarfs", "fusectl", "mqueue", "binfmt_misc", "pstore", "nsfs", "selinuxfs",
-    "rpc_pipefs", "nfsd",
-})
+HOST_KERNEL_FS = frozenset(
+    {
+        "proc",
+        "sysfs",
+        "debugfs",
+        "tracefs",
+        "securityfs",
+        "bpf",
+        "cgroup",
+        "cgroup2",
+        "devtmpfs",
+        "devpts",
+        "configfs",
+        "efivarfs",
+        "fusectl",
+        "mqueue",
+        "binfmt_misc",
+        "pstore",
+        "nsfs",
+        "selinuxfs",
+        "rpc_pipefs",
+        "nfsd",
+    }
+)
 
 _ESCAPE = re.compile(r"\\([0-7]{3})")
 

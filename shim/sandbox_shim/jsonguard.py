@@ -121,8 +121,11 @@ def check_tree(doc: Any) -> list[BundleProblem]:
     while stack and len(problems) < MAX_PROBLEMS:
         value, parts = stack.pop()
         if isinstance(value, _BigInt):
-            add(parts, f"an integer literal of {len(value.lstrip('-'))} digits (at most {MAX_INT_DIGITS})",
-                "use a number in the field's range")
+            add(
+                parts,
+                f"an integer literal of {len(value.lstrip('-'))} digits (at most {MAX_INT_DIGITS})",
+                "use a number in the field's range",
+            )
         elif isinstance(value, _NonFinite):
             add(parts, f"a number that is not finite ({value})", "use a finite number in the field's range")
         elif isinstance(value, str):
@@ -155,26 +158,47 @@ def loads(data: bytes | str, what: str = "config.json") -> tuple[Any, list[Bundl
     it could not be parsed, and problems is empty only for a document within every limit.  Only
     NUL problems (rule ``NUL_RULE``) leave a document safe to look at further."""
     if len(data) > MAX_BYTES:
-        return None, [BundleProblem("", f"{what} is {len(data)} bytes (at most {MAX_BYTES})", RULE,
-                                    "shorten it")]
+        return None, [
+            BundleProblem("", f"{what} is {len(data)} bytes (at most {MAX_BYTES})", RULE, "shorten it")
+        ]
     if isinstance(data, bytes):
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            bad = data[e.start:e.start + 1]
-            return None, [BundleProblem("", f"{what} is not UTF-8: byte {e.start} ({bad!r})",
-                                        "RFC 8259 section 8.1", "save the file as UTF-8")]
+            bad = data[e.start : e.start + 1]
+            return None, [
+                BundleProblem(
+                    "",
+                    f"{what} is not UTF-8: byte {e.start} ({bad!r})",
+                    "RFC 8259 section 8.1",
+                    "save the file as UTF-8",
+                )
+            ]
     else:
         text = data
     try:
-        doc = json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
-                         parse_constant=_NonFinite, object_pairs_hook=_pairs)
+        doc = json.loads(
+            text,
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+            parse_constant=_NonFinite,
+            object_pairs_hook=_pairs,
+        )
     except json.JSONDecodeError as e:
-        return None, [BundleProblem("", f"{what} is not valid JSON at line {e.lineno} column {e.colno}: "
-                                    f"{e.msg}", "RFC 8259", "fix the JSON syntax there")]
+        return None, [
+            BundleProblem(
+                "",
+                f"{what} is not valid JSON at line {e.lineno} column {e.colno}: {e.msg}",
+                "RFC 8259",
+                "fix the JSON syntax there",
+            )
+        ]
     except RecursionError:
-        return None, [BundleProblem("", f"{what} nests values more than {MAX_DEPTH} levels deep", RULE,
-                                    "flatten the document")]
+        return None, [
+            BundleProblem(
+                "", f"{what} nests values more than {MAX_DEPTH} levels deep", RULE, "flatten the document"
+            )
+        ]
     except ValueError as e:  # e.g. a float literal the parser refuses
         return None, [BundleProblem("", f"{what} cannot be parsed: {e}", "RFC 8259", "fix the value")]
     return doc, check_tree(doc)

@@ -27,9 +27,9 @@ else:
     def runtime_checkable(cls: type) -> type:
         return cls
 
+
 # The result types are ``values.Value`` classes: a dataclass's shape without importing dataclasses.
 _NEW: Any = object()  # a mutable default: a fresh dict or list per instance
-
 
 
 class Sandbox(Value):
@@ -45,8 +45,14 @@ class Sandbox(Value):
 
     __match_args__ = ("id", "bundle", "owner_ref", "context", "private")
 
-    def __init__(self, id: str, bundle: str, owner_ref: str | None = None,
-                 context: dict[str, Any] = _NEW, private: dict[str, Any] = _NEW) -> None:
+    def __init__(
+        self,
+        id: str,
+        bundle: str,
+        owner_ref: str | None = None,
+        context: dict[str, Any] = _NEW,
+        private: dict[str, Any] = _NEW,
+    ) -> None:
         self.id = id
         self.bundle = bundle
         self.owner_ref = owner_ref
@@ -65,12 +71,26 @@ class Usage(Value):
         io_read_bytes / io_write_bytes: block I/O, bytes, where the host gives it (else None).
     """
 
-    __match_args__ = ("memory_bytes", "memory_peak_bytes", "cpu_user_us", "cpu_system_us", "pids",
-                      "io_read_bytes", "io_write_bytes")
+    __match_args__ = (
+        "memory_bytes",
+        "memory_peak_bytes",
+        "cpu_user_us",
+        "cpu_system_us",
+        "pids",
+        "io_read_bytes",
+        "io_write_bytes",
+    )
 
-    def __init__(self, memory_bytes: int | None = None, memory_peak_bytes: int | None = None,
-                 cpu_user_us: int | None = None, cpu_system_us: int | None = None, pids: int | None = None,
-                 io_read_bytes: int | None = None, io_write_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        memory_bytes: int | None = None,
+        memory_peak_bytes: int | None = None,
+        cpu_user_us: int | None = None,
+        cpu_system_us: int | None = None,
+        pids: int | None = None,
+        io_read_bytes: int | None = None,
+        io_write_bytes: int | None = None,
+    ) -> None:
         self.memory_bytes = memory_bytes
         self.memory_peak_bytes = memory_peak_bytes
         self.cpu_user_us = cpu_user_us
@@ -93,12 +113,28 @@ class Completion(Value):
             stream is whole; see ``capture.MAX_OUTPUT``).
     """
 
-    __match_args__ = ("exit_status", "signal", "stdout", "stderr", "duration", "usage", "stdout_dropped",
-                      "stderr_dropped")
+    __match_args__ = (
+        "exit_status",
+        "signal",
+        "stdout",
+        "stderr",
+        "duration",
+        "usage",
+        "stdout_dropped",
+        "stderr_dropped",
+    )
 
-    def __init__(self, exit_status: int | None, signal: int | None, stdout: bytes, stderr: bytes,
-                 duration: float, usage: Usage | None = None, stdout_dropped: int = 0,
-                 stderr_dropped: int = 0) -> None:
+    def __init__(
+        self,
+        exit_status: int | None,
+        signal: int | None,
+        stdout: bytes,
+        stderr: bytes,
+        duration: float,
+        usage: Usage | None = None,
+        stdout_dropped: int = 0,
+        stderr_dropped: int = 0,
+    ) -> None:
         self.exit_status = exit_status
         self.signal = signal
         self.stdout = stdout
@@ -128,12 +164,32 @@ class Status(Value):
         source: "state" (from the state store) or "observed" (found in the kernel only, ``reconcile``).
     """
 
-    __match_args__ = ("id", "status", "pid", "bundle", "annotations", "oci_version", "exit_status",
-                      "created", "source", "pids")
+    __match_args__ = (
+        "id",
+        "status",
+        "pid",
+        "bundle",
+        "annotations",
+        "oci_version",
+        "exit_status",
+        "created",
+        "source",
+        "pids",
+    )
 
-    def __init__(self, id: str, status: str, pid: int, bundle: str, annotations: dict[str, str],
-                 oci_version: str = "1.0.2", exit_status: int | None = None, created: str | None = None,
-                 source: str = "state", pids: list[int] = _NEW) -> None:
+    def __init__(
+        self,
+        id: str,
+        status: str,
+        pid: int,
+        bundle: str,
+        annotations: dict[str, str],
+        oci_version: str = "1.0.2",
+        exit_status: int | None = None,
+        created: str | None = None,
+        source: str = "state",
+        pids: list[int] = _NEW,
+    ) -> None:
         self.id = id
         self.status = status
         self.pid = pid

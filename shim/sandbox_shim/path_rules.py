@@ -37,15 +37,25 @@ def length_problems(fields: list[tuple[list[Any], Any]]) -> list[BundleProblem]:
             continue
         raw = value.encode("utf-8", "surrogatepass")
         if len(raw) >= PATH_MAX:
-            out.append(BundleProblem(_ptr(path), f"path is {len(raw)} bytes; at most {PATH_MAX - 1} can be "
-                                     "resolved", "limits.h PATH_MAX (path_resolution(7) ENAMETOOLONG)",
-                                     "use a shorter path"))
+            out.append(
+                BundleProblem(
+                    _ptr(path),
+                    f"path is {len(raw)} bytes; at most {PATH_MAX - 1} can be resolved",
+                    "limits.h PATH_MAX (path_resolution(7) ENAMETOOLONG)",
+                    "use a shorter path",
+                )
+            )
             continue
         longest = max((len(c) for c in raw.split(b"/")), default=0)
         if longest > NAME_MAX:
-            out.append(BundleProblem(_ptr(path), f"a path component is {longest} bytes; at most {NAME_MAX}",
-                                     "limits.h NAME_MAX (path_resolution(7) ENAMETOOLONG)",
-                                     "use shorter file names"))
+            out.append(
+                BundleProblem(
+                    _ptr(path),
+                    f"a path component is {longest} bytes; at most {NAME_MAX}",
+                    "limits.h NAME_MAX (path_resolution(7) ENAMETOOLONG)",
+                    "use shorter file names",
+                )
+            )
     return out
 
 
@@ -60,8 +70,11 @@ def hidden_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
 
     def paths(key: str) -> list[str]:
         v = linux.get(key)
-        return [posixpath.normpath(p) for p in v if isinstance(p, str) and p.startswith("/")] \
-            if isinstance(v, list) else []
+        return (
+            [posixpath.normpath(p) for p in v if isinstance(p, str) and p.startswith("/")]
+            if isinstance(v, list)
+            else []
+        )
 
     masked, readonly = paths("maskedPaths"), paths("readonlyPaths")
     out: list[BundleProblem] = []
@@ -69,12 +82,18 @@ def hidden_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     cwd = proc.get("cwd") if isinstance(proc, dict) else None
     if isinstance(cwd, str) and cwd.startswith("/"):
         cwd = posixpath.normpath(cwd)
-        hit = next((("masked", m) for m in masked if m != "/" and _under(cwd, m, True)), None) or \
-            next((("read-only", r) for r in readonly if r != "/" and _under(cwd, r, False)), None)
+        hit = next((("masked", m) for m in masked if m != "/" and _under(cwd, m, True)), None) or next(
+            (("read-only", r) for r in readonly if r != "/" and _under(cwd, r, False)), None
+        )
         if hit:
             where = "in" if cwd == hit[1] else "below"
-            out.append(BundleProblem("/process/cwd", f"cwd {cwd} lies {where} the {hit[0]} path {hit[1]}: it "
-                                     f"could not be made without undoing the {hit[0]} path",
-                                     "runtime-spec config-linux.md masked/readonly paths",
-                                     f"use a cwd outside {hit[1]}, or remove {hit[1]} from the list"))
+            out.append(
+                BundleProblem(
+                    "/process/cwd",
+                    f"cwd {cwd} lies {where} the {hit[0]} path {hit[1]}: it "
+                    f"could not be made without undoing the {hit[0]} path",
+                    "runtime-spec config-linux.md masked/readonly paths",
+                    f"use a cwd outside {hit[1]}, or remove {hit[1]} from the list",
+                )
+            )
     return out

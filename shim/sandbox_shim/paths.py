@@ -198,7 +198,7 @@ class View:
     def host_of(self, path: str) -> str | None:
         """Host path showing what is at sandbox ``path`` now, or None (an empty fs, bwrap's /dev)."""
         la = self.layer_for(path)
-        rel = "" if la.dest == "/" and path == "/" else path[len(la.dest.rstrip("/")):]
+        rel = "" if la.dest == "/" and path == "/" else path[len(la.dest.rstrip("/")) :]
         if la.fs in HOST_BACKED:
             return la.host + rel if rel else la.host
         if la.fs in KERNEL:
@@ -225,10 +225,14 @@ class View:
             cand = "/" + "/".join([*resolved, part])
             la = self.layer_for(cand)
             if la.fs == "dev" and cand != la.dest:
-                first = cand[len(la.dest.rstrip("/")) + 1:].split("/")[0]
+                first = cand[len(la.dest.rstrip("/")) + 1 :].split("/")[0]
                 if first in DEV_SYMLINKS:
-                    raise OSError(errno.ELOOP, f"{la.dest.rstrip('/')}/{first} is a symbolic link bwrap "
-                                  "makes (it leads out of the sandbox while mounts are set up)", path)
+                    raise OSError(
+                        errno.ELOOP,
+                        f"{la.dest.rstrip('/')}/{first} is a symbolic link bwrap "
+                        "makes (it leads out of the sandbox while mounts are set up)",
+                        path,
+                    )
             host = self.host_of(cand)
             if host is None:
                 resolved.append(part)
@@ -241,8 +245,12 @@ class View:
                 continue
             if stat.S_ISLNK(st.st_mode):
                 if la.fs in KERNEL:
-                    raise OSError(errno.ELOOP, f"{cand} is a symbolic link in a kernel file system "
-                                  f"({la.fs}); it would be followed outside the sandbox", path)
+                    raise OSError(
+                        errno.ELOOP,
+                        f"{cand} is a symbolic link in a kernel file system "
+                        f"({la.fs}); it would be followed outside the sandbox",
+                        path,
+                    )
                 hops += 1
                 if hops > MAX_SYMLINKS:
                     raise OSError(errno.ELOOP, "too many symbolic links", path)
@@ -271,8 +279,12 @@ class View:
             return dest, la
         if not os.path.lexists(host):
             if not la.writable:
-                raise OSError(errno.EROFS, f"{dest} does not exist and {la.dest} is a read-only bind of "
-                              f"{la.host}: it would be created on the host", path)
+                raise OSError(
+                    errno.EROFS,
+                    f"{dest} does not exist and {la.dest} is a read-only bind of "
+                    f"{la.host}: it would be created on the host",
+                    path,
+                )
             ensure_in_root(la.host, os.path.relpath(host, la.host), is_dir)
         elif is_dir and not os.path.isdir(host):
             raise OSError(errno.ENOTDIR, f"{dest} exists and is not a directory", path)
@@ -303,8 +315,9 @@ def contains(outer: str, inner: str) -> bool:
         cur = parent
 
 
-def writable_exposures(rootfs: str, root_readonly: bool, binds: list[tuple[str, str, bool]]
-                       ) -> list[tuple[str, str]]:
+def writable_exposures(
+    rootfs: str, root_readonly: bool, binds: list[tuple[str, str, bool]]
+) -> list[tuple[str, str]]:
     """(JSON pointer, host path) of every host directory the tenant can write: the rootfs unless it is
     read-only, and each read-write bind source (``binds``: pointer, source, read-only)."""
     out = [] if root_readonly or not rootfs else [("/root/path", rootfs)]

@@ -116,8 +116,9 @@ def _mount(m: dict[str, Any], bundle: str) -> Mount | None:
     return None
 
 
-def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim",
-              state_root: str = "") -> Plan:
+def make_plan(
+    spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim", state_root: str = ""
+) -> Plan:
     """Build the tenant ``Plan`` for ``spec`` (the only profile bundles run under).
 
     Rules: namespaces listed are new (with ``path``: joined), absent ones shared (runtime-spec
@@ -141,11 +142,17 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim",
             # there would run as the runtime, unconfined, in the host's other namespaces
             from .errors import BundleInvalid, BundleProblem
 
-            raise BundleInvalid([BundleProblem(
-                f"/linux/namespaces/{i}/path", "joining another mount namespace is not supported: the "
-                "runtime would run files of that namespace before any confinement",
-                "tenant profile: the mount namespace is always the sandbox's own",
-                "drop the path (a new mount namespace), and share data through a bind mount instead")])
+            raise BundleInvalid(
+                [
+                    BundleProblem(
+                        f"/linux/namespaces/{i}/path",
+                        "joining another mount namespace is not supported: the "
+                        "runtime would run files of that namespace before any confinement",
+                        "tenant profile: the mount namespace is always the sandbox's own",
+                        "drop the path (a new mount namespace), and share data through a bind mount instead",
+                    )
+                ]
+            )
         if ns.get("path"):
             join[ns["type"]] = ns["path"]
         elif ns["type"] not in unshare:
@@ -221,14 +228,18 @@ def make_plan(spec: Spec, sandbox_id: str, cgroup_parent: str = "/sandbox-shim",
         # domainname (and hostname in a joined uts namespace, which bwrap --hostname cannot set): written
         # as kernel.* sysctls inside the sandbox's uts namespace (config_rules refuses them without one);
         # an explicit sysctl of the same name wins
-        sysctl={**({"kernel.domainname": cfg["domainname"]} if cfg.get("domainname") else {}),
-                **({"kernel.hostname": cfg["hostname"]} if cfg.get("hostname") and "uts" in join else {}),
-                **(linux.get("sysctl") or {})},
+        sysctl={
+            **({"kernel.domainname": cfg["domainname"]} if cfg.get("domainname") else {}),
+            **({"kernel.hostname": cfg["hostname"]} if cfg.get("hostname") and "uts" in join else {}),
+            **(linux.get("sysctl") or {}),
+        },
         hooks={k: list(v) for k, v in (cfg.get("hooks") or {}).items()},
         annotations=spec.annotations,
         required=required,
         console_size=(int(proc["consoleSize"]["height"]), int(proc["consoleSize"]["width"]))
-        if isinstance(proc.get("consoleSize"), dict) and proc.get("terminal") else None,
+        if isinstance(proc.get("consoleSize"), dict) and proc.get("terminal")
+        else None,
         protected=[h["path"] for hs in (cfg.get("hooks") or {}).values() for h in hs or [] if h.get("path")]
-        + [path for _, path in hook_references(cfg, spec.bundle)] + ([state_root] if state_root else []),
+        + [path for _, path in hook_references(cfg, spec.bundle)]
+        + ([state_root] if state_root else []),
     )

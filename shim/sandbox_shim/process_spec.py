@@ -76,12 +76,17 @@ def parse_process(doc: Any, source: str = "process") -> ExecProcess:
     from .hardening.tenant import check_env
 
     if not isinstance(doc, dict) or not isinstance(doc.get("args"), list) or not doc["args"]:
-        raise UsageError(f"{source}: an OCI process object with a non-empty \"args\" list is needed")
+        raise UsageError(f'{source}: an OCI process object with a non-empty "args" list is needed')
     problems: list[BundleProblem] = []
     for key in ("apparmorProfile", "selinuxLabel"):
         if doc.get(key):
-            problems.append(_problem(f"/{key}", f"{key} is set but this runtime cannot enforce it",
-                                     f"remove \"{key}\" or leave it empty"))
+            problems.append(
+                _problem(
+                    f"/{key}",
+                    f"{key} is set but this runtime cannot enforce it",
+                    f'remove "{key}" or leave it empty',
+                )
+            )
     env_list = doc.get("env")
     if env_list is not None and not isinstance(env_list, list):
         problems.append(_problem("/env", "env must be a list of NAME=VALUE strings", "fix the type"))
@@ -96,16 +101,19 @@ def parse_process(doc: Any, source: str = "process") -> ExecProcess:
     for key, name in (("uid", "uid"), ("gid", "gid"), ("umask", "umask")):
         if key in user and user[key] is not None:
             if isinstance(user[key], bool) or not isinstance(user[key], int) or user[key] < 0:
-                problems.append(_problem(f"/user/{key}", f"{key} must be a non-negative integer",
-                                         "fix the value"))
+                problems.append(
+                    _problem(f"/user/{key}", f"{key} must be a non-negative integer", "fix the value")
+                )
             else:
                 parsed_user[name] = user[key]
     if user.get("additionalGids") is not None:
         gids = user["additionalGids"]
-        if not isinstance(gids, list) or any(isinstance(g, bool) or not isinstance(g, int) or g < 0
-                                             for g in gids):
-            problems.append(_problem("/user/additionalGids", "additionalGids must be a list of gids",
-                                     "fix the value"))
+        if not isinstance(gids, list) or any(
+            isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in gids
+        ):
+            problems.append(
+                _problem("/user/additionalGids", "additionalGids must be a list of gids", "fix the value")
+            )
         else:
             parsed_user["additional_gids"] = list(gids)
     if user.get("username"):
@@ -118,8 +126,13 @@ def parse_process(doc: Any, source: str = "process") -> ExecProcess:
         else:
             bad = [k for k in CAP_SETS if cdoc.get(k) is not None and not _names(cdoc[k])]
             for k in bad:  # a string would otherwise be taken letter by letter
-                problems.append(_problem(f"/capabilities/{k}", f"capabilities.{k} must be a list of "
-                                         "capability names", 'write ["CAP_KILL", ...], not "CAP_KILL"'))
+                problems.append(
+                    _problem(
+                        f"/capabilities/{k}",
+                        f"capabilities.{k} must be a list of capability names",
+                        'write ["CAP_KILL", ...], not "CAP_KILL"',
+                    )
+                )
             eff = cdoc.get("effective") or []
             bnd: list[Any] = cdoc["bounding"] if cdoc.get("bounding") is not None else eff
             if not bad and parsed_user.get("uid") is None:
@@ -132,13 +145,20 @@ def parse_process(doc: Any, source: str = "process") -> ExecProcess:
         raise BundleInvalid(problems, what="exec process (--process)")
     env = dict(e.split("=", 1) for e in env_list or [] if isinstance(e, str) and "=" in e)
     cwd = doc.get("cwd")
-    return ExecProcess(args=[str(a) for a in doc["args"]], env=env, env_given=env_list is not None,
-                       cwd=str(cwd) if cwd else None, terminal=bool(doc.get("terminal")),
-                       user=parsed_user, capabilities=caps)
+    return ExecProcess(
+        args=[str(a) for a in doc["args"]],
+        env=env,
+        env_given=env_list is not None,
+        cwd=str(cwd) if cwd else None,
+        terminal=bool(doc.get("terminal")),
+        user=parsed_user,
+        capabilities=caps,
+    )
 
 
-def resolve_credentials(sandbox_proc: dict[str, Any], user: dict[str, Any] | None,
-                        capabilities: list[str] | None) -> dict[str, Any]:
+def resolve_credentials(
+    sandbox_proc: dict[str, Any], user: dict[str, Any] | None, capabilities: list[str] | None
+) -> dict[str, Any]:
     """The exec'd process's ids and capabilities, checked against the sandbox's own.
 
     Args:
@@ -163,15 +183,30 @@ def resolve_credentials(sandbox_proc: dict[str, Any], user: dict[str, Any] | Non
     if sandbox_proc.get("userns", True):
         own_uid, own_gid = int(sandbox_proc.get("uid", 0)), int(sandbox_proc.get("gid", 0))
         if uid != own_uid:
-            problems.append(_problem("/user/uid", f"uid {uid} is not mapped in the sandbox's user namespace "
-                                     f"(only {own_uid} is)", f"use uid {own_uid}"))
+            problems.append(
+                _problem(
+                    "/user/uid",
+                    f"uid {uid} is not mapped in the sandbox's user namespace (only {own_uid} is)",
+                    f"use uid {own_uid}",
+                )
+            )
         if gid != own_gid:
-            problems.append(_problem("/user/gid", f"gid {gid} is not mapped in the sandbox's user namespace "
-                                     f"(only {own_gid} is)", f"use gid {own_gid}"))
+            problems.append(
+                _problem(
+                    "/user/gid",
+                    f"gid {gid} is not mapped in the sandbox's user namespace (only {own_gid} is)",
+                    f"use gid {own_gid}",
+                )
+            )
         extra = sorted(set(groups) - set(sandbox_proc.get("additional_gids") or []) - {own_gid})
         if extra:
-            problems.append(_problem("/user/additionalGids", f"gids {extra} are not mapped in the sandbox's "
-                                     "user namespace", "remove them"))
+            problems.append(
+                _problem(
+                    "/user/additionalGids",
+                    f"gids {extra} are not mapped in the sandbox's user namespace",
+                    "remove them",
+                )
+            )
     caps = base_caps
     if capabilities is None and uid != 0 and uid != int(sandbox_proc.get("uid", 0)):
         # another uid keeps no capability across execve(2) without ambient ones (capabilities(7)),
@@ -180,11 +215,21 @@ def resolve_credentials(sandbox_proc: dict[str, Any], user: dict[str, Any] | Non
     if capabilities is not None:
         more = sorted(set(capabilities) - set(base_caps))
         if more:
-            problems.append(_problem("/capabilities", f"{', '.join(more)} asked but the sandbox was not "
-                                     "given them; an exec'd process never gets more than its sandbox",
-                                     f"ask at most: {', '.join(base_caps) or 'no capabilities'}"))
+            problems.append(
+                _problem(
+                    "/capabilities",
+                    f"{', '.join(more)} asked but the sandbox was not "
+                    "given them; an exec'd process never gets more than its sandbox",
+                    f"ask at most: {', '.join(base_caps) or 'no capabilities'}",
+                )
+            )
         caps = sorted(set(capabilities) & set(base_caps))
     if problems:
         raise BundleInvalid(problems, what="exec process (--process)")
-    return {"uid": uid, "gid": gid, "additional_gids": groups, "capabilities": caps,
-            "umask": user.get("umask")}
+    return {
+        "uid": uid,
+        "gid": gid,
+        "additional_gids": groups,
+        "capabilities": caps,
+        "umask": user.get("umask"),
+    }

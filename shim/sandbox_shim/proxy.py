@@ -30,8 +30,19 @@ if TYPE_CHECKING:
     from .mechanism import Mechanism
 
 #: headers that describe one hop (RFC 9110 section 7.6.1), never forwarded
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-                        "trailer", "transfer-encoding", "upgrade", "proxy-connection"})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-connection",
+    }
+)
 DEFAULT_TIMEOUT = 10.0  # seconds
 
 
@@ -48,8 +59,10 @@ class NoAddress(ProxyError):
     kind = "no_address"
 
     def __init__(self, sandbox_id: str) -> None:
-        super().__init__(f"sandbox {sandbox_id} has no address to forward to",
-                         'create it with annotations sandbox-shim.network="isolated" and sandbox-shim.port')
+        super().__init__(
+            f"sandbox {sandbox_id} has no address to forward to",
+            'create it with annotations sandbox-shim.network="isolated" and sandbox-shim.port',
+        )
 
 
 class ConnectionRefused(ProxyError):
@@ -97,14 +110,22 @@ def _translate(err: BaseException, where: str) -> ProxyError:
         return ProxyTimeout(f"{where}: timed out", "is the server inside the sandbox slow or stopped?")
     refused = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
     if isinstance(err, ConnectionRefusedError) or (isinstance(err, OSError) and err.errno in refused):
-        return ConnectionRefused(f"{where}: connection refused ({err})",
-                                 "is the sandbox started and its server listening on sandbox-shim.port?")
+        return ConnectionRefused(
+            f"{where}: connection refused ({err})",
+            "is the sandbox started and its server listening on sandbox-shim.port?",
+        )
     return ProxyError(f"{where}: {err}")
 
 
-def forward(mechanism: Mechanism, sandbox_id: str, method: str, path: str,
-            headers: dict[str, str] | list[tuple[str, str]] | None = None, body: bytes = b"",
-            timeout: float = DEFAULT_TIMEOUT) -> Response:
+def forward(
+    mechanism: Mechanism,
+    sandbox_id: str,
+    method: str,
+    path: str,
+    headers: dict[str, str] | list[tuple[str, str]] | None = None,
+    body: bytes = b"",
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Response:
     """Send one HTTP request to the sandbox and return its response.
 
     Args:
@@ -161,8 +182,9 @@ class Forwarder(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, listen: tuple[str, int], upstream: tuple[str, int],
-                 connect_timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self, listen: tuple[str, int], upstream: tuple[str, int], connect_timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
         self.upstream = upstream
         self.connect_timeout = connect_timeout
         if ":" in listen[0]:
@@ -217,8 +239,12 @@ def loopback_listen(listen: str | tuple[str, int]) -> tuple[str, int]:
     return str(ip), num
 
 
-def serve(mechanism: Mechanism, sandbox_id: str, listen: str | tuple[str, int] = ("127.0.0.1", 0),
-          connect_timeout: float = DEFAULT_TIMEOUT) -> Forwarder:
+def serve(
+    mechanism: Mechanism,
+    sandbox_id: str,
+    listen: str | tuple[str, int] = ("127.0.0.1", 0),
+    connect_timeout: float = DEFAULT_TIMEOUT,
+) -> Forwarder:
     """A ``Forwarder`` bound to ``listen`` (loopback only) for the sandbox's address (call
     ``serve_forever`` on it).
 

@@ -24,11 +24,32 @@ THROTTLE = {
 }
 
 _FIELDS = (
-    "memory_limit", "memory_swap", "memory_reservation", "pids_limit", "cpu_shares", "cpu_quota",
-    "cpu_period", "cpu_cpus", "cpu_mems", "memory_swappiness", "memory_disable_oom_killer",
-    "memory_kernel", "memory_kernel_tcp", "memory_use_hierarchy", "memory_check_before_update",
-    "cpu_burst", "cpu_realtime_runtime", "cpu_realtime_period", "cpu_idle", "blkio_weight",
-    "blkio_leaf_weight", "blkio_weight_device", "blkio_throttle", "hugepage_limits", "unified", "devices",
+    "memory_limit",
+    "memory_swap",
+    "memory_reservation",
+    "pids_limit",
+    "cpu_shares",
+    "cpu_quota",
+    "cpu_period",
+    "cpu_cpus",
+    "cpu_mems",
+    "memory_swappiness",
+    "memory_disable_oom_killer",
+    "memory_kernel",
+    "memory_kernel_tcp",
+    "memory_use_hierarchy",
+    "memory_check_before_update",
+    "cpu_burst",
+    "cpu_realtime_runtime",
+    "cpu_realtime_period",
+    "cpu_idle",
+    "blkio_weight",
+    "blkio_leaf_weight",
+    "blkio_weight_device",
+    "blkio_throttle",
+    "hugepage_limits",
+    "unified",
+    "devices",
 )
 
 
@@ -73,10 +94,19 @@ class Limits(Value):
     unified: dict[str, str] | None
     devices: list[dict[str, Any]] | None
 
-    def __init__(self, memory_limit: int | None = None, memory_swap: int | None = None,
-                 memory_reservation: int | None = None, pids_limit: int | None = None,
-                 cpu_shares: int | None = None, cpu_quota: int | None = None, cpu_period: int | None = None,
-                 cpu_cpus: str | None = None, cpu_mems: str | None = None, **more: Any) -> None:
+    def __init__(
+        self,
+        memory_limit: int | None = None,
+        memory_swap: int | None = None,
+        memory_reservation: int | None = None,
+        pids_limit: int | None = None,
+        cpu_shares: int | None = None,
+        cpu_quota: int | None = None,
+        cpu_period: int | None = None,
+        cpu_cpus: str | None = None,
+        cpu_mems: str | None = None,
+        **more: Any,
+    ) -> None:
         self.memory_limit = memory_limit
         self.memory_swap = memory_swap
         self.memory_reservation = memory_reservation
@@ -93,8 +123,9 @@ class Limits(Value):
             setattr(self, name, more.get(name))
 
     @classmethod
-    def from_oci(cls, resources: dict[str, Any] | None,
-                 devices: list[dict[str, Any]] | None = None) -> Limits:
+    def from_oci(
+        cls, resources: dict[str, Any] | None, devices: list[dict[str, Any]] | None = None
+    ) -> Limits:
         """Read an OCI ``linux.resources`` object (None → no limits).
 
         Raises ``LaunchFailed`` (starting with the pointer) for blockIO/hugepageLimits entries of the
@@ -138,15 +169,26 @@ class Limits(Value):
         if not isinstance(bio, dict):
             raise refusal("/linux/resources/blockIO", "must be an object")
         b = "/linux/resources/blockIO"
-        throttle = {k: [(*dev(f"{b}/{k}/{i}", e), integer(f"{b}/{k}/{i}/rate", e.get("rate")))
-                        for i, e in enumerate(entries(f"{b}/{k}", bio.get(k)))]
-                    for k in THROTTLE if bio.get(k)}
-        weight_dev = [(*dev(f"{b}/weightDevice/{i}", e), pos(e.get("weight")), pos(e.get("leafWeight")))
-                      for i, e in enumerate(entries(f"{b}/weightDevice", bio.get("weightDevice")))]
+        throttle = {
+            k: [
+                (*dev(f"{b}/{k}/{i}", e), integer(f"{b}/{k}/{i}/rate", e.get("rate")))
+                for i, e in enumerate(entries(f"{b}/{k}", bio.get(k)))
+            ]
+            for k in THROTTLE
+            if bio.get(k)
+        }
+        weight_dev = [
+            (*dev(f"{b}/weightDevice/{i}", e), pos(e.get("weight")), pos(e.get("leafWeight")))
+            for i, e in enumerate(entries(f"{b}/weightDevice", bio.get("weightDevice")))
+        ]
         h = "/linux/resources/hugepageLimits"
-        huge = [(e.get("pageSize") if isinstance(e.get("pageSize"), str) else "",
-                 integer(f"{h}/{i}/limit", e.get("limit")))
-                for i, e in enumerate(entries(h, r.get("hugepageLimits")))]
+        huge = [
+            (
+                e.get("pageSize") if isinstance(e.get("pageSize"), str) else "",
+                integer(f"{h}/{i}/limit", e.get("limit")),
+            )
+            for i, e in enumerate(entries(h, r.get("hugepageLimits")))
+        ]
         return cls(
             memory_limit=pos(mem.get("limit")),
             memory_swap=pos(mem.get("swap")),
@@ -179,13 +221,25 @@ class Limits(Value):
     def controllers(self) -> list[str]:
         """Controllers these limits need that have a ``cgroup.<name>`` probe: memory, pids, cpu, cpuset."""
         need = []
-        if (self.memory_limit or self.memory_swap or self.memory_reservation
-                or self.memory_swappiness is not None or self.memory_disable_oom_killer):
+        if (
+            self.memory_limit
+            or self.memory_swap
+            or self.memory_reservation
+            or self.memory_swappiness is not None
+            or self.memory_disable_oom_killer
+        ):
             need.append("memory")
         if self.pids_limit:
             need.append("pids")
-        if (self.cpu_shares or self.cpu_quota or self.cpu_period or self.cpu_burst is not None
-                or self.cpu_idle is not None or self.cpu_realtime_runtime or self.cpu_realtime_period):
+        if (
+            self.cpu_shares
+            or self.cpu_quota
+            or self.cpu_period
+            or self.cpu_burst is not None
+            or self.cpu_idle is not None
+            or self.cpu_realtime_runtime
+            or self.cpu_realtime_period
+        ):
             need.append("cpu")
         if self.cpu_cpus or self.cpu_mems:
             need.append("cpuset")
@@ -211,17 +265,26 @@ def check_common(limits: Limits) -> None:
     * ``memory.swap`` below ``memory.limit`` (runc: "memory+swap limit should be >= memory limit").
     """
     if limits.memory_kernel:
-        raise refusal("/linux/resources/memory/kernel", "kernel memory limits are not supported (deprecated "
-                      "by the kernel; runc ignores them, this runtime refuses to ignore a limit)")
+        raise refusal(
+            "/linux/resources/memory/kernel",
+            "kernel memory limits are not supported (deprecated "
+            "by the kernel; runc ignores them, this runtime refuses to ignore a limit)",
+        )
     if limits.memory_swap and limits.memory_limit and limits.memory_swap < limits.memory_limit:
-        raise refusal("/linux/resources/memory/swap", "memory+swap must be >= memory.limit",
-                      "set swap to at least memory.limit (or -1 for unlimited)")
+        raise refusal(
+            "/linux/resources/memory/swap",
+            "memory+swap must be >= memory.limit",
+            "set swap to at least memory.limit (or -1 for unlimited)",
+        )
     if limits.memory_swappiness is not None and limits.memory_swappiness > 100:
         raise refusal("/linux/resources/memory/swappiness", "must be 0..100")
     for i, (size, limit) in enumerate(limits.hugepage_limits or []):
         if not (size[:-2].isdigit() and size[-2:] in ("KB", "MB", "GB")):
-            raise refusal(f"/linux/resources/hugepageLimits/{i}/pageSize", f"{size!r} is not a page size",
-                          'write it as the kernel names it, e.g. "2MB" or "1GB"')
+            raise refusal(
+                f"/linux/resources/hugepageLimits/{i}/pageSize",
+                f"{size!r} is not a page size",
+                'write it as the kernel names it, e.g. "2MB" or "1GB"',
+            )
         if limit < 0:
             raise refusal(f"/linux/resources/hugepageLimits/{i}/limit", "must be >= 0")
 

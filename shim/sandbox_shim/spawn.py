@@ -81,13 +81,16 @@ def _refusal(msg: dict[str, Any], argv: list[str], cwd: str) -> Exception:
     err = int(msg.get("errno") or 0)
     text = os.strerror(err) if err else str(msg.get("detail") or "unknown error")
     if msg.get("error") == "exec":
-        reason = ("not_found" if err in _NOT_FOUND else "permission_denied" if err in _DENIED
-                  else "exec_failed")
+        reason = (
+            "not_found" if err in _NOT_FOUND else "permission_denied" if err in _DENIED else "exec_failed"
+        )
         return CouldNotRun(reason, argv[0], "" if reason != "exec_failed" else text)
     if msg.get("step") == "chdir":
         return CouldNotRun("exec_failed", argv[0], f"cannot change to the working directory {cwd}: {text}")
-    return LaunchFailed(f"cannot enter the sandbox: {msg.get('step')}: {text}",
-                        "check that the sandbox still runs (sandbox-shim state ID)")
+    return LaunchFailed(
+        f"cannot enter the sandbox: {msg.get('step')}: {text}",
+        "check that the sandbox still runs (sandbox-shim state ID)",
+    )
 
 
 def _connect_console(path: str) -> socket.socket:
@@ -97,15 +100,29 @@ def _connect_console(path: str) -> socket.socket:
         sock.connect(path)
     except OSError as e:
         sock.close()
-        raise LaunchFailed(f"cannot send the terminal to --console-socket {path}: {e.strerror}",
-                           "the console socket must be a listening unix stream socket") from e
+        raise LaunchFailed(
+            f"cannot send the terminal to --console-socket {path}: {e.strerror}",
+            "the console socket must be a listening unix stream socket",
+        ) from e
     return sock
 
 
-def spawn(mechanism: Mechanism, sandbox_id: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
-          cwd: str | None = None, stdin: Any = None, stdout: Any = None, stderr: Any = None,
-          detach: bool = False, replace_env: bool = False, user: dict[str, Any] | None = None,
-          capabilities: list[str] | None = None, console_socket: str | None = None) -> Started:
+def spawn(
+    mechanism: Mechanism,
+    sandbox_id: str,
+    argv: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    stdin: Any = None,
+    stdout: Any = None,
+    stderr: Any = None,
+    detach: bool = False,
+    replace_env: bool = False,
+    user: dict[str, Any] | None = None,
+    capabilities: list[str] | None = None,
+    console_socket: str | None = None,
+) -> Started:
     """Start ``argv`` inside the running sandbox ``sandbox_id``; return once it has exec'd.
 
     Args:
@@ -156,19 +173,33 @@ def spawn(mechanism: Mechanism, sandbox_id: str, argv: Sequence[str], *, env: di
         console_fd = None
         if console_socket:
             console_fd = undo.enter_context(_connect_console(console_socket)).fileno()
-        spec = {"pid": wpid, "start": st.proc_start_time(wpid), "cgroup_procs": procs,
-                "seccomp_files": proc.get("seccomp_files") or [], **creds,
-                "rlimits": proc.get("rlimits") or [], "env": [f"{k}={v}" for k, v in penv.items()],
-                "cwd": cwd or proc.get("cwd") or "/", "argv": argv, "detach": detach,
-                "console_fd": console_fd}
+        spec = {
+            "pid": wpid,
+            "start": st.proc_start_time(wpid),
+            "cgroup_procs": procs,
+            "seccomp_files": proc.get("seccomp_files") or [],
+            **creds,
+            "rlimits": proc.get("rlimits") or [],
+            "env": [f"{k}={v}" for k, v in penv.items()],
+            "cwd": cwd or proc.get("cwd") or "/",
+            "argv": argv,
+            "detach": detach,
+            "console_fd": console_fd,
+        }
         spec_fd = _memfd("exec-spec", json.dumps(spec).encode())
         r, w = os.pipe()
         os.set_inheritable(r, False)
         try:
-            helper = subprocess.Popen([sys.executable, "-I", "-S", enter_helper(), str(spec_fd), str(w)],
-                                      pass_fds=(spec_fd, w) + (() if console_fd is None else (console_fd,)),
-                                      stdin=stdin, stdout=stdout, stderr=stderr,
-                                      env={}, close_fds=True, start_new_session=True)
+            helper = subprocess.Popen(
+                [sys.executable, "-I", "-S", enter_helper(), str(spec_fd), str(w)],
+                pass_fds=(spec_fd, w) + (() if console_fd is None else (console_fd,)),
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                env={},
+                close_fds=True,
+                start_new_session=True,
+            )
         except OSError as e:
             os.close(r)
             raise LaunchFailed(f"cannot start the exec helper: {e.strerror}") from e

@@ -41,8 +41,10 @@ _ID_CHARS = _ID_FIRST | frozenset("_.+-")
 
 def valid_id(sandbox_id: str) -> bool:
     """``[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}``: one file name, with room for suffixes (no ``re``)."""
-    return (0 < len(sandbox_id) <= 200 and sandbox_id[0] in _ID_FIRST
-            and all(c in _ID_CHARS for c in sandbox_id))
+    return (
+        0 < len(sandbox_id) <= 200 and sandbox_id[0] in _ID_FIRST and all(c in _ID_CHARS for c in sandbox_id)
+    )
+
 
 ACTIVE = ("created", "running", "paused")
 
@@ -91,8 +93,10 @@ def resolve_root(root: str | None) -> str:
     if not os.path.isabs(root):
         joined = os.path.normpath(os.path.join(DEFAULT_ROOT, root))
         if joined != DEFAULT_ROOT and not joined.startswith(DEFAULT_ROOT + "/"):
-            raise UsageError(f"relative --root {root!r} leaves {DEFAULT_ROOT}",
-                             "give an absolute path, or a relative one without '..'")
+            raise UsageError(
+                f"relative --root {root!r} leaves {DEFAULT_ROOT}",
+                "give an absolute path, or a relative one without '..'",
+            )
         return joined
     return os.path.normpath(root)
 
@@ -101,8 +105,10 @@ def check_id(sandbox_id: str) -> None:
     """Ids are one path component of safe characters (runc's rule)."""
     if not sandbox_id or not valid_id(sandbox_id):
         shown = sandbox_id if len(sandbox_id) <= 64 else sandbox_id[:64] + "..."
-        raise UsageError(f"invalid container id {shown!r}",
-                         "use 1 to 200 letters, digits, and _ . + - (not starting with a symbol)")
+        raise UsageError(
+            f"invalid container id {shown!r}",
+            "use 1 to 200 letters, digits, and _ . + - (not starting with a symbol)",
+        )
 
 
 def proc_stat(pid: int) -> list[bytes] | None:
@@ -143,15 +149,41 @@ def same_process(pid: int, start: int | None) -> bool:
 class Record(Value):
     """What is stored for a sandbox (``state.json``): one attribute per key of ``FIELDS``."""
 
-    FIELDS = ("id", "bundle", "status", "pid", "pid_start", "init_pid", "init_start", "created",
-              "annotations", "mechanism", "required", "private", "owner_ref", "context")
+    FIELDS = (
+        "id",
+        "bundle",
+        "status",
+        "pid",
+        "pid_start",
+        "init_pid",
+        "init_start",
+        "created",
+        "annotations",
+        "mechanism",
+        "required",
+        "private",
+        "owner_ref",
+        "context",
+    )
     __match_args__ = FIELDS
 
-    def __init__(self, id: str, bundle: str, status: str = "creating", pid: int = 0,
-                 pid_start: int | None = None, init_pid: int = 0, init_start: int | None = None,
-                 created: str = "", annotations: dict[str, str] | None = None, mechanism: str = "linux",
-                 required: list[str] | None = None, private: dict[str, Any] | None = None,
-                 owner_ref: str | None = None, context: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        id: str,
+        bundle: str,
+        status: str = "creating",
+        pid: int = 0,
+        pid_start: int | None = None,
+        init_pid: int = 0,
+        init_start: int | None = None,
+        created: str = "",
+        annotations: dict[str, str] | None = None,
+        mechanism: str = "linux",
+        required: list[str] | None = None,
+        private: dict[str, Any] | None = None,
+        owner_ref: str | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
         self.id = id
         self.bundle = bundle
         self.status = status
@@ -335,7 +367,7 @@ class StateStore:
             return
         for n in names:
             for prefix in (f".new-{sandbox_id}.", f".dead-{sandbox_id}."):
-                pid = n[len(prefix):]
+                pid = n[len(prefix) :]
                 if n.startswith(prefix) and pid.isdigit():
                     if int(pid) != os.getpid() and os.path.exists(f"/proc/{pid}"):
                         continue
@@ -346,8 +378,9 @@ class StateStore:
     def ids(self) -> list[str]:
         """Ids with a state directory, sorted."""
         try:
-            return sorted(e for e in os.listdir(self.root)
-                          if not e.startswith(".") and valid_id(e) and self.is_ours(e))
+            return sorted(
+                e for e in os.listdir(self.root) if not e.startswith(".") and valid_id(e) and self.is_ours(e)
+            )
         except FileNotFoundError:
             return []
 

@@ -24,8 +24,18 @@ if TYPE_CHECKING:
 
     F = TypeVar("F", bound=Callable[..., Any])
 
-CALLS = ("provision", "start", "stop", "destroy", "signal", "status", "usage", "execute", "list_running",
-         "list_sandboxes")
+CALLS = (
+    "provision",
+    "start",
+    "stop",
+    "destroy",
+    "signal",
+    "status",
+    "usage",
+    "execute",
+    "list_running",
+    "list_sandboxes",
+)
 PHASES = ("start", "stop", "exception")
 
 Event = tuple[str, str, str]

@@ -47,8 +47,12 @@ def _locked(d: str) -> Iterator[None]:
 
 def _live(entry: dict[str, object]) -> bool:
     pid, start = entry.get("pid"), entry.get("start")
-    return (isinstance(pid, int) and start is not None and proc_start_time(pid) == start
-            and proc_state(pid) not in ("Z", "X", None))  # a zombie writes nothing
+    return (
+        isinstance(pid, int)
+        and start is not None
+        and proc_start_time(pid) == start
+        and proc_state(pid) not in ("Z", "X", None)
+    )  # a zombie writes nothing
 
 
 def _write(path: str, entry: dict[str, object]) -> None:
@@ -111,16 +115,31 @@ def claim(state_root: str, owner: str, walked: list[str], writable: list[str]) -
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(d, other))  # stale: its owner is gone (the directory stays small)
                 continue
-            hit = _overlap(walked, list(entry.get("writable") or [])) or \
-                _overlap(writable, list(entry.get("walked") or []))
+            hit = _overlap(walked, list(entry.get("writable") or [])) or _overlap(
+                writable, list(entry.get("walked") or [])
+            )
             if hit:
-                raise BundleInvalid([BundleProblem(
-                    "/mounts", f"{hit[0]} and {hit[1]}: one is writable by a sandbox, the other's set-up "
-                    f"makes mount points inside it (pid {entry['pid']} is running); "
-                    "the tenant could race the set-up onto the host",
-                    "tenant profile: set-up never walks a tree another tenant writes",
-                    "give each running sandbox its own writable storage and rootfs")])
+                raise BundleInvalid(
+                    [
+                        BundleProblem(
+                            "/mounts",
+                            f"{hit[0]} and {hit[1]}: one is writable by a sandbox, the other's set-up "
+                            f"makes mount points inside it (pid {entry['pid']} is running); "
+                            "the tenant could race the set-up onto the host",
+                            "tenant profile: set-up never walks a tree another tenant writes",
+                            "give each running sandbox its own writable storage and rootfs",
+                        )
+                    ]
+                )
         path = os.path.join(d, name)
-        _write(path, {"owner": owner, "pid": os.getpid(), "start": proc_start_time(os.getpid()),
-                      "walked": walked, "writable": writable})
+        _write(
+            path,
+            {
+                "owner": owner,
+                "pid": os.getpid(),
+                "start": proc_start_time(os.getpid()),
+                "walked": walked,
+                "writable": writable,
+            },
+        )
     return Claim(path)

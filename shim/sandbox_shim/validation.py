@@ -100,9 +100,14 @@ def _detailed_errors(cfg: dict[str, Any]) -> list[BundleProblem]:
         if "propertyNames" in err.absolute_schema_path:
             # an unknown sandbox-shim.* annotation: name it (names are not secret, values may be)
             bad = err.instance if isinstance(err.instance, str) else "?"
-            errors.append(BundleProblem(_ptr([*err.absolute_path, bad]), f"unknown sandbox setting {bad!r}",
-                                        "schemas/config.schema.json annotations",
-                                        "see README 'Sandbox settings' for the known names"))
+            errors.append(
+                BundleProblem(
+                    _ptr([*err.absolute_path, bad]),
+                    f"unknown sandbox setting {bad!r}",
+                    "schemas/config.schema.json annotations",
+                    "see README 'Sandbox settings' for the known names",
+                )
+            )
             continue
         msg, hint = _describe(err)
         errors.append(BundleProblem(_ptr(err.absolute_path), msg, f"schema: {err.validator}", hint))
@@ -147,8 +152,14 @@ def unknown_keys(cfg: Any, schema: dict[str, Any] | None = None) -> list[BundleP
                 elif isinstance(extra, dict):
                     walk(extra, value, [*path, key])
                 elif isinstance(props, dict) and extra is None and "patternProperties" not in node:
-                    out.append(BundleProblem(_ptr([*path, key]), "unknown key, ignored",
-                                             "schemas/config.schema.json", "remove it if it is a typo"))
+                    out.append(
+                        BundleProblem(
+                            _ptr([*path, key]),
+                            "unknown key, ignored",
+                            "schemas/config.schema.json",
+                            "remove it if it is a typo",
+                        )
+                    )
         elif isinstance(inst, list) and isinstance(node.get("items"), dict):
             for i, value in enumerate(inst):
                 walk(node["items"], value, [*path, i])

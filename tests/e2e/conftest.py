@@ -27,8 +27,9 @@ def orchestrators() -> None:
     """Install podman/conmon/containerd if missing; skip with apt's error if that is impossible."""
     if not os.path.exists(SHIM):
         pytest.skip(f"{SHIM} missing: run scripts/install-deps first")
-    r = subprocess.run([str(REPO / "scripts" / "install-orchestrators")], capture_output=True, text=True,
-                       timeout=900)
+    r = subprocess.run(
+        [str(REPO / "scripts" / "install-orchestrators")], capture_output=True, text=True, timeout=900
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot install podman/containerd: {r.stderr.strip()[-500:]}")
 
@@ -63,18 +64,28 @@ def build_oci_archive(image_tar: Path, name: str, cmd: list[str], where: Path) -
     layout.mkdir(parents=True)
     layer = image_tar.read_bytes()
     lay = {"mediaType": "application/vnd.oci.image.layer.v1.tar", **_blob(layout, layer)}
-    cfg = {"architecture": "amd64" if os.uname().machine == "x86_64" else "arm64", "os": "linux",
-           "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-                      "Cmd": cmd},
-           "rootfs": {"type": "layers", "diff_ids": [lay["digest"]]}}
-    conf = {"mediaType": "application/vnd.oci.image.config.v1+json",
-            **_blob(layout, json.dumps(cfg).encode())}
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "config": conf, "layers": [lay]}
-    man = {"mediaType": "application/vnd.oci.image.manifest.v1+json",
-           **_blob(layout, json.dumps(manifest).encode()),
-           "annotations": {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": "latest"},
-           "platform": {"architecture": cfg["architecture"], "os": "linux"}}
+    cfg = {
+        "architecture": "amd64" if os.uname().machine == "x86_64" else "arm64",
+        "os": "linux",
+        "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"], "Cmd": cmd},
+        "rootfs": {"type": "layers", "diff_ids": [lay["digest"]]},
+    }
+    conf = {
+        "mediaType": "application/vnd.oci.image.config.v1+json",
+        **_blob(layout, json.dumps(cfg).encode()),
+    }
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": conf,
+        "layers": [lay],
+    }
+    man = {
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        **_blob(layout, json.dumps(manifest).encode()),
+        "annotations": {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": "latest"},
+        "platform": {"architecture": cfg["architecture"], "os": "linux"},
+    }
     (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [man]}))
     (layout / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
     out = layout.parent / "image-oci.tar"

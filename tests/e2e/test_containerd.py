@@ -27,8 +27,12 @@ class Ctr:
         self.image = image
 
     def __call__(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ctr", "--address", self.sock, "--namespace", NS, *args], capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run(
+            ["ctr", "--address", self.sock, "--namespace", NS, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def run(self, cid: str, *args: str, detach: bool = False) -> subprocess.CompletedProcess[str]:
         # containerd's default spec, unmodified (CAP_MKNOD and CAP_NET_RAW included: contained, see
@@ -37,8 +41,9 @@ class Ctr:
 
 
 @pytest.fixture(scope="module")
-def ctr(orchestrators: None, oci_archive: tuple[Path, str],
-        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ctr]:
+def ctr(
+    orchestrators: None, oci_archive: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Ctr]:
     base = tmp_path_factory.mktemp("containerd")
     (base / "config.toml").write_text(f'''version = 2
 root = "{base}/root"

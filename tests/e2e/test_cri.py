@@ -52,10 +52,15 @@ class Cluster:
         (self.base / "logs" / name).mkdir(parents=True, exist_ok=True)
         return pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(name=name, uid=f"uid-{name}", namespace="default"),
-            hostname=name, log_directory=str(self.base / "logs" / name),
-            linux=pb.LinuxPodSandboxConfig(cgroup_parent=cgroup_parent,
-                                           security_context=pb.LinuxSandboxSecurityContext(
-                namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER, ipc=pb.POD))))
+            hostname=name,
+            log_directory=str(self.base / "logs" / name),
+            linux=pb.LinuxPodSandboxConfig(
+                cgroup_parent=cgroup_parent,
+                security_context=pb.LinuxSandboxSecurityContext(
+                    namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER, ipc=pb.POD)
+                ),
+            ),
+        )
 
     def run_pod(self, name: str, handler: str = HANDLER, cgroup_parent: str = "") -> tuple[str, Any]:
         import grpc
@@ -72,18 +77,25 @@ class Cluster:
         self.pods.append(pod)
         return pod, cfg
 
-    def container(self, pod: str, pod_cfg: Any, name: str, cmd: list[str], uid: int | None = None,
-                  resources: Any = None) -> str:
+    def container(
+        self, pod: str, pod_cfg: Any, name: str, cmd: list[str], uid: int | None = None, resources: Any = None
+    ) -> str:
         pb = self.pb
         sc = pb.LinuxContainerSecurityContext(
-            namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER, ipc=pb.POD))
+            namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER, ipc=pb.POD)
+        )
         if uid is not None:
             sc.run_as_user.value = uid
-        cfg = pb.ContainerConfig(metadata=pb.ContainerMetadata(name=name),
-                                 image=pb.ImageSpec(image=APP_IMAGE), command=cmd, log_path=f"{name}.log",
-                                 linux=pb.LinuxContainerConfig(security_context=sc, resources=resources))
-        cid = self.cri.call("CreateContainer", pod_sandbox_id=pod, config=cfg,
-                            sandbox_config=pod_cfg).container_id
+        cfg = pb.ContainerConfig(
+            metadata=pb.ContainerMetadata(name=name),
+            image=pb.ImageSpec(image=APP_IMAGE),
+            command=cmd,
+            log_path=f"{name}.log",
+            linux=pb.LinuxContainerConfig(security_context=sc, resources=resources),
+        )
+        cid = self.cri.call(
+            "CreateContainer", pod_sandbox_id=pod, config=cfg, sandbox_config=pod_cfg
+        ).container_id
         self.cri.call("StartContainer", container_id=cid)
         return cid
 
@@ -119,10 +131,23 @@ def can_lower_oom_score_adj() -> bool:
 def _config(base: Path, bridge: str, subnet: str, restrict_oom: bool = False) -> None:
     cni = base / "cni"
     cni.mkdir()
-    (cni / "10-sandbox-shim-e2e.conflist").write_text(json.dumps({
-        "cniVersion": "0.4.0", "name": "sandbox-shim-e2e",
-        "plugins": [{"type": "bridge", "bridge": bridge, "isGateway": False, "ipMasq": False,
-                     "ipam": {"type": "host-local", "subnet": subnet, "dataDir": str(base / "ipam")}}]}))
+    (cni / "10-sandbox-shim-e2e.conflist").write_text(
+        json.dumps(
+            {
+                "cniVersion": "0.4.0",
+                "name": "sandbox-shim-e2e",
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": bridge,
+                        "isGateway": False,
+                        "ipMasq": False,
+                        "ipam": {"type": "host-local", "subnet": subnet, "dataDir": str(base / "ipam")},
+                    }
+                ],
+            }
+        )
+    )
     (base / "config.toml").write_text(f'''version = 2
 root = "{base}/root"
 state = "{base}/state"
@@ -154,8 +179,12 @@ state = "{base}/state"
 
 
 @pytest.fixture(scope="module")
-def cluster(orchestrators: None, image_tar: Path, oci_archive: tuple[Path, str],
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(
+    orchestrators: None,
+    image_tar: Path,
+    oci_archive: tuple[Path, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Cluster]:
     try:
         from .cri import CRI, compile_proto
     except ImportError as e:  # grpcio / grpcio-tools / protobuf come with the test extra
@@ -176,13 +205,21 @@ def cluster(orchestrators: None, image_tar: Path, oci_archive: tuple[Path, str],
     log = open(base / "containerd.log", "w")
     # as containerd.service runs it (OOMScoreAdjust=-999): its shims get its score + 1, so the pause
     # container's oomScoreAdj -998 (containerd's default) is a raise for them, which needs no privilege
-    daemon = subprocess.Popen(["containerd", "--config", str(base / "config.toml")], stdout=log, stderr=log,
-                              preexec_fn=_oom_score_adj_minus_999)
+    daemon = subprocess.Popen(
+        ["containerd", "--config", str(base / "config.toml")],
+        stdout=log,
+        stderr=log,
+        preexec_fn=_oom_score_adj_minus_999,
+    )
     sock = str(base / "containerd.sock")
 
     def ctr(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ctr", "--address", sock, "--namespace", "k8s.io", *args], capture_output=True,
-                              text=True, timeout=120)
+        return subprocess.run(
+            ["ctr", "--address", sock, "--namespace", "k8s.io", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     deadline = time.monotonic() + 30
     while ctr("version").returncode != 0:
@@ -199,8 +236,9 @@ def cluster(orchestrators: None, image_tar: Path, oci_archive: tuple[Path, str],
             v = c.cri.call("Version", version="v1", deadline=5)
             break
         except Exception:
-            assert daemon.poll() is None and time.monotonic() < deadline, \
-                (base / "containerd.log").read_text()
+            assert daemon.poll() is None and time.monotonic() < deadline, (
+                base / "containerd.log"
+            ).read_text()
             time.sleep(0.2)
     assert v.runtime_api_version == "v1", v
     yield c
@@ -233,10 +271,15 @@ def _wait_state(c: Cluster, cid: str, state: int, timeout: float = 20) -> Any:
 
 def _clean(ids: list[str]) -> None:
     for cid in ids:
-        left = leftovers(cid, [f"/sys/fs/cgroup/*/sandbox-shim/*/{cid}",  # v1
-                               f"/sys/fs/cgroup/sandbox-shim/*/{cid}",  # v2
-                               f"/sys/fs/cgroup/kubepods.slice/*/*/cri-containerd-{cid}.scope",  # systemd
-                               f"{RUNC_ROOT}/{cid}"])
+        left = leftovers(
+            cid,
+            [
+                f"/sys/fs/cgroup/*/sandbox-shim/*/{cid}",  # v1
+                f"/sys/fs/cgroup/sandbox-shim/*/{cid}",  # v2
+                f"/sys/fs/cgroup/kubepods.slice/*/*/cri-containerd-{cid}.scope",  # systemd
+                f"{RUNC_ROOT}/{cid}",
+            ],
+        )
         left = [x for x in left if not x.startswith("state: /run/sandbox-shim")]
         assert left == [], left
 
@@ -244,8 +287,9 @@ def _clean(ids: list[str]) -> None:
 def test_pod_lifecycle_exec_logs_stop(cluster: Cluster) -> None:
     c = cluster
     pod, cfg = c.run_pod("p1")
-    cid = c.container(pod, cfg, "app", ["sh", "-c", 'echo started; trap "exit 3" TERM; '
-                                        'while :; do sleep 0.1; done'])
+    cid = c.container(
+        pod, cfg, "app", ["sh", "-c", 'echo started; trap "exit 3" TERM; while :; do sleep 0.1; done']
+    )
     st = _wait_state(c, cid, c.pb.CONTAINER_RUNNING)
     assert st.state == c.pb.CONTAINER_RUNNING, st
     r = c.exec(cid, "sh", "-c", "echo in-exec; id -u; grep CapEff /proc/self/status; exit 5")
@@ -292,8 +336,10 @@ def test_two_containers_share_the_pods_namespaces(cluster: Cluster) -> None:
     assert st.returncode == 0, st.stderr
     pid = json.loads(st.stdout)["pid"]
     if _ns(pid, "ipc") == _ns(os.getpid(), "ipc"):
-        pytest.skip(f"state.pid {pid} of the pod sandbox is in the host's ipc namespace (not the pause "
-                    "process itself): pods cannot share its namespaces until that holds")
+        pytest.skip(
+            f"state.pid {pid} of the pod sandbox is in the host's ipc namespace (not the pause "
+            "process itself): pods cannot share its namespaces until that holds"
+        )
     a = c.container(pod, cfg, "a", ["sleep", "600"])
     b = c.container(pod, cfg, "b", ["sleep", "600"])
     probe = "for n in net ipc uts; do readlink /proc/self/ns/$n; done; hostname"  # busybox: one link each
@@ -325,8 +371,12 @@ def systemd_driver() -> None:
 
 
 def _systemctl_show(unit: str, *props: str) -> dict[str, str]:
-    r = subprocess.run(["systemctl", "show", unit, *(f"--property={p}" for p in props)], capture_output=True,
-                       text=True, timeout=30)
+    r = subprocess.run(
+        ["systemctl", "show", unit, *(f"--property={p}" for p in props)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 0, r.stderr
     return dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
 
@@ -353,8 +403,13 @@ def test_systemd_cgroup_scope_in_the_pod_slice_with_limits(systemd_driver: None,
     pod, cfg = c.run_pod("p4", handler=HANDLER_SYSTEMD, cgroup_parent=pod_slice)
     try:
         assert _cgroup_of(pod) == f"{parent}/cri-containerd-{pod}.scope"
-        res = pb.LinuxContainerResources(memory_limit_in_bytes=64 << 20, cpu_period=100000, cpu_quota=50000,
-                                         cpu_shares=512, unified={"pids.max": "64"})
+        res = pb.LinuxContainerResources(
+            memory_limit_in_bytes=64 << 20,
+            cpu_period=100000,
+            cpu_quota=50000,
+            cpu_shares=512,
+            unified={"pids.max": "64"},
+        )
         cid = c.container(pod, cfg, "limited", ["sleep", "600"], resources=res)
         assert _wait_state(c, cid, pb.CONTAINER_RUNNING).state == pb.CONTAINER_RUNNING
         scope = f"cri-containerd-{cid}.scope"
@@ -364,8 +419,13 @@ def test_systemd_cgroup_scope_in_the_pod_slice_with_limits(systemd_driver: None,
         # in log2(shares) through 2->1, 1024->100, 262144->10000)
         weight = str(math.ceil(10 ** ((9 * 9 + 125 * 9) / 612 - 7 / 34)))
         show = _systemctl_show(scope, "ActiveState", "Slice", "MemoryMax", "CPUQuotaPerSecUSec", "CPUWeight")
-        assert show == {"ActiveState": "active", "Slice": pod_slice, "MemoryMax": str(64 << 20),
-                        "CPUQuotaPerSecUSec": "500ms", "CPUWeight": weight}, show
+        assert show == {
+            "ActiveState": "active",
+            "Slice": pod_slice,
+            "MemoryMax": str(64 << 20),
+            "CPUQuotaPerSecUSec": "500ms",
+            "CPUWeight": weight,
+        }, show
         assert (cg / "memory.max").read_text().split() == [str(64 << 20)]
         assert (cg / "cpu.max").read_text().split() == ["50000", "100000"]
         assert (cg / "cpu.weight").read_text().split() == [weight]

@@ -31,10 +31,17 @@ def _docker_archive(image_tar: Path, out: Path) -> Path:
     """A ``docker save`` archive (manifest.json, config, one layer) of ``image_tar`` named IMAGE."""
     layer = image_tar.read_bytes()
     diff = "sha256:" + hashlib.sha256(layer).hexdigest()
-    cfg = json.dumps({"architecture": "amd64" if os.uname().machine == "x86_64" else "arm64", "os": "linux",
-                      "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-                                 "Cmd": ["sh"]},
-                      "rootfs": {"type": "layers", "diff_ids": [diff]}}).encode()
+    cfg = json.dumps(
+        {
+            "architecture": "amd64" if os.uname().machine == "x86_64" else "arm64",
+            "os": "linux",
+            "config": {
+                "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+                "Cmd": ["sh"],
+            },
+            "rootfs": {"type": "layers", "diff_ids": [diff]},
+        }
+    ).encode()
     cfg_name = hashlib.sha256(cfg).hexdigest() + ".json"
     manifest = json.dumps([{"Config": cfg_name, "RepoTags": [IMAGE], "Layers": ["layer/layer.tar"]}]).encode()
     arch = out / "docker-image.tar"
@@ -51,16 +58,18 @@ class Docker:
         self.sock = sock
 
     def __call__(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["docker", "-H", f"unix://{self.sock}", *args], capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run(
+            ["docker", "-H", f"unix://{self.sock}", *args], capture_output=True, text=True, timeout=timeout
+        )
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return self("run", "--runtime", "sandbox-shim", "--network", "none", *args)
 
 
 @pytest.fixture(scope="module")
-def docker(orchestrators: None, image_tar: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
+def docker(
+    orchestrators: None, image_tar: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Docker]:
     import shutil
 
     if shutil.which("dockerd") is None or shutil.which("docker") is None:
@@ -70,16 +79,36 @@ def docker(orchestrators: None, image_tar: Path,
     sock = str(base / "docker.sock")
     log = open(base / "dockerd.log", "w")
     daemon = subprocess.Popen(
-        ["dockerd", "--config-file", str(base / "daemon.json"), "-H", f"unix://{sock}",
-         "--data-root", str(base / "data"), "--exec-root", str(base / "exec"),
-         "--pidfile", str(base / "dockerd.pid"), "--bridge", "none", "--iptables=false",
-         "--ip-forward=false", "--ip-masq=false", "--userland-proxy=false",
-         "--add-runtime", f"sandbox-shim={SHIM}"], stdout=log, stderr=log)
+        [
+            "dockerd",
+            "--config-file",
+            str(base / "daemon.json"),
+            "-H",
+            f"unix://{sock}",
+            "--data-root",
+            str(base / "data"),
+            "--exec-root",
+            str(base / "exec"),
+            "--pidfile",
+            str(base / "dockerd.pid"),
+            "--bridge",
+            "none",
+            "--iptables=false",
+            "--ip-forward=false",
+            "--ip-masq=false",
+            "--userland-proxy=false",
+            "--add-runtime",
+            f"sandbox-shim={SHIM}",
+        ],
+        stdout=log,
+        stderr=log,
+    )
     d = Docker(sock)
     deadline = time.monotonic() + 60
     while d("version").returncode != 0:
-        assert daemon.poll() is None and time.monotonic() < deadline, \
-            (base / "dockerd.log").read_text()[-3000:]
+        assert daemon.poll() is None and time.monotonic() < deadline, (base / "dockerd.log").read_text()[
+            -3000:
+        ]
         time.sleep(0.2)
     r = d("load", "-i", str(_docker_archive(image_tar, base)))
     assert r.returncode == 0, r.stderr
@@ -122,8 +151,15 @@ def test_default_capabilities_and_dev_shm(docker: Docker) -> None:
 
 
 def test_detached_exec_logs_pause_stop(docker: Docker) -> None:
-    r = docker.run("-d", "--name", "d1", IMAGE, "sh", "-c",
-                   'echo started; trap "exit 7" TERM; while :; do sleep 0.1; done')
+    r = docker.run(
+        "-d",
+        "--name",
+        "d1",
+        IMAGE,
+        "sh",
+        "-c",
+        'echo started; trap "exit 7" TERM; while :; do sleep 0.1; done',
+    )
     assert r.returncode == 0, r.stderr
     full = r.stdout.strip()
     e = docker("exec", "d1", "sh", "-c", "echo in-exec")

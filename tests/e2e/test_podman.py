@@ -24,8 +24,12 @@ PACKAGED_CONF = Path("/usr/share/containers/containers.conf")
 #: flags by, the ulimits this VM's root may grant (it lacks CAP_SYS_RESOURCE), no network, cgroupfs
 OURS: dict[str, dict[str, object]] = {
     "containers": {"default_ulimits": ["nofile=20000:20000", "nproc=32768:32768"], "netns": "none"},
-    "engine": {"cgroup_manager": "cgroupfs", "events_logger": "file",
-               "runtime_supports_json": ["sandbox-shim"], "runtime_supports_nocgroups": ["sandbox-shim"]},
+    "engine": {
+        "cgroup_manager": "cgroupfs",
+        "events_logger": "file",
+        "runtime_supports_json": ["sandbox-shim"],
+        "runtime_supports_nocgroups": ["sandbox-shim"],
+    },
 }
 
 
@@ -68,23 +72,43 @@ class Podman:
     def __init__(self, base: Path) -> None:
         self.base = base
         (base / "containers.conf").write_text(containers_conf(SHIM))
-        (base / "storage.conf").write_text(f'[storage]\ndriver = "vfs"\nrunroot = "{base}/run"\n'
-                                           f'graphroot = "{base}/root"\n')
+        (base / "storage.conf").write_text(
+            f'[storage]\ndriver = "vfs"\nrunroot = "{base}/run"\ngraphroot = "{base}/root"\n'
+        )
         (base / "tmp").mkdir()
-        self.env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-                    "CONTAINERS_CONF": str(base / "containers.conf"),
-                    "CONTAINERS_STORAGE_CONF": str(base / "storage.conf"), "HOME": str(base)}
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "CONTAINERS_CONF": str(base / "containers.conf"),
+            "CONTAINERS_STORAGE_CONF": str(base / "storage.conf"),
+            "HOME": str(base),
+        }
         self.seen: list[str] = []
         self.pids: list[int] = []
 
     def argv(self, *args: str) -> list[str]:
-        return ["podman", "--root", f"{self.base}/root", "--runroot", f"{self.base}/run", "--storage-driver",
-                "vfs", "--runtime", SHIM, "--cgroup-manager", "cgroupfs", "--events-backend", "file",
-                "--tmpdir", f"{self.base}/tmp", *args]
+        return [
+            "podman",
+            "--root",
+            f"{self.base}/root",
+            "--runroot",
+            f"{self.base}/run",
+            "--storage-driver",
+            "vfs",
+            "--runtime",
+            SHIM,
+            "--cgroup-manager",
+            "cgroupfs",
+            "--events-backend",
+            "file",
+            "--tmpdir",
+            f"{self.base}/tmp",
+            *args,
+        ]
 
     def __call__(self, *args: str, timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(*args), env=self.env, capture_output=True, text=True, timeout=timeout,
-                              **kw)  # type: ignore[call-overload]
+        return subprocess.run(
+            self.argv(*args), env=self.env, capture_output=True, text=True, timeout=timeout, **kw
+        )  # type: ignore[call-overload]
 
     def detached(self, *args: str) -> str:
         r = self("run", "-d", "--network=none", *args)
@@ -98,8 +122,9 @@ class Podman:
 
 
 @pytest.fixture(scope="module")
-def podman_base(orchestrators: None, image_tar: Path,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def podman_base(
+    orchestrators: None, image_tar: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
     base = tmp_path_factory.mktemp("podman")
     pm = Podman(base)
     r = pm("import", str(image_tar), IMAGE)
@@ -113,16 +138,25 @@ def podman_base(orchestrators: None, image_tar: Path,
 def podman(podman_base: Path) -> Iterator[Podman]:
     pm = Podman.__new__(Podman)
     pm.base, pm.seen, pm.pids = podman_base, [], []
-    pm.env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-              "CONTAINERS_CONF": str(podman_base / "containers.conf"),
-              "CONTAINERS_STORAGE_CONF": str(podman_base / "storage.conf"), "HOME": str(podman_base)}
+    pm.env = {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "CONTAINERS_CONF": str(podman_base / "containers.conf"),
+        "CONTAINERS_STORAGE_CONF": str(podman_base / "storage.conf"),
+        "HOME": str(podman_base),
+    }
     yield pm
     ids = pm("ps", "-aq", "--no-trunc").stdout.split()
     for cid in ids:
         pm("rm", "-f", "-t", "0", cid)
     for cid in pm.seen + ids:
-        left = leftovers(cid, [f"/sys/fs/cgroup/*/libpod_parent/libpod-{cid}",  # v1
-                               f"/sys/fs/cgroup/libpod_parent/libpod-{cid}"], tuple(pm.pids))  # v2
+        left = leftovers(
+            cid,
+            [
+                f"/sys/fs/cgroup/*/libpod_parent/libpod-{cid}",  # v1
+                f"/sys/fs/cgroup/libpod_parent/libpod-{cid}",
+            ],
+            tuple(pm.pids),
+        )  # v2
         assert left == [], left
 
 
@@ -135,15 +169,18 @@ def test_run_rm_echo(podman: Podman) -> None:
 
 # the workload is pid 1 of its pid namespace (as with runc): a signal it sends itself without a handler
 # is ignored, so the SIGKILL case kills a child shell and passes its status on
-@pytest.mark.parametrize(("cmd", "status"), [("exit 0", 0), ("exit 42", 42),
-                                             ("sh -c 'kill -9 $$'; exit $?", 137)])
+@pytest.mark.parametrize(
+    ("cmd", "status"), [("exit 0", 0), ("exit 42", 42), ("sh -c 'kill -9 $$'; exit $?", 137)]
+)
 def test_exit_codes_propagate(podman: Podman, cmd: str, status: int) -> None:
     r = podman("run", "--rm", "--network=none", IMAGE, "sh", "-c", cmd)
     assert r.returncode == status, r.stderr
 
 
-@pytest.mark.parametrize(("prog", "status", "words"), [("no-such-program", 127, "executable file not found"),
-                                                       ("/etc/passwd", 126, "permission denied")])
+@pytest.mark.parametrize(
+    ("prog", "status", "words"),
+    [("no-such-program", 127, "executable file not found"), ("/etc/passwd", 126, "permission denied")],
+)
 def test_unrunnable_program_maps_to_126_127(podman: Podman, prog: str, status: int, words: str) -> None:
     r = podman("run", "--rm", "--network=none", IMAGE, prog)
     assert r.returncode == status, r.stderr
@@ -166,8 +203,10 @@ def cgroup_files(pid: int) -> tuple[Path, Path]:
         return d / "memory.max", d / "pids.max"
     assert layout.version == 1, f"no cgroup hierarchy with memory and pids: {layout}"
     by = {c: p for _, ctl, p in lines for c in ctl.split(",")}
-    return (Path(layout.v1_mounts["memory"] + by["memory"]) / "memory.limit_in_bytes",
-            Path(layout.v1_mounts["pids"] + by["pids"]) / "pids.max")
+    return (
+        Path(layout.v1_mounts["memory"] + by["memory"]) / "memory.limit_in_bytes",
+        Path(layout.v1_mounts["pids"] + by["pids"]) / "pids.max",
+    )
 
 
 def test_memory_and_pids_limits(podman: Podman) -> None:
@@ -177,9 +216,17 @@ def test_memory_and_pids_limits(podman: Podman) -> None:
     assert mem.read_text().strip() == str(64 << 20)
     assert pids.read_text().strip() == "32"
     # behaviour: the 33rd process cannot be made; control: 10 can
-    r = podman("run", "--rm", "--network=none", "--pids-limit", "32", IMAGE, "sh", "-c",
-               "for i in $(seq 10); do sleep 3 & done; echo TEN-OK; "
-               "for i in $(seq 40); do sleep 3 & done; wait")
+    r = podman(
+        "run",
+        "--rm",
+        "--network=none",
+        "--pids-limit",
+        "32",
+        IMAGE,
+        "sh",
+        "-c",
+        "for i in $(seq 10); do sleep 3 & done; echo TEN-OK; for i in $(seq 40); do sleep 3 & done; wait",
+    )
     assert "TEN-OK" in r.stdout and "can't fork" in r.stderr, r.stderr
 
 
@@ -271,10 +318,19 @@ def test_container_namespaces_are_the_other_containers(podman: Podman) -> None:
     a = podman.detached(IMAGE, "sleep", "60")
     a_pid = _state_pid(podman, a)
     time.sleep(0.3)
-    r = podman("run", "--rm", f"--pid=container:{a}", f"--ipc=container:{a}", f"--uts=container:{a}",
-               f"--network=container:{a}", IMAGE, "sh", "-c",
-               "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done; uname -n; "
-               "for n in pid net ipc uts; do readlink /proc/self/ns/$n; done")
+    r = podman(
+        "run",
+        "--rm",
+        f"--pid=container:{a}",
+        f"--ipc=container:{a}",
+        f"--uts=container:{a}",
+        f"--network=container:{a}",
+        IMAGE,
+        "sh",
+        "-c",
+        "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done; uname -n; "
+        "for n in pid net ipc uts; do readlink /proc/self/ns/$n; done",
+    )
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "sleep 60" in out and a[:12] in out.split()  # A's processes and A's hostname (podman's)
@@ -285,8 +341,18 @@ def test_container_namespaces_are_the_other_containers(podman: Podman) -> None:
 
 def test_pod_with_two_containers_shares_the_pods_namespaces(podman: Podman) -> None:
     pod = f"pod-{os.getpid()}"
-    r = podman("pod", "create", "--name", pod, "--network=none", "--infra=true",
-               "--infra-image", IMAGE, "--infra-command", "sleep 600")  # podman splits it on spaces
+    r = podman(
+        "pod",
+        "create",
+        "--name",
+        pod,
+        "--network=none",
+        "--infra=true",
+        "--infra-image",
+        IMAGE,
+        "--infra-command",
+        "sleep 600",
+    )  # podman splits it on spaces
     assert r.returncode == 0, r.stderr
     try:
         one = podman("run", "-d", "--pod", pod, IMAGE, "sleep", "601")
@@ -337,8 +403,17 @@ def test_top_lists_only_the_containers_processes(podman: Podman) -> None:
 
 def test_user_1000_with_the_default_sysctl_and_exec_user(podman: Podman) -> None:
     """podman's packaged default_sysctls set net.ipv4.ping_group_range: a non-root user must still run."""
-    r = podman("run", "--rm", "--network=none", "--user", "1000", IMAGE, "sh", "-c",
-               "id -u; grep CapEff /proc/self/status")
+    r = podman(
+        "run",
+        "--rm",
+        "--network=none",
+        "--user",
+        "1000",
+        IMAGE,
+        "sh",
+        "-c",
+        "id -u; grep CapEff /proc/self/status",
+    )
     assert r.returncode == 0, r.stderr
     out = r.stdout.split()
     assert out[0] == "1000" and int(out[-1], 16) == 0, r.stdout
@@ -351,7 +426,18 @@ def test_user_1000_with_the_default_sysctl_and_exec_user(podman: Podman) -> None
 
 
 def test_read_only_tmpfs_dirs_are_1777(podman: Podman) -> None:
-    r = podman("run", "--rm", "--network=none", "--read-only", IMAGE, "stat", "-c", "%a %n", "/tmp",
-               "/var/tmp", "/run")
+    r = podman(
+        "run",
+        "--rm",
+        "--network=none",
+        "--read-only",
+        IMAGE,
+        "stat",
+        "-c",
+        "%a %n",
+        "/tmp",
+        "/var/tmp",
+        "/run",
+    )
     assert r.returncode == 0, r.stderr
     assert [x.split()[0] for x in r.stdout.splitlines()] == ["1777", "1777", "1777"], r.stdout

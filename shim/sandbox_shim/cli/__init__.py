@@ -88,8 +88,10 @@ def internal_error(e: BaseException, debug: bool) -> ShimError:
         import traceback
 
         traceback.print_exception(e)
-    err = ShimError(f"internal error: {type(e).__name__}: {str(e)[:200]}",
-                    "" if debug else "rerun with --debug for the traceback, and report it")
+    err = ShimError(
+        f"internal error: {type(e).__name__}: {str(e)[:200]}",
+        "" if debug else "rerun with --debug for the traceback, and report it",
+    )
     err.exit_status = INTERNAL_ERROR
     err.kind = "internal"
     return err

@@ -35,13 +35,17 @@ COMMANDS: list[str] = [
     "unsupported:restore",
 ]
 
-LIFECYCLE_HELP = "\b\nGlobal flags (before the command):\n" + GLOBAL_FLAGS_HELP + """
+LIFECYCLE_HELP = (
+    "\b\nGlobal flags (before the command):\n"
+    + GLOBAL_FLAGS_HELP
+    + """
 
 \b
 Lifecycle verbs (runc grammar, parsed without click for speed):
   create [-b|--bundle DIR] [--pid-file F] [--console-socket S] ID
   start ID | state ID | kill [--all] ID [SIGNAL] | delete [-f|--force] ID
 """
+)
 
 
 @click.group(epilog=LIFECYCLE_HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -71,8 +75,10 @@ def run_click(g: Globals, args: list[str]) -> int:
     except click.exceptions.Abort:
         return 130
     except click.exceptions.ClickException as e:
-        raise UsageError(e.format_message().replace("\n", " "),
-                         "see `sandbox-shim --help` or `sandbox-shim COMMAND --help`") from e
+        raise UsageError(
+            e.format_message().replace("\n", " "),
+            "see `sandbox-shim --help` or `sandbox-shim COMMAND --help`",
+        ) from e
     return 0
 
 

@@ -24,27 +24,43 @@ def capability_document() -> dict[str, Any]:
     started = time.perf_counter()
     reports = report()
     elapsed = (time.perf_counter() - started) * 1000
-    return {"host": host_facts(), "elapsed_ms": round(elapsed, 1),
-            "capabilities": [c.to_dict() for c in reports]}
+    return {
+        "host": host_facts(),
+        "elapsed_ms": round(elapsed, 1),
+        "capabilities": [c.to_dict() for c in reports],
+    }
 
 
 def render_table(doc: dict[str, Any]) -> str:
     """The report as aligned text columns: NAME, AVAILABLE, MECHANISM, DETAIL (or what was measured)."""
     rows = [("NAME", "AVAILABLE", "MECHANISM", "DETAIL / MEASURED BY")]
     for c in doc["capabilities"]:
-        rows.append((c["name"], "yes" if c["available"] else "no", c["mechanism"] or "-",
-                     c["detail"] or c["measured_by"]))
+        rows.append(
+            (
+                c["name"],
+                "yes" if c["available"] else "no",
+                c["mechanism"] or "-",
+                c["detail"] or c["measured_by"],
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = ["  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows]
     host = doc["host"]
-    lines.append(f"\n{host['platform']} {host['arch']}, kernel {host['kernel']}; "
-                 f"probed in {doc['elapsed_ms']:.0f} ms")
+    lines.append(
+        f"\n{host['platform']} {host['arch']}, kernel {host['kernel']}; probed in {doc['elapsed_ms']:.0f} ms"
+    )
     return "\n".join(lines)
 
 
 @click.command("capabilities")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="table for people, json for programs (schemas/capabilities.schema.json).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people, json for programs (schemas/capabilities.schema.json).",
+)
 def capabilities_cmd(fmt: str) -> None:
     """Probe what this host can enforce, by trying each thing."""
     doc = capability_document()

@@ -14,8 +14,15 @@ from .confine_run import run
 from .output import Globals
 
 
-@click.command("confine", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
-                                            "help_option_names": []}, add_help_option=False)
+@click.command(
+    "confine",
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_interspersed_args": False,
+        "help_option_names": [],
+    },
+    add_help_option=False,
+)
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED, metavar="[OPTIONS] -- CMD [ARGS]...")
 @click.pass_context
 def command(ctx: click.Context, argv: tuple[str, ...]) -> None:

@@ -48,8 +48,11 @@ Options:
 
 Exit status: CMD's own; 2 for a usage or settings error; 5 when the confinement cannot be built.
 """
-_LISTS = {"--permit-extra-subpath": "permitExtraSubpaths", "--permit-read": "permitRead",
-          "--allow-host": "allowHosts"}
+_LISTS = {
+    "--permit-extra-subpath": "permitExtraSubpaths",
+    "--permit-read": "permitRead",
+    "--allow-host": "allowHosts",
+}
 _SCALARS = {"--permit-path": "permitPath", "--report": "report", "--cd": "cd", "--settings": "settings"}
 _FLAGS = {"--allow-protected-writes": "allowProtectedWrites", "--print-launch-spec": "printLaunchSpec"}
 
@@ -111,8 +114,11 @@ def load_settings(path: str) -> dict[str, object]:
         raise UsageError(f"settings {path}: {problems[0].line()}")
     import json
 
-    schema = json.loads(resources.files("sandbox_shim.schemas").joinpath(
-        "confine-settings.schema.json").read_text(encoding="utf-8"))
+    schema = json.loads(
+        resources.files("sandbox_shim.schemas")
+        .joinpath("confine-settings.schema.json")
+        .read_text(encoding="utf-8")
+    )
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.path))
     if errors:
         first = errors[0]
@@ -121,8 +127,9 @@ def load_settings(path: str) -> dict[str, object]:
             known = set(first.schema.get("properties", {}))
             extra = sorted(set(first.instance) - known)
             pointer += f"/{extra[0]}" if extra else ""
-            raise UsageError(f"settings {path}: {pointer or '/'}: unknown key; known keys: "
-                             f"{', '.join(sorted(known))}")
+            raise UsageError(
+                f"settings {path}: {pointer or '/'}: unknown key; known keys: {', '.join(sorted(known))}"
+            )
         raise UsageError(f"settings {path}: {pointer or '/'}: {first.message}")
     assert isinstance(doc, dict)  # the schema's top level is an object
     base = os.path.dirname(os.path.abspath(path))
@@ -156,11 +163,15 @@ def _warn_disarmed(changed: list[str], report: str | None) -> None:
     """One stderr line (and a report record) per repository the command created and that was
     disarmed (``confine_git.disarm``)."""
     for path in changed:
-        line = (f"sandbox-shim confine: warning: {path!r} was created inside the confinement and could run "
-                "code at your next git command; moved aside as *.sandbox-shim-disarmed (inspect it)\n")
+        line = (
+            f"sandbox-shim confine: warning: {path!r} was created inside the confinement and could run "
+            "code at your next git command; moved aside as *.sandbox-shim-disarmed (inspect it)\n"
+        )
         if path.startswith("!"):  # confine_git.TOO_LARGE: nothing could be checked
-            line = (f"sandbox-shim confine: warning: repositories created inside were not checked: "
-                    f"{path[1:]!r}; do not run git there before inspecting it\n")
+            line = (
+                f"sandbox-shim confine: warning: repositories created inside were not checked: "
+                f"{path[1:]!r}; do not run git there before inspecting it\n"
+            )
         try:
             os.write(2, line.encode("utf-8", "backslashreplace"))
         except OSError:
@@ -169,8 +180,12 @@ def _warn_disarmed(changed: list[str], report: str | None) -> None:
             import json
             import time
 
-            rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "event": "disarmed",
-                   "path": path, "operation": "git-config-or-hooks"}
+            rec = {
+                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "event": "disarmed",
+                "path": path,
+                "operation": "git-config-or-hooks",
+            }
             try:
                 with open(report, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(rec) + "\n")
@@ -240,7 +255,8 @@ def run(argv: list[str], g: Globals | None = None) -> int:
         fail(g, CouldNotRun("not_found", repr(name), "not on PATH or not an executable file"))
     try:
         spec = confinement.confine(
-            (command[0], command[1:]), permit_path=str(opts["permitPath"]),
+            (command[0], command[1:]),
+            permit_path=str(opts["permitPath"]),
             cd=opts.get("cd"),  # type: ignore[arg-type]
             env=env,
             permit_extra_subpaths=list(opts.get("permitExtraSubpaths", [])),  # type: ignore[call-overload]
@@ -249,7 +265,8 @@ def run(argv: list[str], g: Globals | None = None) -> int:
             report=opts.get("report"),  # type: ignore[arg-type]
             protect=not opts.get("allowProtectedWrites", False),
             settings_file=opts.get("settings"),  # type: ignore[arg-type]
-            trial=False)
+            trial=False,
+        )
     except CannotEnforce as e:
         fail(g, e)
     except (ValueError, OSError) as e:
@@ -276,4 +293,3 @@ def run(argv: list[str], g: Globals | None = None) -> int:
         why = "not_found" if e.errno == errno.ENOENT else "exec_failed"
         fail(g, CouldNotRun(why, spec["cmd"], e.strerror or ""))
     return 126  # not reached
-

@@ -14,17 +14,27 @@ import click
 
 @click.command("conformance", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--mechanism", default=None, metavar="MODULE:CLASS",
-              help="A ConformanceTarget to test (default: this host's mechanism, "
-                   "sandbox_shim.conformance.api_target:ApiTarget).")
-@click.option("--group", "groups", multiple=True,
-              type=click.Choice(["Lifecycle", "Isolation", "ResourceLimits", "Execution"]),
-              help="Run only this group (repeatable).")
+@click.option(
+    "--mechanism",
+    default=None,
+    metavar="MODULE:CLASS",
+    help="A ConformanceTarget to test (default: this host's mechanism, "
+    "sandbox_shim.conformance.api_target:ApiTarget).",
+)
+@click.option(
+    "--group",
+    "groups",
+    multiple=True,
+    type=click.Choice(["Lifecycle", "Isolation", "ResourceLimits", "Execution"]),
+    help="Run only this group (repeatable).",
+)
 @click.option("-k", "name_contains", default=None, help="Run only checks whose name contains this text.")
-@click.option("--accept-skips", is_flag=True,
-              help="Exit 0 even when some checks could not run here (default: exit 3).")
-def command(fmt: str, mechanism: str | None, groups: tuple[str, ...], name_contains: str | None,
-            accept_skips: bool) -> None:
+@click.option(
+    "--accept-skips", is_flag=True, help="Exit 0 even when some checks could not run here (default: exit 3)."
+)
+def command(
+    fmt: str, mechanism: str | None, groups: tuple[str, ...], name_contains: str | None, accept_skips: bool
+) -> None:
     """Attack a sandbox the way a hostile tenant would, and print what stopped it.
 
     Every check runs a CONTROL (the probe where it is permitted: must succeed and print a marker)
@@ -39,11 +49,16 @@ def command(fmt: str, mechanism: str | None, groups: tuple[str, ...], name_conta
     except (ValueError, ImportError, AttributeError, TypeError) as e:  # the documented status 2
         from ..errors import UsageError
 
-        raise UsageError(f"cannot load the conformance target: {e}",
-                         "give --mechanism MODULE:CLASS naming a ConformanceTarget") from e
+        raise UsageError(
+            f"cannot load the conformance target: {e}",
+            "give --mechanism MODULE:CLASS naming a ConformanceTarget",
+        ) from e
     try:
-        progress = (lambda r: click.echo(f"  {r.verdict:5} {r.group} / {r.check}", err=True)) \
-            if fmt == "table" and sys.stderr.isatty() else None
+        progress = (
+            (lambda r: click.echo(f"  {r.verdict:5} {r.group} / {r.check}", err=True))
+            if fmt == "table" and sys.stderr.isatty()
+            else None
+        )
         rows = run_suite(target, groups or None, name_contains, on_result=progress)
     finally:
         target.close()

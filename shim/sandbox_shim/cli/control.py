@@ -28,9 +28,18 @@ from .output import Globals, emit_json
 @click.argument("container_id")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
-def exec_cmd(g: Globals, process_file: str | None, detach: bool, pid_file: str | None, tty: bool,
-             console_socket: str | None, env_pairs: tuple[str, ...], cwd: str | None, container_id: str,
-             command: tuple[str, ...]) -> None:
+def exec_cmd(
+    g: Globals,
+    process_file: str | None,
+    detach: bool,
+    pid_file: str | None,
+    tty: bool,
+    console_socket: str | None,
+    env_pairs: tuple[str, ...],
+    cwd: str | None,
+    container_id: str,
+    command: tuple[str, ...],
+) -> None:
     """Run CMD inside the running sandbox ID (its namespaces, cgroup, root, user, capabilities, seccomp).
 
     ``--process FILE`` takes a runtime-spec ``process`` object (``sandbox_shim.process_spec`` says what
@@ -43,14 +52,26 @@ def exec_cmd(g: Globals, process_file: str | None, detach: bool, pid_file: str |
     from .. import api
     from ..exec_request import exec_command
 
-    sys.exit(exec_command(api.default_mechanism(g.root), container_id, process_file=process_file,
-                          args=command, env_pairs=env_pairs, cwd=cwd, tty=tty, console_socket=console_socket,
-                          detach=detach, pid_file=pid_file))
+    sys.exit(
+        exec_command(
+            api.default_mechanism(g.root),
+            container_id,
+            process_file=process_file,
+            args=command,
+            env_pairs=env_pairs,
+            cwd=cwd,
+            tty=tty,
+            console_socket=console_socket,
+            detach=detach,
+            pid_file=pid_file,
+        )
+    )
 
 
 @click.command("ps")
-@click.option("-f", "--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True)
+@click.option(
+    "-f", "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
 @click.argument("container_id")
 @click.pass_obj
 def ps_cmd(g: Globals, fmt: str, container_id: str) -> None:
@@ -87,8 +108,13 @@ def resume_cmd(g: Globals, container_id: str) -> None:
 
 
 @click.command("update")
-@click.option("-r", "--resources", "resources_file", default=None,
-              help="OCI linux.resources JSON (memory, pids, cpu); '-' reads stdin.")
+@click.option(
+    "-r",
+    "--resources",
+    "resources_file",
+    default=None,
+    help="OCI linux.resources JSON (memory, pids, cpu); '-' reads stdin.",
+)
 @click.option("--memory", type=int, default=None, help="Memory limit, bytes.")
 @click.option("--pids-limit", type=int, default=None, help="Maximum number of processes.")
 @click.option("--cpu-quota", type=int, default=None, help="CPU quota per period, µs.")
@@ -96,9 +122,16 @@ def resume_cmd(g: Globals, container_id: str) -> None:
 @click.option("--cpu-shares", type=int, default=None, help="Relative CPU weight.")
 @click.argument("container_id")
 @click.pass_obj
-def update_cmd(g: Globals, resources_file: str | None, memory: int | None, pids_limit: int | None,
-               cpu_quota: int | None, cpu_period: int | None, cpu_shares: int | None,
-               container_id: str) -> None:
+def update_cmd(
+    g: Globals,
+    resources_file: str | None,
+    memory: int | None,
+    pids_limit: int | None,
+    cpu_quota: int | None,
+    cpu_period: int | None,
+    cpu_shares: int | None,
+    container_id: str,
+) -> None:
     """Change the resource limits of sandbox ID while it runs."""
     from .. import api, control
     from ..jsonguard import read_file
@@ -106,9 +139,13 @@ def update_cmd(g: Globals, resources_file: str | None, memory: int | None, pids_
     res: dict[str, Any] = read_file(resources_file) if resources_file else {}
     if not isinstance(res, dict):
         raise UsageError("--resources must hold a JSON object")
-    for section, key, val in (("memory", "limit", memory), ("pids", "limit", pids_limit),
-                              ("cpu", "quota", cpu_quota), ("cpu", "period", cpu_period),
-                              ("cpu", "shares", cpu_shares)):
+    for section, key, val in (
+        ("memory", "limit", memory),
+        ("pids", "limit", pids_limit),
+        ("cpu", "quota", cpu_quota),
+        ("cpu", "period", cpu_period),
+        ("cpu", "shares", cpu_shares),
+    ):
         if val is not None:
             res.setdefault(section, {})[key] = val
     if not res:

@@ -24,8 +24,13 @@ else:
     import _signal  # the C module: ``signal`` would load enum (Signals is an IntEnum) on every verb
 
 _VALUE_FLAGS = {
-    "create": {"-b": "bundle", "--bundle": "bundle", "--pid-file": "pid_file",
-               "--console-socket": "console_socket", "--preserve-fds": "preserve_fds"},
+    "create": {
+        "-b": "bundle",
+        "--bundle": "bundle",
+        "--pid-file": "pid_file",
+        "--console-socket": "console_socket",
+        "--preserve-fds": "preserve_fds",
+    },
     "start": {},
     "state": {},
     "kill": {},
@@ -69,8 +74,9 @@ def _preserve_fds(text: object) -> int:
         try:
             os.fstat(fd)
         except OSError:
-            raise UsageError(f"--preserve-fds {n}: fd {fd} is not open", "pass as many fds as you preserve") \
-                from None
+            raise UsageError(
+                f"--preserve-fds {n}: fd {fd} is not open", "pass as many fds as you preserve"
+            ) from None
     return n
 
 
@@ -87,7 +93,7 @@ def parse(argv: list[str]) -> tuple[str, dict[str, object], list[str]]:
     while i < len(argv):
         a = argv[i]
         if a == "--":
-            pos += argv[i + 1:]
+            pos += argv[i + 1 :]
             break
         if a.startswith("-") and len(a) > 1 and not (verb == "kill" and pos and a[1:].isdigit()):
             key, _, inline = a.partition("=")
@@ -132,11 +138,14 @@ def main(argv: list[str], g: Globals | None = None) -> int:
     if verb == "create":
         from ..mechanism import Sandbox
 
-        api.provision(mech, Sandbox(sid, str(opts.get("bundle") or ".")),
-                      pid_file=opts.get("pid_file"),  # type: ignore[arg-type]
-                      console_socket=opts.get("console_socket"),  # type: ignore[arg-type]
-                      preserve_fds=_preserve_fds(opts.get("preserve_fds")),
-                      stdio=(0, 1, 2))  # OCI create: the caller's stdio is the container's
+        api.provision(
+            mech,
+            Sandbox(sid, str(opts.get("bundle") or ".")),
+            pid_file=opts.get("pid_file"),  # type: ignore[arg-type]
+            console_socket=opts.get("console_socket"),  # type: ignore[arg-type]
+            preserve_fds=_preserve_fds(opts.get("preserve_fds")),
+            stdio=(0, 1, 2),
+        )  # OCI create: the caller's stdio is the container's
     elif verb == "start":
         api.start(mech, sid)
     elif verb == "state":

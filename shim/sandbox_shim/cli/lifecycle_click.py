@@ -44,8 +44,9 @@ def run(g: Globals, bundle: str, detach: bool, pid_file: str | None, keep: bool,
         for s in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
             _signal.signal(s, forward)
 
-    done = run_bundle(mech, container_id, bundle, stdio=(0, 1, 2), pid_file=pid_file, keep=keep,
-                      on_start=on_start)
+    done = run_bundle(
+        mech, container_id, bundle, stdio=(0, 1, 2), pid_file=pid_file, keep=keep, on_start=on_start
+    )
     sys.exit(done.shell_status)
 
 

@@ -28,8 +28,14 @@ class Globals(Value):
 
     __match_args__ = ("root", "log", "log_format", "debug", "systemd_cgroup")
 
-    def __init__(self, root: str = DEFAULT_ROOT, log: str | None = None, log_format: str = "text",
-                 debug: bool = False, systemd_cgroup: bool = False) -> None:
+    def __init__(
+        self,
+        root: str = DEFAULT_ROOT,
+        log: str | None = None,
+        log_format: str = "text",
+        debug: bool = False,
+        systemd_cgroup: bool = False,
+    ) -> None:
         self.root = root
         self.log = log
         self.log_format = log_format
@@ -71,8 +77,10 @@ def report(g: Globals, err: ShimError) -> int:
     log(g, "error", err.line(), **{k: v for k, v in err.to_dict().items() if k != "msg"})
     try:
         if g.log_format == "json" and not g.log:
-            sys.stderr.write(json.dumps({"level": "error", "msg": err.line(), "time": rfc3339_now(),
-                                         **err.to_dict()}) + "\n")
+            sys.stderr.write(
+                json.dumps({"level": "error", "msg": err.line(), "time": rfc3339_now(), **err.to_dict()})
+                + "\n"
+            )
         else:
             # one line: the other problems are in the --log record and in ``sandbox-shim validate``
             sys.stderr.write(f"sandbox-shim: {err.line()}\n")
@@ -96,10 +104,8 @@ def attach_telemetry(g: Globals) -> None:
         return
     from .. import telemetry
 
-    def handler(event: tuple[str, str, str], measurements: dict[str, int],
-                metadata: dict[str, Any]) -> None:
+    def handler(event: tuple[str, str, str], measurements: dict[str, int], metadata: dict[str, Any]) -> None:
         meta = {k: v for k, v in metadata.items() if v is not None}
         log(g, "debug", ".".join(event), **measurements, **meta)
 
     telemetry.attach("cli-log", handler)
-

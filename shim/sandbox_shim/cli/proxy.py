@@ -18,10 +18,16 @@ from .output import Globals
 
 @click.command("proxy")
 @click.argument("container_id")
-@click.option("--listen", default="127.0.0.1:0", show_default=True, metavar="HOST:PORT",
-              help="Loopback address to listen on (port 0: the kernel picks one).")
-@click.option("--timeout", default=10.0, show_default=True, type=float,
-              help="Seconds to connect to the sandbox.")
+@click.option(
+    "--listen",
+    default="127.0.0.1:0",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Loopback address to listen on (port 0: the kernel picks one).",
+)
+@click.option(
+    "--timeout", default=10.0, show_default=True, type=float, help="Seconds to connect to the sandbox."
+)
 @click.pass_context
 def command(ctx: click.Context, container_id: str, listen: str, timeout: float) -> None:
     """Forward connections on a host loopback port to sandbox CONTAINER_ID's address until interrupted.

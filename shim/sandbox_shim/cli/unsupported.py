@@ -17,9 +17,17 @@ def _refuse(g: Globals, verb: str) -> None:
     from ..capability import Capability
     from ..errors import CapabilityUnavailable
 
-    raise CapabilityUnavailable([Capability(
-        verb, False, "none", f"{verb} is not supported by sandbox-shim (no CRIU integration)",
-        "not implemented")])
+    raise CapabilityUnavailable(
+        [
+            Capability(
+                verb,
+                False,
+                "none",
+                f"{verb} is not supported by sandbox-shim (no CRIU integration)",
+                "not implemented",
+            )
+        ]
+    )
 
 
 @click.command("checkpoint", context_settings=_ANY)

@@ -40,14 +40,25 @@ def _run_outside(argv: list[str], timeout: float, **kw: object) -> ProbeResult:
     completed (exit status or signal) or, past ``timeout`` seconds, LimitExceeded(wall_clock)."""
     t0 = time.monotonic()
     try:
-        p = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                           **kw)  # type: ignore[call-overload]
+        p = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
     except subprocess.TimeoutExpired as e:
-        return ProbeResult(None, _text(e.stdout or b""), _text(e.stderr or b""), LIMIT_EXCEEDED,
-                           limit_kind="wall_clock", duration=timeout)
+        return ProbeResult(
+            None,
+            _text(e.stdout or b""),
+            _text(e.stderr or b""),
+            LIMIT_EXCEEDED,
+            limit_kind="wall_clock",
+            duration=timeout,
+        )
     code = p.returncode
-    return ProbeResult(code if code >= 0 else None, _text(p.stdout), _text(p.stderr), COMPLETED,
-                       signal=-code if code < 0 else None, duration=time.monotonic() - t0)
+    return ProbeResult(
+        code if code >= 0 else None,
+        _text(p.stdout),
+        _text(p.stderr),
+        COMPLETED,
+        signal=-code if code < 0 else None,
+        duration=time.monotonic() - t0,
+    )
 
 
 class ApiTarget(ConformanceTarget):
@@ -113,9 +124,15 @@ class ApiTarget(ConformanceTarget):
         with open(cfg_path, "w", encoding="utf-8") as fh:
             json.dump(cfg, fh, indent=2)
 
-    def run_probe(self, overrides: Mapping[str, Any] | None, script: str, *,
-                  bundle: BundleHandle | None = None, argv: Sequence[str] | None = None,
-                  timeout: float = 30.0) -> ProbeResult:
+    def run_probe(
+        self,
+        overrides: Mapping[str, Any] | None,
+        script: str,
+        *,
+        bundle: BundleHandle | None = None,
+        argv: Sequence[str] | None = None,
+        timeout: float = 30.0,
+    ) -> ProbeResult:
         from ..errors import CouldNotRun, LimitExceeded, ShimError
         from ..execution import run_bundle
 
@@ -126,18 +143,32 @@ class ApiTarget(ConformanceTarget):
         try:
             done = run_bundle(self.mechanism, self.new_id("p"), b.path, timeout=timeout)
         except CouldNotRun as e:
-            return ProbeResult(None, "", e.line(), COULD_NOT_RUN, reason=e.reason,
-                               duration=time.monotonic() - t0)
+            return ProbeResult(
+                None, "", e.line(), COULD_NOT_RUN, reason=e.reason, duration=time.monotonic() - t0
+            )
         except LimitExceeded as e:
             c = e.completion
-            return ProbeResult(None, _text(c.stdout if c else b""), _text(c.stderr if c else b""),
-                               LIMIT_EXCEEDED, signal=c.signal if c else None, limit_kind=e.kind_of_limit,
-                               duration=time.monotonic() - t0)
+            return ProbeResult(
+                None,
+                _text(c.stdout if c else b""),
+                _text(c.stderr if c else b""),
+                LIMIT_EXCEEDED,
+                signal=c.signal if c else None,
+                limit_kind=e.kind_of_limit,
+                duration=time.monotonic() - t0,
+            )
         except ShimError as e:
-            return ProbeResult(None, "", e.line(), COULD_NOT_RUN, reason=type(e).__name__,
-                               duration=time.monotonic() - t0)
-        res = ProbeResult(done.exit_status, _text(done.stdout), _text(done.stderr), COMPLETED,
-                          signal=done.signal, duration=done.duration)
+            return ProbeResult(
+                None, "", e.line(), COULD_NOT_RUN, reason=type(e).__name__, duration=time.monotonic() - t0
+            )
+        res = ProbeResult(
+            done.exit_status,
+            _text(done.stdout),
+            _text(done.stderr),
+            COMPLETED,
+            signal=done.signal,
+            duration=done.duration,
+        )
         fsize = rlimits.get("RLIMIT_FSIZE")
         at_limit = fsize is not None and (len(done.stdout) >= fsize or len(done.stderr) >= fsize)
         if fsize is not None and (done.signal == _signal.SIGXFSZ or (at_limit and done.exit_status != 0)):
@@ -147,9 +178,15 @@ class ApiTarget(ConformanceTarget):
             res.outcome, res.limit_kind = LIMIT_EXCEEDED, "output"
         return res
 
-    def run_control(self, overrides: Mapping[str, Any] | None, script: str, *,
-                    bundle: BundleHandle | None = None, argv: Sequence[str] | None = None,
-                    timeout: float = 30.0) -> ProbeResult:
+    def run_control(
+        self,
+        overrides: Mapping[str, Any] | None,
+        script: str,
+        *,
+        bundle: BundleHandle | None = None,
+        argv: Sequence[str] | None = None,
+        timeout: float = 30.0,
+    ) -> ProbeResult:
         """The control outside the tenant profile (which refuses these permissions at validation): the
         bundle's own rootfs (read-only) and storage under bare bwrap(1) — no seccomp filter, no cgroup, each
         capability of ``overrides`` ``process.capabilities`` kept with ``--cap-add`` (bwrap runs as root,
@@ -164,18 +201,38 @@ class ApiTarget(ConformanceTarget):
 
         exe = bwrap_path()
         if exe is None or os.geteuid() != 0:
-            raise ToolMissing("the control runs the probe under bare bwrap with --cap-add: "
-                              "needs bwrap and root")
+            raise ToolMissing(
+                "the control runs the probe under bare bwrap with --cap-add: needs bwrap and root"
+            )
         b = bundle or self.bundle(overrides=overrides)
         over = dict(overrides or {})
         sets = ((over.get("process") or {}).get("capabilities") or {}).values()
         caps = sorted({c for v in sets for c in v})
         nss = (over.get("linux") or {}).get("namespaces")
         share_net = nss is not None and not any(n.get("type") == "network" for n in nss)
-        args = [exe, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-                *([] if share_net else ["--unshare-net"]), "--ro-bind", os.path.join(b.path, "rootfs"), "/",
-                "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", b.storage, b.storage_inside,
-                "--chdir", "/"]
+        args = [
+            exe,
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            *([] if share_net else ["--unshare-net"]),
+            "--ro-bind",
+            os.path.join(b.path, "rootfs"),
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+            "--bind",
+            b.storage,
+            b.storage_inside,
+            "--chdir",
+            "/",
+        ]
         for c in caps:
             args += ["--cap-add", c]
         cmd = list(argv) if argv is not None else ["sh", "-c", script]
@@ -188,8 +245,9 @@ class ApiTarget(ConformanceTarget):
         if shutil.which("busybox") is None:
             raise ToolMissing("busybox is not installed on the host")
         try:
-            spec = confinement.confine(("busybox", ["sh", "-c", script]), permit_path=permit_path,
-                                       env={"PATH": "/usr/bin:/bin"})
+            spec = confinement.confine(
+                ("busybox", ["sh", "-c", script]), permit_path=permit_path, env={"PATH": "/usr/bin:/bin"}
+            )
         except CannotEnforce as e:
             raise ToolMissing(f"confinement cannot be built here: {e.line()}") from e
         return _run_outside([spec["cmd"], *spec["args"]], timeout, env=spec["env"], cwd=spec["cd"])

@@ -42,7 +42,7 @@ ERROR_CLASSES: dict[str, str] = {
     "read_only": r"read-only file system",  # EROFS
     "cross_device": r"cross-device link",  # EXDEV
     "unreachable": r"connection refused|network is unreachable|no route to host|timed out|can't resolve|"
-                   r"can't connect|no servers could be reached",  # ECONNREFUSED, ENETUNREACH, ...
+    r"can't connect|no servers could be reached",  # ECONNREFUSED, ENETUNREACH, ...
 }
 
 
@@ -156,12 +156,22 @@ def control_failed(res: ProbeResult, mark: str) -> Outcome | None:
     """``error`` unless the control ran, exited 0 and printed ``mark``."""
     if res.ok and mark in res.stdout:
         return None
-    return Outcome("failed", "not run", ERROR, f"control did not succeed ({res.brief()}); a failing control "
-                   "makes the breach's result meaningless")
+    return Outcome(
+        "failed",
+        "not run",
+        ERROR,
+        f"control did not succeed ({res.brief()}); a failing control makes the breach's result meaningless",
+    )
 
 
-def judge(control: ProbeResult, control_mark: str, breach: ProbeResult, breach_mark: str,
-          expect: Iterable[str] = ("denied", "absent"), what: str = "") -> Outcome:
+def judge(
+    control: ProbeResult,
+    control_mark: str,
+    breach: ProbeResult,
+    breach_mark: str,
+    expect: Iterable[str] = ("denied", "absent"),
+    what: str = "",
+) -> Outcome:
     """Verdict for a probe pair.  ``expect``: error classes that count as "stopped"; empty means the
     breach only has to run (print ``STARTED``) without the marker (e.g. a variable that is absent)."""
     bad = control_failed(control, control_mark)
@@ -170,14 +180,22 @@ def judge(control: ProbeResult, control_mark: str, breach: ProbeResult, breach_m
     expect = list(expect)
     out = breach.stdout + "\n" + breach.stderr
     if breach_mark in breach.stdout:
-        return Outcome("ok", "succeeded", FAIL, f"breach succeeded{': ' + what if what else ''} "
-                       f"(marker printed; {breach.brief(80)})")
+        return Outcome(
+            "ok",
+            "succeeded",
+            FAIL,
+            f"breach succeeded{': ' + what if what else ''} (marker printed; {breach.brief(80)})",
+        )
     if breach.outcome != COMPLETED or STARTED not in breach.stdout:
         return Outcome("ok", "not run", ERROR, f"the breach probe did not run ({breach.brief()})")
     seen = classes_in(out)
     if expect and not set(seen) & set(expect):
-        return Outcome("ok", "unclear", ERROR, f"no marker, but not the expected error ({'/'.join(expect)}): "
-                       f"{tail(out)!r}")
+        return Outcome(
+            "ok",
+            "unclear",
+            ERROR,
+            f"no marker, but not the expected error ({'/'.join(expect)}): {tail(out)!r}",
+        )
     why = [c for c in seen if c in expect]
     if not why:
         n = len(breach.stdout.splitlines())
@@ -207,8 +225,12 @@ def host_secret(target: ConformanceTarget, mark: str) -> str:
 def host_process(tag: str) -> Iterator[subprocess.Popen[bytes]]:
     """A host ``sleep`` whose argv is ``sleep 86400.<tag digits>`` (found by that), killed afterwards."""
     exe = shutil.which("sleep") or "/bin/sleep"
-    p = subprocess.Popen([exe, f"86400.{tag}"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         env={"CONFORMANCE_HOST_MARK": "MARK" + tag})
+    p = subprocess.Popen(
+        [exe, f"86400.{tag}"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        env={"CONFORMANCE_HOST_MARK": "MARK" + tag},
+    )
     try:
         yield p
     finally:
@@ -278,7 +300,7 @@ def dns_server(answer: str, host: str = "127.0.0.77") -> Iterator[str]:
             if len(q) < 12:
                 continue
             end = q.index(b"\0", 12) + 5  # question: name, type, class
-            qtype = struct.unpack("!H", q[end - 4:end - 2])[0]
+            qtype = struct.unpack("!H", q[end - 4 : end - 2])[0]
             ans = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 60, 4) + rdata if qtype == 1 else b""
             head = q[:2] + struct.pack("!HHHHH", 0x8180, 1, 1 if ans else 0, 0, 0)
             try:
@@ -354,8 +376,10 @@ def ptrace_tool(target: ConformanceTarget) -> str:
 def overrides_permissive(*caps: str) -> dict[str, Any]:
     """OCI fragment for a control (``ConformanceTarget.run_control``): ``caps`` granted and a seccomp
     section that allows everything.  A tenant profile refuses it; the control runs outside that profile."""
-    return {"process": {"capabilities": {k: list(caps) for k in ("bounding", "effective", "permitted")}},
-            "linux": {"seccomp": {"defaultAction": "SCMP_ACT_ALLOW"}}}
+    return {
+        "process": {"capabilities": {k: list(caps) for k in ("bounding", "effective", "permitted")}},
+        "linux": {"seccomp": {"defaultAction": "SCMP_ACT_ALLOW"}},
+    }
 
 
 def overrides_host_network() -> dict[str, Any]:

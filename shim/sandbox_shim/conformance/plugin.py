@@ -15,9 +15,14 @@ import pytest
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("sandbox-shim conformance")
-    group.addoption("--sandbox-mechanism", dest="sandbox_mechanism", default=None, metavar="MODULE:CLASS",
-                    help="run the sandbox conformance suite against this ConformanceTarget "
-                         "(e.g. sandbox_shim.conformance.api_target:ApiTarget)")
+    group.addoption(
+        "--sandbox-mechanism",
+        dest="sandbox_mechanism",
+        default=None,
+        metavar="MODULE:CLASS",
+        help="run the sandbox conformance suite against this ConformanceTarget "
+        "(e.g. sandbox_shim.conformance.api_target:ApiTarget)",
+    )
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:

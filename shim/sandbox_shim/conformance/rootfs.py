@@ -29,14 +29,14 @@ def is_static(path: str) -> bool:
         is64, little = ident[4] == 2, ident[5] == 1
         end = "<" if little else ">"
         if is64:
-            phoff, = struct.unpack(end + "Q", ident[32:40])
+            (phoff,) = struct.unpack(end + "Q", ident[32:40])
             phentsize, phnum = struct.unpack(end + "HH", ident[54:58])
         else:
-            phoff, = struct.unpack(end + "I", ident[28:32])
+            (phoff,) = struct.unpack(end + "I", ident[28:32])
             phentsize, phnum = struct.unpack(end + "HH", ident[42:46])
         for i in range(phnum):
             fh.seek(phoff + i * phentsize)
-            p_type, = struct.unpack(end + "I", fh.read(4))
+            (p_type,) = struct.unpack(end + "I", fh.read(4))
             if p_type == PT_INTERP:
                 return False
     return True

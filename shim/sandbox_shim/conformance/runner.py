@@ -36,9 +36,12 @@ def load_target(spec: str | None = None) -> ConformanceTarget:
     return target
 
 
-def run_suite(target: ConformanceTarget, groups: Iterable[str] | None = None,
-              name_contains: str | None = None,
-              on_result: Callable[[CheckResult], None] | None = None) -> list[CheckResult]:
+def run_suite(
+    target: ConformanceTarget,
+    groups: Iterable[str] | None = None,
+    name_contains: str | None = None,
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> list[CheckResult]:
     """Run the checks (all, or those of ``groups`` / whose name contains ``name_contains``) on ``target``."""
     wanted = set(groups or [])
     out = []
@@ -57,8 +60,9 @@ COLUMNS = ("group", "check", "control", "breach", "verdict", "detail")
 
 def render_table(rows: list[CheckResult], detail_width: int = 90) -> str:
     """A plain-text table, one row per check, and a summary line."""
+
     def cut(s: str) -> str:
-        return s if len(s) <= detail_width else s[:detail_width - 3] + "..."
+        return s if len(s) <= detail_width else s[: detail_width - 3] + "..."
 
     cells = [[r.group, r.check, r.control, r.breach, r.verdict.upper(), cut(r.detail)] for r in rows]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(COLUMNS)]

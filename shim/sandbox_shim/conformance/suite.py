@@ -67,8 +67,11 @@ class ConformanceSuite:
         if hole and r.verdict in (FAIL, ERROR):
             pytest.xfail(f"known hole: {hole} ({r.detail})")
         if r.verdict in (FAIL, ERROR):
-            pytest.fail(f"{r.verdict.upper()}: {r.group} / {r.check}: control {r.control}, "
-                        f"breach {r.breach}: {r.detail}", pytrace=False)
+            pytest.fail(
+                f"{r.verdict.upper()}: {r.group} / {r.check}: control {r.control}, "
+                f"breach {r.breach}: {r.detail}",
+                pytrace=False,
+            )
         if hole:
             pytest.fail(f"{c.name} passes now: remove it from known_holes ({hole})", pytrace=False)
 

@@ -79,9 +79,11 @@ class ProbeResult:
 
     def brief(self, limit: int = 160) -> str:
         """One line for reports: outcome, status and the end of stderr."""
-        what = {COMPLETED: f"exit {self.exit_status}" if self.signal is None else f"signal {self.signal}",
-                COULD_NOT_RUN: f"could not run ({self.reason})",
-                LIMIT_EXCEEDED: f"limit exceeded ({self.limit_kind})"}.get(self.outcome, self.outcome)
+        what = {
+            COMPLETED: f"exit {self.exit_status}" if self.signal is None else f"signal {self.signal}",
+            COULD_NOT_RUN: f"could not run ({self.reason})",
+            LIMIT_EXCEEDED: f"limit exceeded ({self.limit_kind})",
+        }.get(self.outcome, self.outcome)
         err = " ".join(self.stderr.split())[-limit:]
         return f"{what}" + (f": {err}" if err else "")
 
@@ -143,17 +145,29 @@ class ConformanceTarget:
         """Make a fresh bundle under ``bundles_root`` (siblings share that parent)."""
         raise NotImplementedError
 
-    def run_probe(self, overrides: Mapping[str, Any] | None, script: str, *,
-                  bundle: BundleHandle | None = None, argv: Sequence[str] | None = None,
-                  timeout: float = 30.0) -> ProbeResult:
+    def run_probe(
+        self,
+        overrides: Mapping[str, Any] | None,
+        script: str,
+        *,
+        bundle: BundleHandle | None = None,
+        argv: Sequence[str] | None = None,
+        timeout: float = 30.0,
+    ) -> ProbeResult:
         """Run ``sh -c script`` (or ``argv``) in a new sandbox made from ``bundle`` (or a fresh one with
         ``overrides``) to its end; remove the sandbox (not the bundle).  Never raises for what the
         probe did; raises ``ToolMissing`` when the host cannot run sandboxes at all."""
         raise NotImplementedError
 
-    def run_control(self, overrides: Mapping[str, Any] | None, script: str, *,
-                    bundle: BundleHandle | None = None, argv: Sequence[str] | None = None,
-                    timeout: float = 30.0) -> ProbeResult:
+    def run_control(
+        self,
+        overrides: Mapping[str, Any] | None,
+        script: str,
+        *,
+        bundle: BundleHandle | None = None,
+        argv: Sequence[str] | None = None,
+        timeout: float = 30.0,
+    ) -> ProbeResult:
         """Run a CONTROL that needs a permission the profile under test refuses (mount, raw sockets,
         ptrace, a capability such as ``CAP_SYS_ADMIN``): the same probe — same ``script``/``argv``, same
         tools, the same rootfs and storage as ``bundle`` (or a fresh bundle made with ``overrides``) —

@@ -41,11 +41,24 @@ from ..errors import BundleProblem
 SETS = ("bounding", "effective", "permitted", "inheritable", "ambient")
 
 #: union of containerd's, Docker's, podman's, runtime-tools' and ``runc spec``'s default sets
-ORCHESTRATOR_DEFAULTS: frozenset[str] = frozenset({
-    "CAP_AUDIT_WRITE", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
-    "CAP_MKNOD", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW", "CAP_SETFCAP", "CAP_SETGID", "CAP_SETPCAP",
-    "CAP_SETUID", "CAP_SYS_CHROOT",
-})
+ORCHESTRATOR_DEFAULTS: frozenset[str] = frozenset(
+    {
+        "CAP_AUDIT_WRITE",
+        "CAP_CHOWN",
+        "CAP_DAC_OVERRIDE",
+        "CAP_FOWNER",
+        "CAP_FSETID",
+        "CAP_KILL",
+        "CAP_MKNOD",
+        "CAP_NET_BIND_SERVICE",
+        "CAP_NET_RAW",
+        "CAP_SETFCAP",
+        "CAP_SETGID",
+        "CAP_SETPCAP",
+        "CAP_SETUID",
+        "CAP_SYS_CHROOT",
+    }
+)
 
 #: capability → what the plan must have for it to be contained: ``netns`` (own network namespace),
 #: or a capability name the host must have (``cgroup.devices``)
@@ -91,10 +104,14 @@ def check_capabilities(config: dict[str, Any]) -> list[BundleProblem]:
     why = "no kernel mechanism here makes them harmless in the host's user namespace"
     if refused == ["CAP_NET_RAW"]:
         why = "raw sockets would reach the host's network (the sandbox shares it)"
-    return [BundleProblem(
-        "/process/capabilities", f"refused without a user namespace: {', '.join(refused)} ({why})",
-        "tenant profile: capabilities (hardening/capabilities.py)",
-        "remove them from every capability set, or add a user namespace to linux.namespaces")]
+    return [
+        BundleProblem(
+            "/process/capabilities",
+            f"refused without a user namespace: {', '.join(refused)} ({why})",
+            "tenant profile: capabilities (hardening/capabilities.py)",
+            "remove them from every capability set, or add a user namespace to linux.namespaces",
+        )
+    ]
 
 
 def granted(caps: dict[str, Any] | None, uid: int) -> list[str]:

@@ -98,8 +98,9 @@ def _save_cache(path: str, data: dict[str, tuple[int, int, int, tuple[str, ...],
 RACY_NS = 2_000_000_000
 
 
-def git_dirs(roots: Sequence[str], limit: int = MAX_ENTRIES,
-             cache: str | None = None) -> list[tuple[str, str | None, str | None]]:
+def git_dirs(
+    roots: Sequence[str], limit: int = MAX_ENTRIES, cache: str | None = None
+) -> list[tuple[str, str | None, str | None]]:
     """``(gitdir, worktree, gitfile)`` for every repository under ``roots``: ``worktree`` is the
     directory holding ``.git`` (None for a bare repository), ``gitfile`` the ``.git`` file that
     named ``gitdir`` (else None).  Raises ``TooLarge`` past ``limit`` entries.
@@ -194,7 +195,7 @@ def _parse(path: str) -> list[tuple[str, str, str]]:
             head = line[1:end] if end > 0 else line[1:]
             name, _, sub = head.partition(" ")
             section = name.strip().lower() + ("." + sub.strip().strip('"') if sub.strip() else "")
-            line = line[end + 1:].strip() if end > 0 else ""
+            line = line[end + 1 :].strip() if end > 0 else ""
             if not line:
                 continue
         if not line or line[0] in "#;":
@@ -202,7 +203,7 @@ def _parse(path: str) -> list[tuple[str, str, str]]:
         key, eq, value = line.partition("=")
         value = value.strip()
         if value.startswith('"'):
-            value = value[1:value.find('"', 1)] if '"' in value[1:] else value[1:]
+            value = value[1 : value.find('"', 1)] if '"' in value[1:] else value[1:]
         else:
             for c in "#;":
                 value = value.split(c, 1)[0]
@@ -242,8 +243,14 @@ def user_configs(env: Mapping[str, str]) -> list[str]:
         files.append(env["GIT_CONFIG_GLOBAL"])
     else:
         xdg = env.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else "")
-        files += [p for p in (os.path.join(xdg, "git", "config") if xdg else "",
-                              os.path.join(home, ".gitconfig") if home else "") if p]
+        files += [
+            p
+            for p in (
+                os.path.join(xdg, "git", "config") if xdg else "",
+                os.path.join(home, ".gitconfig") if home else "",
+            )
+            if p
+        ]
     out = [f for f in files if os.path.isfile(f)]
     for f in list(out):
         out += includes(f, home)
@@ -256,20 +263,40 @@ def user_configs(env: Mapping[str, str]) -> list[str]:
 #: names a program, a file git reads code or configuration from, or another repository
 #: (git-config(1); ``remote.*.url`` stays, a transport helper's ``ext::`` form is off by default,
 #: ``protocol.allow``).  ``section.*.key`` matches any subsection.
-SAFE_KEYS = frozenset((
-    "core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates",
-    "core.ignorecase", "core.precomposeunicode", "core.symlinks", "core.autocrlf", "core.eol",
-    "extensions.objectformat", "extensions.worktreeconfig", "init.defaultbranch", "user.name",
-    "user.email", "remote.*.url", "remote.*.pushurl", "remote.*.fetch", "branch.*.remote",
-    "branch.*.merge", "branch.*.rebase", "submodule.*.url", "submodule.*.active",
-))
+SAFE_KEYS = frozenset(
+    (
+        "core.repositoryformatversion",
+        "core.filemode",
+        "core.bare",
+        "core.logallrefupdates",
+        "core.ignorecase",
+        "core.precomposeunicode",
+        "core.symlinks",
+        "core.autocrlf",
+        "core.eol",
+        "extensions.objectformat",
+        "extensions.worktreeconfig",
+        "init.defaultbranch",
+        "user.name",
+        "user.email",
+        "remote.*.url",
+        "remote.*.pushurl",
+        "remote.*.fetch",
+        "branch.*.remote",
+        "branch.*.merge",
+        "branch.*.rebase",
+        "submodule.*.url",
+        "submodule.*.active",
+    )
+)
 DISARMED = ".sandbox-shim-disarmed"
 #: the start of the item ``disarm_new`` returns when it could not walk the read-write paths
 TOO_LARGE = "!not checked (too many entries): "
 
 
-def all_git_dirs(roots: Sequence[str], found: Sequence[str] | None = None,
-                 cache: str | None = None) -> list[str]:
+def all_git_dirs(
+    roots: Sequence[str], found: Sequence[str] | None = None, cache: str | None = None
+) -> list[str]:
     """Every git directory under ``roots`` (``git_dirs``, or the given ``found`` ones), with each
     one's ``modules/*`` and ``worktrees/*`` git directories, resolved, sorted; only those inside
     ``roots`` (a gitfile may name a repository elsewhere)."""
@@ -338,8 +365,9 @@ def disarm(gitdir: str) -> list[str]:
             pass
     hooks = os.path.join(gitdir, "hooks")
     try:
-        armed = os.path.islink(hooks) or (os.path.isdir(hooks) and any(
-            not n.endswith(".sample") for n in os.listdir(hooks)))
+        armed = os.path.islink(hooks) or (
+            os.path.isdir(hooks) and any(not n.endswith(".sample") for n in os.listdir(hooks))
+        )
     except OSError:
         armed = False
     if armed:
@@ -388,7 +416,7 @@ def check_snapshot(path: str | None) -> list[str]:
         return []
     cut = fields.index("") if "" in fields else len(fields)
     cache = walk_cache(os.path.dirname(path), fields[:cut])
-    changed = disarm_new(fields[:cut], fields[cut + 1:], cache) if fields[:cut] else []
+    changed = disarm_new(fields[:cut], fields[cut + 1 :], cache) if fields[:cut] else []
     try:
         os.unlink(path)
     except OSError:

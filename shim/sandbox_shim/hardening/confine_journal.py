@@ -55,7 +55,7 @@ def start_time(pid: int) -> str | None:
             stat = fh.read()
     except OSError:
         return None
-    return stat[stat.rfind(b")") + 2:].split()[19].decode()
+    return stat[stat.rfind(b")") + 2 :].split()[19].decode()
 
 
 def record(directory: str, paths: Sequence[str], owner: int) -> str:

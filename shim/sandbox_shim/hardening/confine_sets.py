@@ -39,17 +39,52 @@ if TYPE_CHECKING:
 
 LINUX_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 LINUX_ETC = (
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nsswitch.conf",
-    "passwd", "group", "hosts", "host.conf", "resolv.conf", "gai.conf", "services", "protocols",
-    "ssl", "ca-certificates", "ca-certificates.conf", "pki", "mime.types", "locale.alias",
-    "os-release", "inputrc", "terminfo", "python3", f"python3.{sys.version_info[1]}",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "localtime",
+    "nsswitch.conf",
+    "passwd",
+    "group",
+    "hosts",
+    "host.conf",
+    "resolv.conf",
+    "gai.conf",
+    "services",
+    "protocols",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "pki",
+    "mime.types",
+    "locale.alias",
+    "os-release",
+    "inputrc",
+    "terminfo",
+    "python3",
+    f"python3.{sys.version_info[1]}",
 )
 #: names held read-only at the top of each read-write path (compare sandbox-runtime's mandatory
 #: write denials: git hooks and config, shell start-up files, editor and tool settings)
 PROTECTED = (
-    ".gitmodules", ".gitconfig", ".bashrc", ".bash_profile",
-    ".bash_login", ".profile", ".zshrc", ".zprofile", ".zshenv", ".envrc", ".ripgreprc", ".mcp.json",
-    ".vscode", ".idea", ".claude/commands", ".claude/agents", ".claude/settings.json",
+    ".gitmodules",
+    ".gitconfig",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".envrc",
+    ".ripgreprc",
+    ".mcp.json",
+    ".vscode",
+    ".idea",
+    ".claude/commands",
+    ".claude/agents",
+    ".claude/settings.json",
     ".claude/settings.local.json",
 )
 
@@ -66,8 +101,9 @@ PLACEHOLDER_JSON = (".mcp.json", ".claude/settings.json", ".claude/settings.loca
 _EMPTY_JSON = b"{}\n"
 
 
-def make_placeholders(roots: Sequence[str], writable: Sequence[str], journal: str | None = None,
-                      owner: int | None = None) -> tuple[list[str], str | None]:
+def make_placeholders(
+    roots: Sequence[str], writable: Sequence[str], journal: str | None = None, owner: int | None = None
+) -> tuple[list[str], str | None]:
     """Create what is missing of ``PLACEHOLDER_DIRS`` and ``PLACEHOLDER_JSON`` under each of ``roots`` (and
     missing parents such as ``.claude``), so the builder holds them read-only and their creation
     inside is denied too.  Never through a link (``O_NOFOLLOW``, ``lexists``).  Returns the created
@@ -103,8 +139,9 @@ def make_placeholders(roots: Sequence[str], writable: Sequence[str], journal: st
     made: list[str] = []
     try:
         for q in todo:
-            if q.endswith(PLACEHOLDER_JSON) and any(q == os.path.join(r, n) for r in roots
-                                                    for n in PLACEHOLDER_JSON):
+            if q.endswith(PLACEHOLDER_JSON) and any(
+                q == os.path.join(r, n) for r in roots for n in PLACEHOLDER_JSON
+            ):
                 fd = os.open(q, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
                 made.append(q)
                 try:
@@ -147,17 +184,25 @@ class Sets:
 
     __slots__ = ("read_only", "read_write", "islands", "anchors", "placeholders", "journal", "snapshot")
 
-    def __init__(self, read_only: tuple[str, ...], read_write: tuple[str, ...],
-                 islands: tuple[str, ...], anchors: tuple[str, ...] = (),
-                 placeholders: tuple[str, ...] = (), journal: str | None = None,
-                 snapshot: str | None = None) -> None:
+    def __init__(
+        self,
+        read_only: tuple[str, ...],
+        read_write: tuple[str, ...],
+        islands: tuple[str, ...],
+        anchors: tuple[str, ...] = (),
+        placeholders: tuple[str, ...] = (),
+        journal: str | None = None,
+        snapshot: str | None = None,
+    ) -> None:
         self.read_only, self.read_write, self.islands = read_only, read_write, islands
         self.anchors, self.placeholders, self.journal = anchors, placeholders, journal
         self.snapshot = snapshot
 
     def __repr__(self) -> str:
-        return (f"Sets(read_only={self.read_only!r}, read_write={self.read_write!r}, "
-                f"islands={self.islands!r}, anchors={self.anchors!r})")
+        return (
+            f"Sets(read_only={self.read_only!r}, read_write={self.read_write!r}, "
+            f"islands={self.islands!r}, anchors={self.anchors!r})"
+        )
 
 
 def _within(path: str, root: str) -> bool:
@@ -204,9 +249,12 @@ def _planted(p: str, writable: Sequence[str], what: str) -> None:
         raise ValueError(f"{what} {p!r}: {e.strerror}") from e
     bad = [q for q in links if any(_within(q, w) for w in writable)]
     if bad:
-        raise CannotEnforce(f"confinement.{what}", f"{what} {p!r} resolves through the symlink {bad[0]}, "
-                            "inside a read-write path (the confined program could have made it); "
-                            "name the target itself")
+        raise CannotEnforce(
+            f"confinement.{what}",
+            f"{what} {p!r} resolves through the symlink {bad[0]}, "
+            "inside a read-write path (the confined program could have made it); "
+            "name the target itself",
+        )
 
 
 def _passwd_home() -> str:
@@ -226,8 +274,15 @@ def _system(linux: bool) -> list[str]:
 
 #: inside a git directory (and each ``modules/*`` and ``worktrees/*`` one): what git executes or reads
 #: configuration or other repositories' locations from (gitrepository-layout(5))
-GIT_PROTECTED = ("hooks", "config", "config.worktree", "info", "commondir", "gitdir",
-                 "objects/info/alternates")
+GIT_PROTECTED = (
+    "hooks",
+    "config",
+    "config.worktree",
+    "info",
+    "commondir",
+    "gitdir",
+    "objects/info/alternates",
+)
 
 
 def _resolve_hooks_path(value: str, worktree: str, home: str) -> str:
@@ -236,8 +291,9 @@ def _resolve_hooks_path(value: str, worktree: str, home: str) -> str:
     return os.path.realpath(value if os.path.isabs(value) else os.path.join(worktree, value))
 
 
-def _git_held(gitdir: str, worktree: str | None, writable: Sequence[str], user_hooks: Sequence[str] = (),
-              home: str = "") -> list[str]:
+def _git_held(
+    gitdir: str, worktree: str | None, writable: Sequence[str], user_hooks: Sequence[str] = (), home: str = ""
+) -> list[str]:
     """What to hold in a git directory inside a read-write path, its submodules' and worktrees'
     directories included (``GIT_PROTECTED``), the files its config includes, and the
     ``core.hooksPath`` targets (its own config's and ``user_hooks``, the values in the user's
@@ -276,8 +332,12 @@ def _git_held(gitdir: str, worktree: str | None, writable: Sequence[str], user_h
     return out
 
 
-def _repositories(read_write: Sequence[str], env: Mapping[str, str],
-                  known: list[str] | None = None, cache: str | None = None) -> list[str]:
+def _repositories(
+    read_write: Sequence[str],
+    env: Mapping[str, str],
+    known: list[str] | None = None,
+    cache: str | None = None,
+) -> list[str]:
     """What to hold of every git repository at any depth under the read-write paths
     (``confine_git.git_dirs``): each git directory's ``_git_held`` set and each gitfile (rewritten
     to name another directory it would bring that one's hooks).  ``known`` gets every git
@@ -287,8 +347,11 @@ def _repositories(read_write: Sequence[str], env: Mapping[str, str],
     try:
         found = confine_git.git_dirs(read_write, cache=cache)
     except confine_git.TooLarge as e:
-        raise CannotEnforce("confinement.protected", f"{e}: too many to find every git directory; "
-                            "name a smaller permit path, or pass --allow-protected-writes") from e
+        raise CannotEnforce(
+            "confinement.protected",
+            f"{e}: too many to find every git directory; "
+            "name a smaller permit path, or pass --allow-protected-writes",
+        ) from e
     if known is not None:
         known += confine_git.all_git_dirs(read_write, [g for g, _, _ in found])
     home = env.get("HOME", "")
@@ -305,8 +368,9 @@ def _repositories(read_write: Sequence[str], env: Mapping[str, str],
     return out
 
 
-def _protected(root: str, protect: bool, settings_file: str | None, writable: Sequence[str],
-               missing: bool = False) -> list[str]:
+def _protected(
+    root: str, protect: bool, settings_file: str | None, writable: Sequence[str], missing: bool = False
+) -> list[str]:
     out: list[str] = []
     if settings_file is not None:
         _planted(settings_file, writable, "settings")
@@ -318,10 +382,13 @@ def _protected(root: str, protect: bool, settings_file: str | None, writable: Se
     for name in (".git", *PROTECTED):  # a link cannot be held (a mount lands on its target), only swapped
         q = os.path.join(root, name)
         if os.path.islink(q) or any(os.path.islink(a) for a in _ancestors(q, root)):
-            raise CannotEnforce("confinement.protected", f"{q} is (or lies under) a symbolic link inside "
-                                "a read-write path: it cannot be held read-only (the confined program could "
-                                "replace the link); make it a real file or directory, or pass "
-                                "--allow-protected-writes")
+            raise CannotEnforce(
+                "confinement.protected",
+                f"{q} is (or lies under) a symbolic link inside "
+                "a read-write path: it cannot be held read-only (the confined program could "
+                "replace the link); make it a real file or directory, or pass "
+                "--allow-protected-writes",
+            )
     for name in PROTECTED:
         q = os.path.join(root, name)
         if not os.path.lexists(q):
@@ -362,11 +429,19 @@ def anchors(islands: Sequence[str], writable: Sequence[str]) -> list[str]:
     return sorted(out, key=lambda p: (p.count("/"), p))
 
 
-def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], permit_read: Sequence[str] = (),
-               protect: bool = True, settings_file: str | None = None,
-               linux: bool | None = None, placeholders: bool = True,
-               interpreters: Sequence[str] = (), spelled: str | None = None,
-               owner: int | None = None) -> Sets:
+def build_sets(
+    exe: str,
+    env: Mapping[str, str],
+    read_write: Sequence[str],
+    permit_read: Sequence[str] = (),
+    protect: bool = True,
+    settings_file: str | None = None,
+    linux: bool | None = None,
+    placeholders: bool = True,
+    interpreters: Sequence[str] = (),
+    spelled: str | None = None,
+    owner: int | None = None,
+) -> Sets:
     """Compute the three sets (rules in the module docstring).
 
     Args:
@@ -406,8 +481,11 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
     for p in runtime:
         for h in homes(env):
             if _within(h, p) and not os.path.islink(p):
-                raise CannotEnforce("confinement.read_set", f"runtime entry {p} contains the home directory "
-                                    f"{h}; install the tool elsewhere or run it through its interpreter")
+                raise CannotEnforce(
+                    "confinement.read_set",
+                    f"runtime entry {p} contains the home directory "
+                    f"{h}; install the tool elsewhere or run it through its interpreter",
+                )
     extra_ro: list[str] = []
     islands: list[str] = []
     for p in permit_read:
@@ -423,8 +501,11 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
         boundary = os.path.dirname(r)
         cover = [q for q in ro if not os.path.islink(q) and _within(boundary, q)]
         if cover:
-            raise CannotEnforce("confinement.boundary", f"{r}: its parent {boundary} lies inside the "
-                                f"runtime read set entry {cover[0]}, so siblings would be readable")
+            raise CannotEnforce(
+                "confinement.boundary",
+                f"{r}: its parent {boundary} lies inside the "
+                f"runtime read set entry {cover[0]}, so siblings would be readable",
+            )
     made: list[str] = []
     record = snapshot = None
     journal: str | None = None
@@ -433,9 +514,12 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
 
         journal = confine_journal.journal_dir(env)
         if journal is None or any(_within(journal, w) or _within(w, journal) for w in read_write):
-            raise CannotEnforce("confinement.protected", f"no place outside the read-write paths for the "
-                                f"placeholder journal ({journal or 'no $HOME'}): set XDG_STATE_HOME to a "
-                                "directory outside them, or pass --allow-protected-writes")
+            raise CannotEnforce(
+                "confinement.protected",
+                f"no place outside the read-write paths for the "
+                f"placeholder journal ({journal or 'no $HOME'}): set XDG_STATE_HOME to a "
+                "directory outside them, or pass --allow-protected-writes",
+            )
         os.makedirs(journal, 0o700, exist_ok=True)
         confine_journal.sweep(journal, remove_placeholders)  # what killed confinements left
         if placeholders:
@@ -460,5 +544,12 @@ def build_sets(exe: str, env: Mapping[str, str], read_write: Sequence[str], perm
         confine_journal.forget(snapshot)
         raise
     held = dedupe(islands)
-    return Sets(tuple(dedupe(ro + extra_ro)), tuple(read_write), tuple(held),
-                tuple(anchors(held, read_write)), tuple(made), record, snapshot)
+    return Sets(
+        tuple(dedupe(ro + extra_ro)),
+        tuple(read_write),
+        tuple(held),
+        tuple(anchors(held, read_write)),
+        tuple(made),
+        record,
+        snapshot,
+    )

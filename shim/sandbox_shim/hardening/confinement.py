@@ -41,8 +41,17 @@ if TYPE_CHECKING:
     from ..capability import Capability
     from .egress import EgressProxy
 
-__all__ = ["LINUX_ETC", "LINUX_SYSTEM", "PROTECTED", "LaunchSpec", "confine", "describe", "report",
-           "resolve_executable", "caller_environ"]
+__all__ = [
+    "LINUX_ETC",
+    "LINUX_SYSTEM",
+    "PROTECTED",
+    "LaunchSpec",
+    "confine",
+    "describe",
+    "report",
+    "resolve_executable",
+    "caller_environ",
+]
 
 BWRAP_ENV = "SANDBOX_SHIM_BWRAP"  # read by platforms/linux/confine.py
 PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
@@ -163,16 +172,21 @@ def resolve_subpath(p: str, permit: str, given: str | None = None, what: str = "
     if not _within(norm, permit) and _within(norm, spelled):
         norm = os.path.normpath(os.path.join(permit, os.path.relpath(norm, spelled)))
     if not _within(norm, permit):
-        raise CannotEnforce("confinement.extra_subpath", f"{what} {p!r} is not inside the permit path "
-                            f"{permit}; name a directory under it")
+        raise CannotEnforce(
+            "confinement.extra_subpath",
+            f"{what} {p!r} is not inside the permit path {permit}; name a directory under it",
+        )
     cur = permit
     for comp in os.path.relpath(norm, permit).split(os.sep):
         if comp in ("", "."):
             continue
         cur = os.path.join(cur, comp)
         if os.path.islink(cur):
-            raise CannotEnforce("confinement.extra_subpath", f"{what} {p!r} passes through the symlink "
-                                f"{cur}; links inside the permit path are not followed")
+            raise CannotEnforce(
+                "confinement.extra_subpath",
+                f"{what} {p!r} passes through the symlink "
+                f"{cur}; links inside the permit path are not followed",
+            )
     if not os.path.isdir(norm):
         raise ValueError(f"{what} {p!r} is not an existing directory")
     return norm
@@ -201,16 +215,28 @@ def report(bwrap: str | None = None) -> list[Capability]:
     except CannotEnforce:
         from ..capability import Capability
 
-        return [Capability("confinement", False, "", f"no confinement mechanism on {sys.platform}",
-                           "platform")]
+        return [
+            Capability("confinement", False, "", f"no confinement mechanism on {sys.platform}", "platform")
+        ]
 
 
-def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mapping[str, str] | None = None,
-            cd: str | None = None, permit_extra_subpaths: Sequence[str] = (), permit_read: Sequence[str] = (),
-            allow_hosts: Sequence[str] | None = None, report: str | None = None,
-            protect: bool = True, settings_file: str | None = None, bwrap: str | None = None,
-            landlock: bool | None = None, trial: bool = True,
-            host_map: Mapping[str, tuple[str, int]] | None = None) -> LaunchSpec:
+def confine(
+    command: tuple[str, Sequence[str]],
+    *,
+    permit_path: str,
+    env: Mapping[str, str] | None = None,
+    cd: str | None = None,
+    permit_extra_subpaths: Sequence[str] = (),
+    permit_read: Sequence[str] = (),
+    allow_hosts: Sequence[str] | None = None,
+    report: str | None = None,
+    protect: bool = True,
+    settings_file: str | None = None,
+    bwrap: str | None = None,
+    landlock: bool | None = None,
+    trial: bool = True,
+    host_map: Mapping[str, tuple[str, int]] | None = None,
+) -> LaunchSpec:
     """Build the launch spec that runs ``command`` confined to ``permit_path``.
 
     Args:
@@ -258,8 +284,11 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
     rw = [permit, *extras]
     start = os.path.realpath(cd) if cd is not None else permit
     exe = resolve_executable(cmd, env.get("PATH", os.defpath), start)
-    spelled = (os.path.join(start, cmd) if "/" in cmd
-               else readset.resolve_name(cmd, env.get("PATH", os.defpath))) if exe != cmd else None
+    spelled = (
+        (os.path.join(start, cmd) if "/" in cmd else readset.resolve_name(cmd, env.get("PATH", os.defpath)))
+        if exe != cmd
+        else None
+    )
     patterns = None
     if allow_hosts is not None:
         from .egress import check_pattern
@@ -270,11 +299,33 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
         if any(_within(report, p) for p in rw):
             raise ValueError(f"report {report!r} lies inside a read-write path: the command could write it")
     backend = _backend()
-    sets = build_sets(exe, env, rw, permit_read, protect, settings_file,
-                      interpreters=backend.helper_interpreters(patterns is not None), spelled=spelled)
+    sets = build_sets(
+        exe,
+        env,
+        rw,
+        permit_read,
+        protect,
+        settings_file,
+        interpreters=backend.helper_interpreters(patterns is not None),
+        spelled=spelled,
+    )
     try:
-        return _launch_spec(backend, exe, args, env, sets, rw, permit, start, patterns, report, bwrap,
-                            landlock, trial, host_map)
+        return _launch_spec(
+            backend,
+            exe,
+            args,
+            env,
+            sets,
+            rw,
+            permit,
+            start,
+            patterns,
+            report,
+            bwrap,
+            landlock,
+            trial,
+            host_map,
+        )
     except BaseException:
         from .confine_journal import forget
         from .confine_sets import remove_placeholders
@@ -285,10 +336,22 @@ def confine(command: tuple[str, Sequence[str]], *, permit_path: str, env: Mappin
         raise
 
 
-def _launch_spec(backend: Any, exe: str, args: Sequence[str], env: dict[str, str], sets: Sets, rw: list[str],
-                 permit: str, start: str, patterns: list[str] | None, report: str | None, bwrap: str | None,
-                 landlock: bool | None, trial: bool,
-                 host_map: Mapping[str, tuple[str, int]] | None) -> LaunchSpec:
+def _launch_spec(
+    backend: Any,
+    exe: str,
+    args: Sequence[str],
+    env: dict[str, str],
+    sets: Sets,
+    rw: list[str],
+    permit: str,
+    start: str,
+    patterns: list[str] | None,
+    report: str | None,
+    bwrap: str | None,
+    landlock: bool | None,
+    trial: bool,
+    host_map: Mapping[str, tuple[str, int]] | None,
+) -> LaunchSpec:
     reachable = [*rw, *sets.read_only, *sets.islands]
     if not any(_within(start, q) for q in reachable) or not os.path.isdir(start):
         raise ValueError(f"cd {start!r} is not a directory reachable inside the confinement")
@@ -298,15 +361,29 @@ def _launch_spec(backend: Any, exe: str, args: Sequence[str], env: dict[str, str
 
         from .egress import EgressProxy
 
-        egress = EgressProxy(patterns, tempfile.mkdtemp(prefix="sandbox-shim-egress-"), report, host_map,
-                             tcp_port=0 if backend.EGRESS_TCP else None)
+        egress = EgressProxy(
+            patterns,
+            tempfile.mkdtemp(prefix="sandbox-shim-egress-"),
+            report,
+            host_map,
+            tcp_port=0 if backend.EGRESS_TCP else None,
+        )
         port = egress.port or backend.PROXY_PORT
         env.update({k: f"http://127.0.0.1:{port}" for k in PROXY_ENV})
         env.update({"NO_PROXY": "", "no_proxy": ""})
     try:
-        argv, layers, not_enforced = backend.render(exe, list(args), sets, start, permit=permit, env=env,
-                                                    bwrap=bwrap, landlock=landlock, trial=trial,
-                                                    egress=egress)
+        argv, layers, not_enforced = backend.render(
+            exe,
+            list(args),
+            sets,
+            start,
+            permit=permit,
+            env=env,
+            bwrap=bwrap,
+            landlock=landlock,
+            trial=trial,
+            egress=egress,
+        )
     except BaseException:
         if egress is not None:
             egress.close()
@@ -330,18 +407,30 @@ def write_start_record(report: str, spec: LaunchSpec) -> None:
     import time
 
     observed = ["egress denials (proxy)"] if spec.egress is not None else []
-    unobserved = ["file-system denials: bwrap leaves the path absent or read-only and Landlock returns "
-                  "EACCES to the caller; neither writes a log this profile can read",
-                  *([] if spec.egress else ["egress: not restricted (no allow-list)"])]
-    rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "event": "start",
-           "layers": list(spec.layers), "observed": observed, "not_observed": unobserved,
-           "not_enforced": list(spec.not_enforced)}
+    unobserved = [
+        "file-system denials: bwrap leaves the path absent or read-only and Landlock returns "
+        "EACCES to the caller; neither writes a log this profile can read",
+        *([] if spec.egress else ["egress: not restricted (no allow-list)"]),
+    ]
+    rec = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "event": "start",
+        "layers": list(spec.layers),
+        "observed": observed,
+        "not_observed": unobserved,
+        "not_enforced": list(spec.not_enforced),
+    }
     with open(report, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(rec) + "\n")
 
 
 def describe(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A printable form of a launch spec: environment *names* only (values may be credentials)."""
-    return {"cmd": spec["cmd"], "args": list(spec["args"]), "cd": spec["cd"],
-            "env_names": sorted(spec["env"]), "layers": list(getattr(spec, "layers", ())),
-            "not_enforced": list(getattr(spec, "not_enforced", ()))}
+    return {
+        "cmd": spec["cmd"],
+        "args": list(spec["args"]),
+        "cd": spec["cd"],
+        "env_names": sorted(spec["env"]),
+        "layers": list(getattr(spec, "layers", ())),
+        "not_enforced": list(getattr(spec, "not_enforced", ())),
+    }

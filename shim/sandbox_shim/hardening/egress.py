@@ -105,8 +105,9 @@ def check_pattern(pattern: str) -> str:
     name = host_name(host[2:] if wild else host)
     bad_port = port not in ("", "*") and not (port.isdigit() and 0 < int(port) < 65536 and port[0] != "0")
     if name is None or bad_port or (wild and (name.startswith("[") or name.replace(".", "").isdigit())):
-        raise ValueError(f"allow-host {pattern!r} is not a host name, *.domain, or IP address "
-                         "(optionally :PORT or :*)")
+        raise ValueError(
+            f"allow-host {pattern!r} is not a host name, *.domain, or IP address (optionally :PORT or :*)"
+        )
     return ("*." if wild else "") + name + (f":{port}" if port else "")
 
 
@@ -151,6 +152,7 @@ def _split_hostport(text: str, default_port: int | None) -> tuple[str, int]:
 
 def _pipe(a: socket.socket, b: socket.socket) -> None:
     """Copy bytes both ways until either side closes."""
+
     def one(src: socket.socket, dst: socket.socket) -> None:
         try:
             while True:
@@ -185,8 +187,14 @@ class EgressProxy:
             the unix socket — for macOS, which has no network namespaces to bind a socket into.
     """
 
-    def __init__(self, allow_hosts: Sequence[str], socket_dir: str, report: str | None = None,
-                 host_map: Mapping[str, tuple[str, int]] | None = None, tcp_port: int | None = None) -> None:
+    def __init__(
+        self,
+        allow_hosts: Sequence[str],
+        socket_dir: str,
+        report: str | None = None,
+        host_map: Mapping[str, tuple[str, int]] | None = None,
+        tcp_port: int | None = None,
+    ) -> None:
         self.patterns = [check_pattern(p) for p in allow_hosts]
         self.socket_dir = socket_dir
         self.socket_path = os.path.join(socket_dir, "proxy.sock")
@@ -209,8 +217,13 @@ class EgressProxy:
     def _record(self, host: str, port: int | None, operation: str, reason: str = "") -> None:
         if not self.report:
             return
-        rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "event": "denied",
-               "host": host[:300], "port": port, "operation": operation[:32]}
+        rec = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "event": "denied",
+            "host": host[:300],
+            "port": port,
+            "operation": operation[:32],
+        }
         if reason:
             rec["reason"] = reason
         with self._lock:
@@ -230,8 +243,11 @@ class EgressProxy:
         body = f"sandbox-shim confine: {reason}\n".encode("ascii", "backslashreplace")
         msg = {403: "Forbidden", 400: "Bad Request", 502: "Bad Gateway"}[code]
         try:
-            conn.sendall(f"HTTP/1.1 {code} {msg}\r\nContent-Type: text/plain\r\nContent-Length: "
-                         f"{len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+            conn.sendall(
+                f"HTTP/1.1 {code} {msg}\r\nContent-Type: text/plain\r\nContent-Length: "
+                f"{len(body)}\r\nConnection: close\r\n\r\n".encode()
+                + body
+            )
         except OSError:
             pass
 
@@ -248,8 +264,11 @@ class EgressProxy:
             return method, host, port, "", version
         m = re.fullmatch(r"http://([^/?#@\\]+)(/[^#\\]*)?", target, re.I)
         if not m:
-            raise _Bad("only absolute http:// targets (no user information, backslash or fragment) "
-                       "or CONNECT", target[:200], None)
+            raise _Bad(
+                "only absolute http:// targets (no user information, backslash or fragment) or CONNECT",
+                target[:200],
+                None,
+            )
         host, port = _split_hostport(m.group(1), 80)
         return method, host, port, m.group(2) or "/", version
 
@@ -292,8 +311,9 @@ class EgressProxy:
                 else:  # Host is the validated target (RFC 9112 section 3.2.2), never the client's own
                     authority = host if port == 80 else f"{host}:{port}"
                     headers = [h for h in lines[1:] if h.split(":", 1)[0].strip().lower() not in _HOP]
-                    out = "\r\n".join([f"{method} {path} {version}", f"Host: {authority}", *headers,
-                                        "Connection: close"])
+                    out = "\r\n".join(
+                        [f"{method} {path} {version}", f"Host: {authority}", *headers, "Connection: close"]
+                    )
                     up.sendall(out.encode("latin-1") + b"\r\n\r\n" + rest)
                 _pipe(conn, up)
         except OSError:

@@ -35,8 +35,16 @@ if TYPE_CHECKING:
 
 #: trees granted whole (read-only) on Linux; what lies below them needs no per-file grant
 SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-DEFAULT_LIB_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
-                    "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
+DEFAULT_LIB_DIRS = (
+    "/lib",
+    "/usr/lib",
+    "/lib64",
+    "/usr/lib64",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+)
 _MAX_DEPTH = 8
 
 
@@ -94,8 +102,11 @@ class Guard:
     @property
     def path_dirs(self) -> frozenset[str]:
         if self._path_dirs is None:  # computed on first use: most runs never ask
-            self._path_dirs = frozenset(os.path.realpath(d) for d in self._path.split(":")
-                                        if d and os.path.isabs(d) and not self.touches(d))
+            self._path_dirs = frozenset(
+                os.path.realpath(d)
+                for d in self._path.split(":")
+                if d and os.path.isabs(d) and not self.touches(d)
+            )
         return self._path_dirs
 
     def inside(self, path: str) -> bool:
@@ -116,8 +127,11 @@ class Guard:
     def on_path(self, path: str) -> bool:
         """True for an executable regular file whose directory is one of the caller's ``PATH``
         directories (outside the read-write roots)."""
-        return (os.path.realpath(os.path.dirname(os.path.abspath(path))) in self.path_dirs
-                and os.path.isfile(path) and os.access(path, os.X_OK))
+        return (
+            os.path.realpath(os.path.dirname(os.path.abspath(path))) in self.path_dirs
+            and os.path.isfile(path)
+            and os.access(path, os.X_OK)
+        )
 
     def admit(self, entry: str) -> bool:
         """Whether ``entry``, derived from content a confined run can change, may be granted."""
@@ -125,9 +139,11 @@ class Guard:
             return True
         if os.path.isdir(entry):
             real = os.path.realpath(entry)
-            return (python_name(os.path.basename(real)) not in (None, "")
-                    and os.path.basename(os.path.dirname(real)) == "lib"
-                    and os.path.isfile(os.path.join(real, "os.py")))
+            return (
+                python_name(os.path.basename(real)) not in (None, "")
+                and os.path.basename(os.path.dirname(real)) == "lib"
+                and os.path.isfile(os.path.join(real, "os.py"))
+            )
         return is_elf(entry) or self.on_path(entry)
 
     def keep(self, entries: list[str], trusted: bool) -> list[str]:
@@ -201,12 +217,16 @@ def elf_dynamic(path: str) -> tuple[str | None, list[str], list[str], list[str]]
             end = "<" if ident[5] == 1 else ">"
             is64 = ident[4] == 2
             if is64:
-                phoff, phentsize, phnum = struct.unpack_from(end + "Q", ident, 32)[0], *struct.unpack_from(
-                    end + "HH", ident, 54)
+                phoff, phentsize, phnum = (
+                    struct.unpack_from(end + "Q", ident, 32)[0],
+                    *struct.unpack_from(end + "HH", ident, 54),
+                )
                 ph_fmt, dyn_fmt = end + "IIQQQQQQ", end + "qQ"
             else:
-                phoff, phentsize, phnum = struct.unpack_from(end + "I", ident, 28)[0], *struct.unpack_from(
-                    end + "HH", ident, 42)
+                phoff, phentsize, phnum = (
+                    struct.unpack_from(end + "I", ident, 28)[0],
+                    *struct.unpack_from(end + "HH", ident, 42),
+                )
                 ph_fmt, dyn_fmt = end + "IIIIIIII", end + "iI"
             if phnum > 512 or phentsize < struct.calcsize(ph_fmt):
                 return None
@@ -235,8 +255,10 @@ def elf_dynamic(path: str) -> tuple[str | None, list[str], list[str], list[str]]
             size = struct.calcsize(dyn_fmt)
             entries = [struct.unpack_from(dyn_fmt, raw, o) for o in range(0, len(raw) - size + 1, size)]
             strtab = next((v for t, v in entries if t == DT_STRTAB), None)
-            base = next((off + strtab - va for va, off, sz in loads if strtab is not None
-                         and va <= strtab < va + sz), None)
+            base = next(
+                (off + strtab - va for va, off, sz in loads if strtab is not None and va <= strtab < va + sz),
+                None,
+            )
             if base is None:
                 return interp, [], [], []
 
@@ -298,8 +320,13 @@ def _expand(dirs: list[str], origin: str) -> list[str]:
     return [d.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) for d in dirs if d]
 
 
-def shared_objects(path: str, env: Mapping[str, str], _seen: set[str] | None = None,
-                   guard: Guard | None = None, trusted: bool = True) -> list[str]:
+def shared_objects(
+    path: str,
+    env: Mapping[str, str],
+    _seen: set[str] | None = None,
+    guard: Guard | None = None,
+    trusted: bool = True,
+) -> list[str]:
     """The ELF interpreter and shared libraries ``path`` loads that lie *outside* the system trees
     (each with its symlink chain), found as ld.so(8) searches; objects inside are not listed.
 
@@ -338,6 +365,7 @@ def shared_objects(path: str, env: Mapping[str, str], _seen: set[str] | None = N
 
 # ---- language runtimes ---------------------------------------------------------------------------------
 
+
 def python_name(name: str) -> str | None:
     """``"3.11"`` for ``python3.11``, ``""`` for ``python``/``python3``, None for anything else."""
     if name in ("python", "python3"):
@@ -355,8 +383,9 @@ def _python_version(real: str) -> str | None:
         return ver
     lib = os.path.join(os.path.dirname(os.path.dirname(real)), "lib")
     try:
-        found = sorted(n for n in os.listdir(lib) if python_name(n)
-                       and os.path.isfile(os.path.join(lib, n, "os.py")))
+        found = sorted(
+            n for n in os.listdir(lib) if python_name(n) and os.path.isfile(os.path.join(lib, n, "os.py"))
+        )
     except OSError:
         return None
     return found[-1][6:] if found else None
@@ -462,6 +491,7 @@ def node_packages(script: str, guard: Guard | None = None, trusted: bool = True)
 
 # ---- the whole set ---------------------------------------------------------------------------------------
 
+
 def resolve_name(name: str, path: str) -> str | None:
     """``name`` through the PATH-syntax ``path`` as execvp(3) searches (first executable regular
     file; an empty entry is the current directory), or None."""
@@ -474,8 +504,15 @@ def resolve_name(name: str, path: str) -> str | None:
     return None
 
 
-def runtime_read_set(exe: str, env: Mapping[str, str], *, invoked: str | None = None,
-                     depth: int = _MAX_DEPTH, guard: Guard | None = None, trusted: bool = True) -> list[str]:
+def runtime_read_set(
+    exe: str,
+    env: Mapping[str, str],
+    *,
+    invoked: str | None = None,
+    depth: int = _MAX_DEPTH,
+    guard: Guard | None = None,
+    trusted: bool = True,
+) -> list[str]:
     """Everything ``exe`` needs read-only to run, outside the system trees (absolute paths; links
     listed as links, to be recreated inside).
 

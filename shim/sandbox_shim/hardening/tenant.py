@@ -66,22 +66,34 @@ def check_env(env: list[Any] | None) -> tuple[list[BundleProblem], list[BundlePr
             continue  # the schema reports the type
         name, eq, _value = entry.partition("=")
         if not eq or not name:
-            errors.append(BundleProblem(ptr, "entry has no NAME= part", "runtime-spec process.env",
-                                        "write it as NAME=VALUE"))
+            errors.append(
+                BundleProblem(
+                    ptr, "entry has no NAME= part", "runtime-spec process.env", "write it as NAME=VALUE"
+                )
+            )
             continue
         if "\0" in entry:
             continue  # config_rules.string_problems refuses it, with every other string of the config
         frag = forbidden_fragment(name)
         if frag:
-            errors.append(BundleProblem(
-                ptr, f"variable {name!r} looks like a credential (name contains {frag!r})",
-                "tenant profile: forbidden environment names",
-                "pass credentials to a tenant as a mounted file, never in the environment"))
+            errors.append(
+                BundleProblem(
+                    ptr,
+                    f"variable {name!r} looks like a credential (name contains {frag!r})",
+                    "tenant profile: forbidden environment names",
+                    "pass credentials to a tenant as a mounted file, never in the environment",
+                )
+            )
             continue
         if name in seen:
-            warnings.append(BundleProblem(
-                ptr, f"variable {name!r} repeats /process/env/{seen[name]}; the last wins",
-                "runtime-spec process.env", "keep one entry per name"))
+            warnings.append(
+                BundleProblem(
+                    ptr,
+                    f"variable {name!r} repeats /process/env/{seen[name]}; the last wins",
+                    "runtime-spec process.env",
+                    "keep one entry per name",
+                )
+            )
         seen[name] = i
     return errors, warnings
 
@@ -100,16 +112,25 @@ def check_network(config: dict[str, Any], network_setting: str) -> list[BundlePr
     nss = (config.get("linux") or {}).get("namespaces") or []
     if any(ns.get("type") == "network" for ns in nss if isinstance(ns, dict)):
         if network_setting == "host":
-            return [BundleProblem("/annotations/sandbox-shim.network",
-                                  "network is 'host' but linux.namespaces lists a network namespace",
-                                  "tenant profile: network", "remove one of the two")]
+            return [
+                BundleProblem(
+                    "/annotations/sandbox-shim.network",
+                    "network is 'host' but linux.namespaces lists a network namespace",
+                    "tenant profile: network",
+                    "remove one of the two",
+                )
+            ]
         return []
     if network_setting == "host":
         return []
-    return [BundleProblem(
-        "/linux/namespaces", "no network namespace: in OCI terms this shares the host's network",
-        "tenant profile: network denied by default",
-        'add {"type": "network"} to linux.namespaces, or set annotation sandbox-shim.network to "host"')]
+    return [
+        BundleProblem(
+            "/linux/namespaces",
+            "no network namespace: in OCI terms this shares the host's network",
+            "tenant profile: network denied by default",
+            'add {"type": "network"} to linux.namespaces, or set annotation sandbox-shim.network to "host"',
+        )
+    ]
 
 
 def pid_problem(unshare: list[str], join: dict[str, str], mount_kinds: list[str]) -> BundleProblem | None:
@@ -125,11 +146,13 @@ def pid_problem(unshare: list[str], join: dict[str, str], mount_kinds: list[str]
     """
     if "proc" not in mount_kinds or "pid" in unshare or "pid" in join:
         return None
-    return BundleProblem("/linux/namespaces",
-                         "a proc mount without a pid namespace shows the host's processes, and through "
-                         "/proc/PID/root their files (a neighbour sandbox's storage included)",
-                         "tenant profile: processes isolated",
-                         'add {"type": "pid"} to linux.namespaces, or remove the proc mount')
+    return BundleProblem(
+        "/linux/namespaces",
+        "a proc mount without a pid namespace shows the host's processes, and through "
+        "/proc/PID/root their files (a neighbour sandbox's storage included)",
+        "tenant profile: processes isolated",
+        'add {"type": "pid"} to linux.namespaces, or remove the proc mount',
+    )
 
 
 def check_capabilities(config: dict[str, Any]) -> list[BundleProblem]:
@@ -147,24 +170,46 @@ def check_pid_namespace(config: dict[str, Any]) -> list[BundleProblem]:
     nss = (config.get("linux") or {}).get("namespaces") or []
     if any(isinstance(ns, dict) and ns.get("type") == "pid" for ns in nss):
         return []
-    return [BundleProblem("/linux/namespaces",
-                          "no pid namespace: in OCI terms this shares the host's processes",
-                          "tenant profile: own pid namespace",
-                          'add {"type": "pid"} to linux.namespaces')]
+    return [
+        BundleProblem(
+            "/linux/namespaces",
+            "no pid namespace: in OCI terms this shares the host's processes",
+            "tenant profile: own pid namespace",
+            'add {"type": "pid"} to linux.namespaces',
+        )
+    ]
 
 
 # -- the kernel-file floor: always applied, whatever maskedPaths / readonlyPaths say -----------------
 
 #: under every ``proc`` mount: hidden (an empty read-only tmpfs for a directory, /dev/null for a file).
 #: Union of runc's ``runc spec`` and podman's default maskedPaths, plus /proc/kmsg.
-PROC_MASKED: tuple[str, ...] = ("acpi", "asound", "kcore", "keys", "kmsg", "latency_stats", "timer_list",
-                                "timer_stats", "sched_debug", "scsi", "interrupts", "config.gz")
+PROC_MASKED: tuple[str, ...] = (
+    "acpi",
+    "asound",
+    "kcore",
+    "keys",
+    "kmsg",
+    "latency_stats",
+    "timer_list",
+    "timer_stats",
+    "sched_debug",
+    "scsi",
+    "interrupts",
+    "config.gz",
+)
 #: under every ``proc`` mount: read-only (a uid-0 tenant without capabilities can otherwise write
 #: /proc/sys — host sysctls, ``kernel.core_pattern`` — and /proc/sysrq-trigger, as DAC allows root).
 PROC_READONLY: tuple[str, ...] = ("bus", "fs", "irq", "sys", "sysrq-trigger")
 #: under every ``sysfs`` mount (itself read-only): hidden.
-SYS_MASKED: tuple[str, ...] = ("firmware", "fs/selinux", "dev/block", "devices/virtual/powercap",
-                               "kernel/security", "kernel/debug")
+SYS_MASKED: tuple[str, ...] = (
+    "firmware",
+    "fs/selinux",
+    "dev/block",
+    "devices/virtual/powercap",
+    "kernel/security",
+    "kernel/debug",
+)
 
 
 def proc_pid_entry(rel: str) -> bool:
@@ -184,7 +229,8 @@ def check_readonly_proc(cfg: dict[str, Any]) -> list[BundleProblem]:
     pid-dependent (``proc_pid_entry``, or through ``/proc/net`` / ``/proc/mounts``, links to ``self/``):
     its read-only bind would have the host's /proc as source.  The same rule holds at create."""
     procs: list[str] = [
-        m["destination"] for m in cfg.get("mounts") or []
+        m["destination"]
+        for m in cfg.get("mounts") or []
         if isinstance(m, dict) and m.get("type") == "proc" and isinstance(m.get("destination"), str)
     ]
     out: list[BundleProblem] = []
@@ -195,11 +241,17 @@ def check_readonly_proc(cfg: dict[str, Any]) -> list[BundleProblem]:
             top = dest.rstrip("/")
             if path != top and not path.startswith(top + "/"):
                 continue
-            rel = path[len(top):]
+            rel = path[len(top) :]
             if proc_pid_entry(rel) or rel.strip("/").split("/")[0] in PROC_SELF_LINKS:
-                out.append(BundleProblem(f"/linux/readonlyPaths/{i}", f"{path}: a pid-dependent proc entry "
-                                         "cannot be made read-only (the bind's source would be the host's "
-                                         "/proc)", "tenant profile: masked and read-only paths hold",
-                                         "remove it; mask it instead, or list a path below /proc/sys"))
+                out.append(
+                    BundleProblem(
+                        f"/linux/readonlyPaths/{i}",
+                        f"{path}: a pid-dependent proc entry "
+                        "cannot be made read-only (the bind's source would be the host's "
+                        "/proc)",
+                        "tenant profile: masked and read-only paths hold",
+                        "remove it; mask it instead, or list a path below /proc/sys",
+                    )
+                )
                 break
     return out

@@ -25,7 +25,7 @@ from .errors import ImageInvalid
 
 JSON_LIMIT = 4 * 1024 * 1024
 DIGEST_RE = re.compile(r"^sha256:([0-9a-f]{64})$")
-GiB = 1024 ** 3
+GiB = 1024**3
 
 TAR = "application/vnd.oci.image.layer.v1.tar"
 LAYER_TYPES = {  # media type -> compression (image-spec media-types.md; Docker's image manifest v2.2)
@@ -71,8 +71,10 @@ def descriptor(obj: Any, where: str) -> Descriptor:
         raise ImageInvalid(f"{where}: not a descriptor object", "rebuild the image")
     digest, size = obj.get("digest"), obj.get("size")
     if not isinstance(digest, str) or not DIGEST_RE.match(digest):
-        raise ImageInvalid(f"{where}/digest: {str(digest)[:80]!r} is not sha256:<64 lowercase hex>",
-                           "only sha256 digests are supported")
+        raise ImageInvalid(
+            f"{where}/digest: {str(digest)[:80]!r} is not sha256:<64 lowercase hex>",
+            "only sha256 digests are supported",
+        )
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise ImageInvalid(f"{where}/size: must be a non-negative integer", "rebuild the image")
     ann = obj.get("annotations") or {}
@@ -80,7 +82,6 @@ def descriptor(obj: Any, where: str) -> Descriptor:
     if not isinstance(ann, dict) or not isinstance(plat, dict):
         raise ImageInvalid(f"{where}: annotations and platform must be objects", "rebuild the image")
     return Descriptor(str(obj.get("mediaType", "")), digest, size, ann, plat)
-
 
 
 class Reader(Protocol):
@@ -112,8 +113,10 @@ class Verified(io.RawIOBase):
         data = self.fh.read(want)
         self.n += len(data)
         if self.desc.size >= 0 and self.n > self.desc.size:
-            raise ImageInvalid(f"{self.what} {self.desc.digest[:19]}: longer than its descriptor's size "
-                               f"{self.desc.size}", "the image was altered or truncated; fetch it again")
+            raise ImageInvalid(
+                f"{self.what} {self.desc.digest[:19]}: longer than its descriptor's size {self.desc.size}",
+                "the image was altered or truncated; fetch it again",
+            )
         self.h.update(data)
         b[: len(data)] = data
         return len(data)
@@ -122,19 +125,25 @@ class Verified(io.RawIOBase):
         while self.read(1 << 20):
             pass
         if self.desc.size >= 0 and self.n != self.desc.size:
-            raise ImageInvalid(f"{self.what} {self.desc.digest[:19]}: {self.n} bytes, descriptor says "
-                               f"{self.desc.size}", "the image was altered or truncated; fetch it again")
+            raise ImageInvalid(
+                f"{self.what} {self.desc.digest[:19]}: {self.n} bytes, descriptor says {self.desc.size}",
+                "the image was altered or truncated; fetch it again",
+            )
         if "sha256:" + self.h.hexdigest() != self.desc.digest:
-            raise ImageInvalid(f"{self.what} {self.desc.digest[:19]}: digest mismatch (content is "
-                               f"sha256:{self.h.hexdigest()[:12]}...)",
-                               "the image was altered; fetch it again")
+            raise ImageInvalid(
+                f"{self.what} {self.desc.digest[:19]}: digest mismatch (content is "
+                f"sha256:{self.h.hexdigest()[:12]}...)",
+                "the image was altered; fetch it again",
+            )
 
 
 def read_json_blob(fh: IO[bytes], desc: Descriptor, what: str) -> dict[str, Any]:
     """A verified JSON object blob (index, manifest or config) of at most ``JSON_LIMIT`` bytes."""
     if desc.size > JSON_LIMIT:
-        raise ImageInvalid(f"{what}: {desc.size} bytes, more than the {JSON_LIMIT}-byte limit",
-                           "this is not an ordinary image")
+        raise ImageInvalid(
+            f"{what}: {desc.size} bytes, more than the {JSON_LIMIT}-byte limit",
+            "this is not an ordinary image",
+        )
     v = Verified(fh, desc, what)
     data = v.read(JSON_LIMIT + 1)
     v.finish()
@@ -172,17 +181,22 @@ class Bounded(io.RawIOBase):
         except ImageInvalid:
             raise
         except Exception as e:  # OSError/EOFError/zlib.error from gzip, ZstdError from zstandard
-            raise ImageInvalid(f"{self.what}: cannot decompress ({str(e)[:80]})",
-                               "the layer is corrupt; rebuild the image") from None
+            raise ImageInvalid(
+                f"{self.what}: cannot decompress ({str(e)[:80]})", "the layer is corrupt; rebuild the image"
+            ) from None
         self.n += len(data)
         self.total[0] += len(data)
         if self.n > self.limits.layer_bytes:
-            raise ImageInvalid(f"{self.what}: more than {self.limits.layer_bytes} bytes uncompressed "
-                               "(a decompression bomb, or a layer larger than the limit)",
-                               "raise --max-layer-bytes if the image is trusted and really that large")
+            raise ImageInvalid(
+                f"{self.what}: more than {self.limits.layer_bytes} bytes uncompressed "
+                "(a decompression bomb, or a layer larger than the limit)",
+                "raise --max-layer-bytes if the image is trusted and really that large",
+            )
         if self.total[0] > self.limits.image_bytes:
-            raise ImageInvalid(f"{self.what}: the image passes {self.limits.image_bytes} bytes "
-                               "uncompressed in total", "raise --max-image-bytes if the image is trusted")
+            raise ImageInvalid(
+                f"{self.what}: the image passes {self.limits.image_bytes} bytes uncompressed in total",
+                "raise --max-image-bytes if the image is trusted",
+            )
         self.h.update(data)
         b[: len(data)] = data
         return len(data)
@@ -214,8 +228,10 @@ def decompressor(raw: Reader, compression: str, what: str) -> Reader:
         try:
             import zstandard
         except ImportError:
-            raise ImageInvalid(f"{what}: zstd-compressed, and the zstandard package is not installed",
-                               "pip install 'sandbox-shim[image]' (or zstandard)") from None
+            raise ImageInvalid(
+                f"{what}: zstd-compressed, and the zstandard package is not installed",
+                "pip install 'sandbox-shim[image]' (or zstandard)",
+            ) from None
         # max_window_size bounds the decoder's memory whatever the frame header asks (RFC 8878 3.1.1.1.2);
         # the stub asks for IO[bytes], the reader calls only read() (zstandard's stream_reader docs)
         return zstandard.ZstdDecompressor(max_window_size=1 << 27).stream_reader(raw)  # type: ignore[arg-type]

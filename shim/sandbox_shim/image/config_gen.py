@@ -59,24 +59,40 @@ def resolve_user(user: str, root: RootDir) -> dict[str, int]:
         uid, gid = int(name), None
     else:
         data = root.read_file("etc/passwd", NAME_FILE_LIMIT)
-        entry = next((ln.split(":") for ln in (data or b"").decode("utf-8", "replace").splitlines()
-                      if ln.split(":")[0] == name), None)
+        entry = next(
+            (
+                ln.split(":")
+                for ln in (data or b"").decode("utf-8", "replace").splitlines()
+                if ln.split(":")[0] == name
+            ),
+            None,
+        )
         if entry is None or len(entry) < 4 or not entry[2].isdigit() or not entry[3].isdigit():
-            raise ImageInvalid(f"image config User {name!r}: not in the image's /etc/passwd",
-                               "use a numeric uid, or an image that defines the user")
+            raise ImageInvalid(
+                f"image config User {name!r}: not in the image's /etc/passwd",
+                "use a numeric uid, or an image that defines the user",
+            )
         uid, gid = int(entry[2]), int(entry[3])
     if group:
         gid = int(group) if group.isdigit() else _lookup(root, "etc/group", group, 2)
         if gid is None:
-            raise ImageInvalid(f"image config User group {group!r}: not in the image's /etc/group",
-                               "use a numeric gid, or an image that defines the group")
+            raise ImageInvalid(
+                f"image config User group {group!r}: not in the image's /etc/group",
+                "use a numeric gid, or an image that defines the group",
+            )
     if uid > 0xFFFFFFFE or (gid or 0) > 0xFFFFFFFE:
         raise ImageInvalid(f"image config User {user!r}: id out of range", "use ids below 2^32-1")
     return {"uid": uid, "gid": gid if gid is not None else 0}
 
 
-def generate(image_config: dict[str, Any], root: RootDir, args: str | None, env: list[str],
-             readonly: bool, storage: str | None) -> tuple[dict[str, Any], list[str]]:
+def generate(
+    image_config: dict[str, Any],
+    root: RootDir,
+    args: str | None,
+    env: list[str],
+    readonly: bool,
+    storage: str | None,
+) -> tuple[dict[str, Any], list[str]]:
     """The config.json (a dict) and warnings.  ``args``: shell words replacing Entrypoint+Cmd;
     ``env``: ``NAME=VALUE`` overrides (a forbidden name is refused); ``storage``: the bind source of
     ``/storage`` (default ``storage``, in the bundle).  Raises ImageInvalid."""
@@ -98,8 +114,10 @@ def generate(image_config: dict[str, Any], root: RootDir, args: str | None, env:
         if not name or "=" not in e or "\x00" in e:
             warnings.append(f"image Env entry {name[:40]!r} dropped: not NAME=VALUE")
         elif forbidden_fragment(name):
-            warnings.append(f"image Env {name} dropped: the tenant policy forbids names containing "
-                            f"{forbidden_fragment(name)} (pass credentials as files)")
+            warnings.append(
+                f"image Env {name} dropped: the tenant policy forbids names containing "
+                f"{forbidden_fragment(name)} (pass credentials as files)"
+            )
         else:
             merged[name] = e
     for e in env:
@@ -107,8 +125,10 @@ def generate(image_config: dict[str, Any], root: RootDir, args: str | None, env:
         if not name or "=" not in e:
             raise ImageInvalid(f"--env {name[:40]!r}: must be NAME=VALUE", "write --env NAME=VALUE")
         if forbidden_fragment(name):
-            raise ImageInvalid(f"--env {name}: the tenant policy forbids names containing "
-                               f"{forbidden_fragment(name)}", "pass credentials to a sandbox as files")
+            raise ImageInvalid(
+                f"--env {name}: the tenant policy forbids names containing {forbidden_fragment(name)}",
+                "pass credentials to a sandbox as files",
+            )
         merged[name] = e
     proc["env"] = list(merged.values())
     wd = c.get("WorkingDir") or "/"
@@ -134,9 +154,14 @@ def generate(image_config: dict[str, Any], root: RootDir, args: str | None, env:
                 warnings.append(f"image label {k} dropped: an image cannot set runtime settings")
             else:
                 ann[k] = v
-    ports = sorted(int(p.split("/")[0]) for p in (c.get("ExposedPorts") or {})
-                   if isinstance(p, str) and p.split("/")[0].isdigit()
-                   and (p.partition("/")[2] or "tcp") == "tcp" and 0 < int(p.split("/")[0]) < 65536)
+    ports = sorted(
+        int(p.split("/")[0])
+        for p in (c.get("ExposedPorts") or {})
+        if isinstance(p, str)
+        and p.split("/")[0].isdigit()
+        and (p.partition("/")[2] or "tcp") == "tcp"
+        and 0 < int(p.split("/")[0]) < 65536
+    )
     if ports:
         ann["sandbox-shim.port"] = str(ports[0])
     for key in ("Volumes", "StopSignal", "Healthcheck", "OnBuild"):

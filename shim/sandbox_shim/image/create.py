@@ -49,8 +49,13 @@ class Result:
     seconds: float
 
 
-def create_bundle(reference: str, bundle_dir: str, state_root: str, opts: Options,
-                  progress: Callable[[str], None] | None = None) -> Result:
+def create_bundle(
+    reference: str,
+    bundle_dir: str,
+    state_root: str,
+    opts: Options,
+    progress: Callable[[str], None] | None = None,
+) -> Result:
     """Write ``bundle_dir`` from the image ``reference`` (``TRANSPORT:REF``, see ``source.py``).
 
     ``bundle_dir`` must be missing or empty.  Layers are unpacked once into the cache under
@@ -64,17 +69,21 @@ def create_bundle(reference: str, bundle_dir: str, state_root: str, opts: Option
     try:
         return _create_bundle(reference, bundle_dir, state_root, opts, progress)
     except OSError as e:
-        raise ShimError(f"bundle create: {e.strerror or e}: {e.filename or bundle_dir}",
-                        "check the paths and permissions") from e
+        raise ShimError(
+            f"bundle create: {e.strerror or e}: {e.filename or bundle_dir}", "check the paths and permissions"
+        ) from e
 
 
-def _create_bundle(reference: str, bundle_dir: str, state_root: str, opts: Options,
-                   progress: Callable[[str], None] | None) -> Result:
+def _create_bundle(
+    reference: str, bundle_dir: str, state_root: str, opts: Options, progress: Callable[[str], None] | None
+) -> Result:
     from ..errors import UsageError
 
     if not hasattr(os, "O_DIRECTORY"):
-        raise UsageError("bundle create --image needs a POSIX host (directory file descriptors)",
-                         "run it on Linux (or macOS) and copy the bundle")
+        raise UsageError(
+            "bundle create --image needs a POSIX host (directory file descriptors)",
+            "run it on Linux (or macOS) and copy the bundle",
+        )
     t0 = time.monotonic()
     say = progress or (lambda s: None)
     bundle_dir = os.path.abspath(bundle_dir)
@@ -119,8 +128,9 @@ def _create_bundle(reference: str, bundle_dir: str, state_root: str, opts: Optio
             if made_storage and opts.storage:
                 shutil.rmtree(opts.storage, ignore_errors=True)
             raise
-    return Result(bundle_dir, cached, report.reused_layers, mat, report.warnings() + warnings,
-                  time.monotonic() - t0)
+    return Result(
+        bundle_dir, cached, report.reused_layers, mat, report.warnings() + warnings, time.monotonic() - t0
+    )
 
 
 def _check_platform(image: Image) -> None:
@@ -128,17 +138,26 @@ def _check_platform(image: Image) -> None:
 
     arch, os_name = image.config.get("architecture"), image.config.get("os")
     if os_name not in (None, "linux") or arch not in (None, host_arch()):
-        raise ImageInvalid(f"{image.reference}: built for {os_name}/{arch}, this host is linux/{host_arch()}",
-                           "use an image built for this host")
+        raise ImageInvalid(
+            f"{image.reference}: built for {os_name}/{arch}, this host is linux/{host_arch()}",
+            "use an image built for this host",
+        )
 
 
-def _unpack(image: Image, cache: Cache, key: str, opts: Options, report: LayerReport,
-            say: Callable[[str], None]) -> str:
+def _unpack(
+    image: Image, cache: Cache, key: str, opts: Options, report: LayerReport, say: Callable[[str], None]
+) -> str:
     diff_ids = [la.diff_id for la in image.layers]
     chown = os.geteuid() == 0
     # an image built on a cached one (its first k layers are that image's layers): start from its snapshot
-    base = next(((k, snap) for k in range(len(diff_ids) - 1, 0, -1)
-                 if (snap := cache.lookup(snapshot_key(diff_ids[:k], opts.keep_setuid, chown)))), (0, None))
+    base = next(
+        (
+            (k, snap)
+            for k in range(len(diff_ids) - 1, 0, -1)
+            if (snap := cache.lookup(snapshot_key(diff_ids[:k], opts.keep_setuid, chown)))
+        ),
+        (0, None),
+    )
     tmp = cache.building(with_rootfs=base[1] is None)
     try:
         if base[1] is not None:
@@ -164,8 +183,15 @@ def _unpack(image: Image, cache: Cache, key: str, opts: Options, report: LayerRe
     return cache.commit(tmp, key)
 
 
-def _apply_one(image: Image, layer: object, applier: Applier, limits: Limits, total: list[int], what: str,
-               say: Callable[[str], None]) -> None:
+def _apply_one(
+    image: Image,
+    layer: object,
+    applier: Applier,
+    limits: Limits,
+    total: list[int],
+    what: str,
+    say: Callable[[str], None],
+) -> None:
     from .source import Layer
 
     assert isinstance(layer, Layer)
@@ -187,8 +213,10 @@ def _apply_one(image: Image, layer: object, applier: Applier, limits: Limits, to
         if verified is not None:
             verified.finish()
         if "sha256:" + bounded.h.hexdigest() != layer.diff_id:
-            raise ImageInvalid(f"{what}: uncompressed content does not match the config's diff_id",
-                               "the image was altered; fetch it again")
+            raise ImageInvalid(
+                f"{what}: uncompressed content does not match the config's diff_id",
+                "the image was altered; fetch it again",
+            )
         if layer.desc.size >= PROGRESS_MIN_BYTES:
             say(f"{what}: done, {bounded.n // (1 << 20)} MiB unpacked")
     finally:

@@ -36,8 +36,13 @@ WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
 EXT_HEADER_LIMIT = 1 << 20
 MAX_ENTRIES = 1_000_000  # per layer: bounds the memory the opaque-directory bookkeeping needs
-_EXT_TYPES = {tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
-              tarfile.SOLARIS_XHDTYPE}
+_EXT_TYPES = {
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+}
 
 
 class _BoundedTarInfo(tarfile.TarInfo):
@@ -45,8 +50,10 @@ class _BoundedTarInfo(tarfile.TarInfo):
 
     def _proc_member(self, tf: tarfile.TarFile) -> tarfile.TarInfo:
         if self.type in _EXT_TYPES and self.size > EXT_HEADER_LIMIT:
-            raise ImageInvalid(f"layer: a tar extension header of {self.size} bytes (limit "
-                               f"{EXT_HEADER_LIMIT})", "this is not an ordinary image")
+            raise ImageInvalid(
+                f"layer: a tar extension header of {self.size} bytes (limit {EXT_HEADER_LIMIT})",
+                "this is not an ordinary image",
+            )
         member: tarfile.TarInfo = super()._proc_member(tf)  # type: ignore[misc]  # private: not in typeshed
         return member
 
@@ -65,14 +72,20 @@ class LayerReport:
         out = []
         if self.skipped_devices:
             ex = ", ".join(self.skipped_devices[:3])
-            out.append(f"skipped {len(self.skipped_devices)} device node/FIFO entries ({ex}); "
-                       "the runtime provides /dev")
+            out.append(
+                f"skipped {len(self.skipped_devices)} device node/FIFO entries ({ex}); "
+                "the runtime provides /dev"
+            )
         if self.setuid_dropped:
-            out.append(f"dropped the setuid/setgid bit of {self.setuid_dropped} entries "
-                       "(pass --keep-setuid to keep them)")
+            out.append(
+                f"dropped the setuid/setgid bit of {self.setuid_dropped} entries "
+                "(pass --keep-setuid to keep them)"
+            )
         if self.chown_failed:
-            out.append(f"could not set the owner of {self.chown_failed} entries (not running as root); "
-                       "they belong to the caller")
+            out.append(
+                f"could not set the owner of {self.chown_failed} entries (not running as root); "
+                "they belong to the caller"
+            )
         return out
 
 
@@ -97,18 +110,22 @@ class Applier:
                 tf.members.clear()  # stream mode keeps every header otherwise: memory would grow per entry
                 n += 1
                 if n > self.max_entries:
-                    raise ImageInvalid(f"{what}: more than {self.max_entries} entries",
-                                       "this is not an ordinary image")
+                    raise ImageInvalid(
+                        f"{what}: more than {self.max_entries} entries", "this is not an ordinary image"
+                    )
                 self._entry(tf, m, created)
                 self.report.entries += 1
                 if progress:
                     progress()
         except tarfile.TarError as e:
-            raise ImageInvalid(f"{what}: not a valid tar stream ({str(e)[:80]})",
-                               "the layer is corrupt; rebuild the image") from None
+            raise ImageInvalid(
+                f"{what}: not a valid tar stream ({str(e)[:80]})", "the layer is corrupt; rebuild the image"
+            ) from None
         except OSError as e:
-            raise ImageInvalid(f"{what}: cannot apply an entry ({e.strerror}: {e.filename})",
-                               "the layer conflicts with the ones below it") from None
+            raise ImageInvalid(
+                f"{what}: cannot apply an entry ({e.strerror}: {e.filename})",
+                "the layer conflicts with the ones below it",
+            ) from None
 
     def _entry(self, tf: tarfile.TarFile, m: tarfile.TarInfo, created: set[tuple[str, ...]]) -> None:
         parts = split_entry(m.name)
@@ -126,7 +143,7 @@ class Applier:
                             remove_at(pfd, name)
             return
         if base.startswith(WHITEOUT):
-            target = base[len(WHITEOUT):]
+            target = base[len(WHITEOUT) :]
             if target in ("", ".", ".."):
                 raise ImageInvalid(f"layer entry {m.name!r}: a whiteout of {target!r}", "rebuild the image")
             with self.root.at(parts, create=False) as pfd:
@@ -139,8 +156,9 @@ class Applier:
         if m.issparse():  # holes are not in the stream: a sparse member could write terabytes of zeros
             raise ImageInvalid(f"layer entry {m.name!r}: sparse files are not supported", "rebuild the image")
         if not (m.isreg() or m.isdir() or m.issym() or m.islnk()):
-            raise ImageInvalid(f"layer entry {m.name!r}: unsupported tar type {m.type!r}",
-                               "rebuild the image")
+            raise ImageInvalid(
+                f"layer entry {m.name!r}: unsupported tar type {m.type!r}", "rebuild the image"
+            )
         created.add(tuple(parts))
         with self.root.at(parts) as pfd:
             assert pfd is not None
@@ -162,8 +180,9 @@ class Applier:
             finally:
                 os.close(fd)
         elif m.isreg():
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                         dir_fd=pfd)
+            fd = os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=pfd
+            )
             try:
                 src = tf.extractfile(m)
                 if src is not None:
@@ -186,16 +205,22 @@ class Applier:
                 raise ImageInvalid(f"layer entry {m.name!r}: a hard link to the root", "rebuild the image")
             with self.root.at(tparts, create=False) as tfd:
                 if tfd is None:
-                    raise ImageInvalid(f"layer entry {m.name!r}: hard link target {m.linkname!r} missing",
-                                       "rebuild the image")
+                    raise ImageInvalid(
+                        f"layer entry {m.name!r}: hard link target {m.linkname!r} missing",
+                        "rebuild the image",
+                    )
                 try:
                     os.link(tparts[-1], name, src_dir_fd=tfd, dst_dir_fd=pfd, follow_symlinks=False)
                 except FileNotFoundError:
-                    raise ImageInvalid(f"layer entry {m.name!r}: hard link target {m.linkname!r} missing",
-                                       "rebuild the image") from None
+                    raise ImageInvalid(
+                        f"layer entry {m.name!r}: hard link target {m.linkname!r} missing",
+                        "rebuild the image",
+                    ) from None
                 except (IsADirectoryError, PermissionError):
-                    raise ImageInvalid(f"layer entry {m.name!r}: hard link to a directory or a "
-                                       "protected file", "rebuild the image") from None
+                    raise ImageInvalid(
+                        f"layer entry {m.name!r}: hard link to a directory or a protected file",
+                        "rebuild the image",
+                    ) from None
 
     def _mode(self, m: tarfile.TarInfo) -> int:
         mode = m.mode & 0o7777

@@ -50,8 +50,13 @@ def openat2(dirfd: int, path: str, flags: int, resolve: int) -> int:
         raise OSError(errno.ENOSYS, "openat2 unavailable")
     how = struct.pack("QQQ", flags, 0, resolve)  # struct open_how {u64 flags, mode, resolve}
     buf = ctypes.create_string_buffer(how, len(how))
-    fd = fn(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dirfd), ctypes.c_char_p(os.fsencode(path)),
-            buf, ctypes.c_size_t(len(how)))
+    fd = fn(
+        ctypes.c_long(_SYS_OPENAT2),
+        ctypes.c_int(dirfd),
+        ctypes.c_char_p(os.fsencode(path)),
+        buf,
+        ctypes.c_size_t(len(how)),
+    )
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), path)
@@ -80,11 +85,15 @@ def split_entry(name: str) -> list[str]:
         raise ImageInvalid(f"layer entry {name!r} holds a NUL byte", "rebuild the image")
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if len(parts) > MAX_DEPTH:
-        raise ImageInvalid(f"layer entry {name[:60]!r}...: more than {MAX_DEPTH} path components",
-                           "this is not an ordinary image")
+        raise ImageInvalid(
+            f"layer entry {name[:60]!r}...: more than {MAX_DEPTH} path components",
+            "this is not an ordinary image",
+        )
     if ".." in parts:
-        raise ImageInvalid(f"layer entry {name!r} has a '..' component (it would leave the rootfs)",
-                           "use an image whose layers name paths inside the root only")
+        raise ImageInvalid(
+            f"layer entry {name!r} has a '..' component (it would leave the rootfs)",
+            "use an image whose layers name paths inside the root only",
+        )
     return parts
 
 
@@ -118,11 +127,14 @@ class RootDir:
                     nfd = os.open(comp, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
                 except OSError as e:
                     if e.errno in (errno.ELOOP, errno.ENOTDIR) and stat.S_ISLNK(
-                            os.stat(comp, dir_fd=fd, follow_symlinks=False).st_mode):
+                        os.stat(comp, dir_fd=fd, follow_symlinks=False).st_mode
+                    ):
                         raise ImageInvalid(
                             f"layer path {'/'.join(parts)!r} goes through the symlink "
-                            f"{'/'.join(parts[:i + 1])!r}", "this kernel lacks openat2(2) to resolve it "
-                            "inside the rootfs; use Linux 5.6 or later") from e
+                            f"{'/'.join(parts[: i + 1])!r}",
+                            "this kernel lacks openat2(2) to resolve it "
+                            "inside the rootfs; use Linux 5.6 or later",
+                        ) from e
                     raise
                 os.close(fd)
                 fd = nfd
@@ -141,8 +153,10 @@ class RootDir:
             if not create:
                 return None
         except NotADirectoryError as e:
-            raise ImageInvalid(f"layer path {'/'.join(parts)!r}: a non-directory is in the way",
-                               "the image's layers conflict; rebuild it") from e
+            raise ImageInvalid(
+                f"layer path {'/'.join(parts)!r}: a non-directory is in the way",
+                "the image's layers conflict; rebuild it",
+            ) from e
         for i in range(1, len(dirs) + 1):  # walk down, making what is missing
             try:
                 os.close(self._open_dir(dirs[:i]))
@@ -152,8 +166,10 @@ class RootDir:
                     os.mkdir(dirs[i - 1], 0o755, dir_fd=pfd)
                 except FileExistsError:  # a dangling symlink: make its target, inside the root
                     if hops >= MAX_SYMLINKS:
-                        raise ImageInvalid(f"layer path {'/'.join(parts)!r}: too many symlinks",
-                                           "the image's layers conflict; rebuild it") from None
+                        raise ImageInvalid(
+                            f"layer path {'/'.join(parts)!r}: too many symlinks",
+                            "the image's layers conflict; rebuild it",
+                        ) from None
                     link = os.readlink(dirs[i - 1], dir_fd=pfd)
                     base = "" if link.startswith("/") else "/".join(dirs[: i - 1])
                     target = posixpath.normpath("/" + base + "/" + link)  # '..' stops at the root
@@ -162,8 +178,10 @@ class RootDir:
                 finally:
                     os.close(pfd)
             except NotADirectoryError as e:
-                raise ImageInvalid(f"layer path {'/'.join(parts)!r}: a non-directory is in the way",
-                                   "the image's layers conflict; rebuild it") from e
+                raise ImageInvalid(
+                    f"layer path {'/'.join(parts)!r}: a non-directory is in the way",
+                    "the image's layers conflict; rebuild it",
+                ) from e
         return self._open_dir(dirs)
 
     @contextmanager

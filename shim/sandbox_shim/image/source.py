@@ -29,16 +29,26 @@ from typing import IO, Any
 from .blobs import Descriptor, descriptor, parse_json, read_json_blob
 from .errors import ImageInvalid
 
-INDEX_TYPES = {"application/vnd.oci.image.index.v1+json",
-               "application/vnd.docker.distribution.manifest.list.v2+json"}
-MANIFEST_TYPES = {"application/vnd.oci.image.manifest.v1+json",
-                  "application/vnd.docker.distribution.manifest.v2+json"}
-CONFIG_TYPES = {"application/vnd.oci.image.config.v1+json",
-                "application/vnd.docker.container.image.v1+json"}
+INDEX_TYPES = {
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+}
+MANIFEST_TYPES = {
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+}
+CONFIG_TYPES = {"application/vnd.oci.image.config.v1+json", "application/vnd.docker.container.image.v1+json"}
 REF_NAME = "org.opencontainers.image.ref.name"
 TRANSPORTS = ("oci", "oci-archive", "docker-archive", "containers-storage")
-_GOARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "i686": "386", "ppc64le": "ppc64le",
-           "s390x": "s390x", "riscv64": "riscv64"}
+_GOARCH = {
+    "x86_64": "amd64",
+    "aarch64": "arm64",
+    "armv7l": "arm",
+    "i686": "386",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
 
 
 def host_arch() -> str:
@@ -90,8 +100,9 @@ class LayoutDir(Store):
         try:
             fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as e:
-            raise ImageInvalid(f"blob {desc.digest[:19]}: {e.strerror} ({p})",
-                               "the layout is incomplete; copy it again") from None
+            raise ImageInvalid(
+                f"blob {desc.digest[:19]}: {e.strerror} ({p})", "the layout is incomplete; copy it again"
+            ) from None
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise ImageInvalid(f"blob {desc.digest[:19]}: not a regular file", "the layout is damaged")
@@ -113,8 +124,9 @@ class Archive(Store):
             self.tf = tarfile.open(path, "r:*")
             self.members = {os.path.normpath(m.name).lstrip("/"): m for m in self.tf.getmembers()}
         except (OSError, tarfile.TarError) as e:
-            raise ImageInvalid(f"{path}: cannot read the archive ({str(e)[:80]})",
-                               "give an image archive") from None
+            raise ImageInvalid(
+                f"{path}: cannot read the archive ({str(e)[:80]})", "give an image archive"
+            ) from None
         self.path = path
 
     def member(self, name: str) -> IO[bytes]:
@@ -122,8 +134,10 @@ class Archive(Store):
         if m is None:
             raise ImageInvalid(f"{self.path}: no file {name!r} in the archive", "the archive is incomplete")
         if not m.isreg() or m.issparse():  # a symlink or hard link would name a file outside the archive
-            raise ImageInvalid(f"{self.path}: archive member {name!r} is not a regular file "
-                               f"(tar type {m.type!r})", "give an archive written by podman/skopeo save")
+            raise ImageInvalid(
+                f"{self.path}: archive member {name!r} is not a regular file (tar type {m.type!r})",
+                "give an archive written by podman/skopeo save",
+            )
         fh = self.tf.extractfile(m)
         if fh is None:
             raise ImageInvalid(f"{self.path}: no file {name!r} in the archive", "the archive is incomplete")
@@ -140,8 +154,9 @@ def split_reference(ref: str) -> tuple[str, str]:
     """``TRANSPORT:REST`` -> (transport, rest).  Raises ImageInvalid naming the accepted transports."""
     transport, sep, rest = ref.partition(":")
     if not sep or transport not in TRANSPORTS or not rest:
-        raise ImageInvalid(f"image reference {ref!r}: unknown transport",
-                           "use " + ", ".join(f"{t}:..." for t in TRANSPORTS))
+        raise ImageInvalid(
+            f"image reference {ref!r}: unknown transport", "use " + ", ".join(f"{t}:..." for t in TRANSPORTS)
+        )
     return transport, rest
 
 
@@ -179,8 +194,12 @@ def _pick(entries: list[Descriptor], tag: str | None, ref: str) -> Descriptor:
             raise ImageInvalid(f"{ref}: no manifest tagged {tag!r}", "list the tags in index.json")
         entries = hits
     want = host_arch()
-    fits = [d for d in entries if not d.platform or (d.platform.get("os", "linux") == "linux"
-                                                      and d.platform.get("architecture", want) == want)]
+    fits = [
+        d
+        for d in entries
+        if not d.platform
+        or (d.platform.get("os", "linux") == "linux" and d.platform.get("architecture", want) == want)
+    ]
     if not fits:
         raise ImageInvalid(f"{ref}: no manifest for linux/{want}", "use an image built for this host")
     if len(fits) > 1 and tag is None:
@@ -200,8 +219,10 @@ def _from_layout(ref: str, store: Store, index: dict[str, Any], tag: str | None)
             index, tag = doc, None
             continue
         if mt not in MANIFEST_TYPES:
-            raise ImageInvalid(f"{ref}: manifest media type {mt!r} is not an image manifest",
-                               "give a container image (not an artifact)")
+            raise ImageInvalid(
+                f"{ref}: manifest media type {mt!r} is not an image manifest",
+                "give a container image (not an artifact)",
+            )
         return _from_manifest(ref, store, doc)
     raise ImageInvalid(f"{ref}: indexes nested too deep", "give an ordinary image")
 
@@ -219,8 +240,10 @@ def _from_manifest(ref: str, store: Store, manifest: dict[str, Any]) -> Image:
     descs = [descriptor(x, f"manifest/layers/{i}") for i, x in enumerate(raw)]
     for i, d in enumerate(descs):
         if d.media_type not in LAYER_TYPES:
-            raise ImageInvalid(f"manifest/layers/{i}: media type {d.media_type!r} is not a layer type "
-                               "this runtime unpacks", "use tar, tar+gzip or tar+zstd layers")
+            raise ImageInvalid(
+                f"manifest/layers/{i}: media type {d.media_type!r} is not a layer type this runtime unpacks",
+                "use tar, tar+gzip or tar+zstd layers",
+            )
     diff_ids = _diff_ids(config, len(descs), ref)
     layers = [Layer(d, diff, LAYER_TYPES[d.media_type]) for d, diff in zip(descs, diff_ids, strict=True)]
     return Image(ref, config, layers, store)
@@ -230,8 +253,9 @@ def _diff_ids(config: dict[str, Any], n: int, ref: str) -> list[str]:
     rootfs = config.get("rootfs")
     ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
     if not isinstance(ids, list) or len(ids) != n:
-        raise ImageInvalid(f"{ref}: config rootfs.diff_ids does not list one entry per layer",
-                           "rebuild the image")
+        raise ImageInvalid(
+            f"{ref}: config rootfs.diff_ids does not list one entry per layer", "rebuild the image"
+        )
     for i, x in enumerate(ids):
         descriptor({"digest": x, "size": 0}, f"config/rootfs/diff_ids/{i}")
     return [str(x) for x in ids]
@@ -281,18 +305,25 @@ def _from_podman(ref: str, rest: str, stack: ExitStack) -> Image:
             raise ImageInvalid(f"{ref}: unterminated [store] specification", "write [ROOT+RUNROOT]NAME")
         driver, _, roots = spec.rpartition("@")
         root, _, runroot = roots.partition("+")
-        opts = ["--root", root] + (["--runroot", runroot] if runroot else []) + (
-            ["--storage-driver", driver] if driver else [])
+        opts = (
+            ["--root", root]
+            + (["--runroot", runroot] if runroot else [])
+            + (["--storage-driver", driver] if driver else [])
+        )
     if not name or name.startswith("-"):
         raise ImageInvalid(f"{ref}: no image name", "write containers-storage:NAME")
     tmp = tempfile.mkdtemp(prefix="sandbox-shim-image-")
     stack.callback(shutil.rmtree, tmp, True)
     out = os.path.join(tmp, "image.tar")
-    r = subprocess.run([podman, *opts, "image", "save", "--format", "oci-archive", "-o", out, name],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [podman, *opts, "image", "save", "--format", "oci-archive", "-o", out, name],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
-        raise ImageInvalid(f"{ref}: podman image save failed: {r.stderr.strip()[-200:]}",
-                           "check the name with podman images")
+        raise ImageInvalid(
+            f"{ref}: podman image save failed: {r.stderr.strip()[-200:]}", "check the name with podman images"
+        )
     archive = Archive(out)
     stack.callback(archive.close)
     return _from_layout(ref, archive, _archive_index(archive), None)

@@ -19,11 +19,19 @@ from __future__ import annotations
 from .._lazy import lazy_exports
 
 _LAZY: dict[str, str] = {
-    "NAMESPACES": "kernel", "UNSHARE": "kernel", "probe_namespace": "kernel",
-    "probe_no_new_privs": "kernel", "probe_seccomp": "kernel", "probe_landlock": "kernel",
+    "NAMESPACES": "kernel",
+    "UNSHARE": "kernel",
+    "probe_namespace": "kernel",
+    "probe_no_new_privs": "kernel",
+    "probe_seccomp": "kernel",
+    "probe_landlock": "kernel",
     "libseccomp_version": "kernel",
-    "in_child": "child", "CHILD_TIMEOUT": "child",
-    "PROBES_VERSION": "cache", "CACHE_FILE": "cache", "host_facts": "cache", "cache_key": "cache",
+    "in_child": "child",
+    "CHILD_TIMEOUT": "child",
+    "PROBES_VERSION": "cache",
+    "CACHE_FILE": "cache",
+    "host_facts": "cache",
+    "cache_key": "cache",
     "cached_report": "cache",
 }
 

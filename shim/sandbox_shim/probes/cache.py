@@ -58,9 +58,14 @@ def cache_key() -> dict[str, str]:
     key["euid"] = f"{os.geteuid() if hasattr(os, 'geteuid') else ''};userns={_ns_inode('user')}"
     status = _status_fields(("Seccomp", "NoNewPrivs", "CapEff", "CapBnd"))
     key["confinement"] = ";".join(f"{k}={v}" for k, v in status.items())
-    key["sysctls"] = ";".join(f"{p}={_read('/proc/sys/' + p)}" for p in (
-        "user/max_user_namespaces", "kernel/unprivileged_userns_clone",
-        "kernel/apparmor_restrict_unprivileged_userns"))
+    key["sysctls"] = ";".join(
+        f"{p}={_read('/proc/sys/' + p)}"
+        for p in (
+            "user/max_user_namespaces",
+            "kernel/unprivileged_userns_clone",
+            "kernel/apparmor_restrict_unprivileged_userns",
+        )
+    )
     key["probes_version"] = PROBES_VERSION
     return key
 

@@ -17,7 +17,6 @@ from collections.abc import Callable
 CHILD_TIMEOUT = 5.0  # seconds a probe child may take before it is killed and reported
 
 
-
 @functools.lru_cache(maxsize=1)
 def _libc() -> ctypes.CDLL:
     """The C library, loaded once in the parent (never dlopen in a forked child: the loader lock)."""
@@ -35,6 +34,7 @@ def _call(what: str, fn: Callable[..., int], *args: object) -> int:
 
 def _prctl(what: str, option: int, arg2: object = 0, arg3: object = 0) -> int:
     """prctl(2) with every variadic argument passed as a full machine word (or a pointer)."""
+
     def word(a: object) -> object:
         return ctypes.c_ulong(a) if isinstance(a, int) else a
 
@@ -101,4 +101,3 @@ def _signame(sig: int) -> str:
         return signal.Signals(sig).name
     except ValueError:
         return "unknown"
-

@@ -35,8 +35,14 @@ NAMESPACES: dict[str, tuple[int, str, str]] = {
     "uts": (0x04000000, "CLONE_NEWUTS", "uts"),
     "cgroup": (0x02000000, "CLONE_NEWCGROUP", "cgroup"),
 }
-_CONFIG = {"user": "USER_NS", "pid": "PID_NS", "network": "NET_NS", "ipc": "IPC_NS", "uts": "UTS_NS",
-           "cgroup": "CGROUPS"}  # kernel options whose absence makes unshare(2) fail with EINVAL
+_CONFIG = {
+    "user": "USER_NS",
+    "pid": "PID_NS",
+    "network": "NET_NS",
+    "ipc": "IPC_NS",
+    "uts": "UTS_NS",
+    "cgroup": "CGROUPS",
+}  # kernel options whose absence makes unshare(2) fail with EINVAL
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2  # prctl(2)
 PR_SET_NO_NEW_PRIVS, PR_GET_NO_NEW_PRIVS = 38, 39  # prctl(2)
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1  # netdevice(7)
@@ -44,6 +50,7 @@ LANDLOCK_CREATE_RULESET, LANDLOCK_RESTRICT_SELF = 444, 446  # same number on eve
 LANDLOCK_ACCESS_FS_READ_FILE = 1 << 2  # landlock(7)
 
 # ---- namespaces: unshare(2) ----------------------------------------------------------------------
+
 
 def _explain_unshare(kind: str, err: str, in_userns: bool) -> str:
     """Turn an errno name from unshare(2) into an actionable sentence (errors per unshare(2))."""
@@ -60,7 +67,7 @@ def _explain_unshare(kind: str, err: str, in_userns: bool) -> str:
             hints.append("needs CAP_SYS_ADMIN: run as root, or enable user namespaces")
         return f"{head}: {'; '.join(hints)}{_seccomp_note()}"
     if err.startswith("ENOSPC"):
-        limit = f"user.max_{ {'mount': 'mnt', 'network': 'net'}.get(kind, kind)}_namespaces"
+        limit = f"user.max_{ {'mount': 'mnt', 'network': 'net'}.get(kind, kind) }_namespaces"
         return f"{head}: the limit {limit} is 0 or reached: raise it with sysctl"
     if err.startswith("EINVAL") and kind in _CONFIG:
         return f"{head}: the kernel does not support it (built without CONFIG_{_CONFIG[kind]})"
@@ -123,7 +130,9 @@ def _verify_cgroup() -> str:
 
 
 _VERIFY: dict[str, Callable[[], str]] = {
-    "network": _verify_network, "uts": _verify_uts, "cgroup": _verify_cgroup,
+    "network": _verify_network,
+    "uts": _verify_uts,
+    "cgroup": _verify_cgroup,
 }
 
 
@@ -149,11 +158,15 @@ def probe_namespace(kind: str) -> Capability:
     if text.startswith("EPERM") and kind != "user" and os.geteuid() != 0:
         ok2, text2 = in_child(_ns_trial(kind, NAMESPACES["user"][0]))
         if ok2:
-            return Capability(name, True, f"{UNSHARE} in a user namespace", "",
-                              f"fork; unshare({flag_name}|CLONE_NEWUSER)")
+            return Capability(
+                name, True, f"{UNSHARE} in a user namespace", "", f"fork; unshare({flag_name}|CLONE_NEWUSER)"
+            )
         return Capability(name, False, UNSHARE, _explain_unshare(kind, text2, True), measured)
-    detail = _explain_unshare(kind, text, False) if text[:1].isupper() and ":" in text else \
-        f"unshare({flag_name}) did not give a working namespace: {text}"
+    detail = (
+        _explain_unshare(kind, text, False)
+        if text[:1].isupper() and ":" in text
+        else f"unshare({flag_name}) did not give a working namespace: {text}"
+    )
     return Capability(name, False, UNSHARE, detail, measured)
 
 
@@ -163,9 +176,14 @@ for _kind in NAMESPACES:
 
 # ---- prctl(2), seccomp(2), landlock(7) ----------------------------------------------------------
 
+
 class _SockFilter(ctypes.Structure):  # struct sock_filter, <linux/filter.h>
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
-                ("k", ctypes.c_uint32)]
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
 
 
 class _SockFprog(ctypes.Structure):  # struct sock_fprog, seccomp(2)
@@ -182,8 +200,12 @@ def _nnp_trial() -> str:
 def _seccomp_trial() -> str:
     _nnp_trial()  # seccomp(2): without CAP_SYS_ADMIN a filter needs no_new_privs first
     insns = (_SockFilter * 1)(_SockFilter(0x06, 0, 0, 0x7FFF0000))  # BPF_RET|BPF_K, SECCOMP_RET_ALLOW
-    _prctl("prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER)", PR_SET_SECCOMP, SECCOMP_MODE_FILTER,
-           ctypes.byref(_SockFprog(1, insns)))
+    _prctl(
+        "prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER)",
+        PR_SET_SECCOMP,
+        SECCOMP_MODE_FILTER,
+        ctypes.byref(_SockFprog(1, insns)),
+    )
     if _status_field("Seccomp") != "2":
         raise RuntimeError("/proc/self/status does not show Seccomp: 2 after loading the filter")
     return ""
@@ -193,14 +215,26 @@ def _landlock_trial() -> str:
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
     create = ctypes.c_long(LANDLOCK_CREATE_RULESET)
-    abi = _call("landlock_create_ruleset(VERSION)", libc.syscall, create, None, ctypes.c_size_t(0),
-                ctypes.c_uint32(1))
+    abi = _call(
+        "landlock_create_ruleset(VERSION)", libc.syscall, create, None, ctypes.c_size_t(0), ctypes.c_uint32(1)
+    )
     attr = ctypes.c_uint64(LANDLOCK_ACCESS_FS_READ_FILE)  # struct landlock_ruleset_attr {handled_access_fs}
-    fd = _call("landlock_create_ruleset", libc.syscall, create, ctypes.byref(attr), ctypes.c_size_t(8),
-               ctypes.c_uint32(0))
+    fd = _call(
+        "landlock_create_ruleset",
+        libc.syscall,
+        create,
+        ctypes.byref(attr),
+        ctypes.c_size_t(8),
+        ctypes.c_uint32(0),
+    )
     _nnp_trial()
-    _call("landlock_restrict_self", libc.syscall, ctypes.c_long(LANDLOCK_RESTRICT_SELF), ctypes.c_int(fd),
-          ctypes.c_uint32(0))
+    _call(
+        "landlock_restrict_self",
+        libc.syscall,
+        ctypes.c_long(LANDLOCK_RESTRICT_SELF),
+        ctypes.c_int(fd),
+        ctypes.c_uint32(0),
+    )
     try:
         os.close(os.open(__file__, os.O_RDONLY))
     except PermissionError:
@@ -234,14 +268,22 @@ def probe_seccomp() -> Capability:
         return off
     ok, text = in_child(_seccomp_trial)
     if not ok:
-        why = f"{text}: the kernel lacks CONFIG_SECCOMP_FILTER" if text.startswith(
-            "EINVAL from prctl(PR_SET_SECCOMP") else text
+        why = (
+            f"{text}: the kernel lacks CONFIG_SECCOMP_FILTER"
+            if text.startswith("EINVAL from prctl(PR_SET_SECCOMP")
+            else text
+        )
         return Capability("seccomp", False, "seccomp BPF", f"{why}{_seccomp_note()}", measured)
     try:
         version = libseccomp_version()
     except (ImportError, OSError, RuntimeError) as e:
-        return Capability("seccomp", False, "seccomp BPF", f"libseccomp is not usable ({e}): "
-                          "install libseccomp2 and the pyseccomp package", measured)
+        return Capability(
+            "seccomp",
+            False,
+            "seccomp BPF",
+            f"libseccomp is not usable ({e}): install libseccomp2 and the pyseccomp package",
+            measured,
+        )
     measured += "; import pyseccomp"
     return Capability("seccomp", True, f"seccomp BPF, libseccomp {version}", "", measured)
 
@@ -269,8 +311,10 @@ def probe_landlock() -> Capability:
 
     Returns: ``Capability("landlock", ...)``, mechanism ``"landlock ABI <n>"``.  Never raises.
     """
-    measured = ("fork; landlock_create_ruleset(VERSION); landlock_create_ruleset(READ_FILE); "
-                "landlock_restrict_self; open() must fail EACCES")
+    measured = (
+        "fork; landlock_create_ruleset(VERSION); landlock_create_ruleset(READ_FILE); "
+        "landlock_restrict_self; open() must fail EACCES"
+    )
     if (off := _linux_only("landlock", measured)) is not None:
         return off
     ok, text = in_child(_landlock_trial)
@@ -281,7 +325,6 @@ def probe_landlock() -> Capability:
     elif text.startswith(("EOPNOTSUPP", "ENOTSUP")):
         text += ": Landlock is built but not enabled: add landlock to the lsm= boot parameter"
     return Capability("landlock", False, "landlock", f"{text}{_seccomp_note()}", measured)
-
 
 
 def _landlock_scope_trial() -> str:
@@ -296,16 +339,23 @@ def _landlock_scope_trial() -> str:
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
     create = ctypes.c_long(LANDLOCK_CREATE_RULESET)
-    abi = _call("landlock_create_ruleset(VERSION)", libc.syscall, create, None, ctypes.c_size_t(0),
-                ctypes.c_uint32(1))
+    abi = _call(
+        "landlock_create_ruleset(VERSION)", libc.syscall, create, None, ctypes.c_size_t(0), ctypes.c_uint32(1)
+    )
     if abi < 6:
         raise RuntimeError(f"Landlock ABI {abi} has no IPC scoping (needs ABI 6, Linux >= 6.12)")
     attr = (ctypes.c_uint64 * 3)(0, 0, 1 | 2)  # {handled_access_fs, handled_access_net, scoped}
-    fd = _call("landlock_create_ruleset(scoped)", libc.syscall, create, attr, ctypes.c_size_t(24),
-               ctypes.c_uint32(0))
+    fd = _call(
+        "landlock_create_ruleset(scoped)", libc.syscall, create, attr, ctypes.c_size_t(24), ctypes.c_uint32(0)
+    )
     _nnp_trial()
-    _call("landlock_restrict_self", libc.syscall, ctypes.c_long(LANDLOCK_RESTRICT_SELF), ctypes.c_int(fd),
-          ctypes.c_uint32(0))
+    _call(
+        "landlock_restrict_self",
+        libc.syscall,
+        ctypes.c_long(LANDLOCK_RESTRICT_SELF),
+        ctypes.c_int(fd),
+        ctypes.c_uint32(0),
+    )
     c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         c.connect(name)
@@ -323,14 +373,21 @@ def probe_landlock_scope() -> Capability:
 
     Returns: ``Capability("landlock.scope", ...)``.  Never raises.
     """
-    measured = ("fork; bind abstract socket; landlock_create_ruleset(scoped=ABSTRACT_UNIX_SOCKET|SIGNAL); "
-                "landlock_restrict_self; connect() must fail EPERM")
+    measured = (
+        "fork; bind abstract socket; landlock_create_ruleset(scoped=ABSTRACT_UNIX_SOCKET|SIGNAL); "
+        "landlock_restrict_self; connect() must fail EPERM"
+    )
     if (off := _linux_only("landlock.scope", measured)) is not None:
         return off
     ok, text = in_child(_landlock_scope_trial)
     if ok:
-        return Capability("landlock.scope", True, f"landlock ABI {text} scopes: abstract-unix-socket, signal",
-                          "", measured)
-    return Capability("landlock.scope", False, "landlock scopes",
-                      f"{text}; not enforced: confined commands can reach the host's abstract unix sockets",
-                      measured)
+        return Capability(
+            "landlock.scope", True, f"landlock ABI {text} scopes: abstract-unix-socket, signal", "", measured
+        )
+    return Capability(
+        "landlock.scope",
+        False,
+        "landlock scopes",
+        f"{text}; not enforced: confined commands can reach the host's abstract unix sockets",
+        measured,
+    )

@@ -28,8 +28,10 @@ def status_field(name: str) -> str | None:
 def seccomp_note() -> str:
     """A hint to append to a failure when this process already runs under a seccomp filter ("" if not)."""
     if status_field("Seccomp") == "2":
-        return "; this process already runs under a seccomp filter (Seccomp: 2 in /proc/self/status) " \
-               "that may deny the call: run the shim outside that filter"
+        return (
+            "; this process already runs under a seccomp filter (Seccomp: 2 in /proc/self/status) "
+            "that may deny the call: run the shim outside that filter"
+        )
     return ""
 
 

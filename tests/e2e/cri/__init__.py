@@ -22,8 +22,15 @@ def compile_proto(out: Path) -> tuple[ModuleType, ModuleType]:
     from grpc_tools import protoc
 
     out.mkdir(parents=True, exist_ok=True)
-    rc = protoc.main(["grpc_tools.protoc", f"-I{PROTO.parent}", f"--python_out={out}",
-                      f"--grpc_python_out={out}", str(PROTO)])
+    rc = protoc.main(
+        [
+            "grpc_tools.protoc",
+            f"-I{PROTO.parent}",
+            f"--python_out={out}",
+            f"--grpc_python_out={out}",
+            str(PROTO),
+        ]
+    )
     if rc != 0:
         raise RuntimeError(f"protoc failed on {PROTO} (status {rc})")
     sys.path.insert(0, str(out))

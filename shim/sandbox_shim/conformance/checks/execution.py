@@ -38,8 +38,12 @@ def could_not_run(t: ConformanceTarget) -> Outcome:
     got = [(r.outcome, r.reason) for r in (missing, not_exec)]
     if got == [(COULD_NOT_RUN, "not_found"), (COULD_NOT_RUN, "permission_denied")]:
         return Outcome("ok", "reported", PASS, "CouldNotRun(not_found), CouldNotRun(permission_denied)")
-    return Outcome("ok", "misreported", FAIL, f"expected CouldNotRun not_found/permission_denied, got "
-                   f"{missing.brief(40)} / {not_exec.brief(40)}")
+    return Outcome(
+        "ok",
+        "misreported",
+        FAIL,
+        f"expected CouldNotRun not_found/permission_denied, got {missing.brief(40)} / {not_exec.brief(40)}",
+    )
 
 
 @check(G, "LimitExceeded: partial output kept")
@@ -52,7 +56,13 @@ def limit_exceeded(t: ConformanceTarget) -> Outcome:
     m2 = marker()
     res = t.run_probe(over, f"{split(m2)}; sleep 20", timeout=15)
     if res.outcome == LIMIT_EXCEEDED and res.limit_kind == "wall_clock" and m2 in res.stdout:
-        return Outcome("ok", "reported", PASS,
-                       f"LimitExceeded(wall_clock) after {res.duration:.2f} s, output kept")
-    return Outcome("ok", "misreported", FAIL, f"expected LimitExceeded(wall_clock) with the output so far, "
-                   f"got {res.brief(60)} (marker {'kept' if m2 in res.stdout else 'lost'})")
+        return Outcome(
+            "ok", "reported", PASS, f"LimitExceeded(wall_clock) after {res.duration:.2f} s, output kept"
+        )
+    return Outcome(
+        "ok",
+        "misreported",
+        FAIL,
+        f"expected LimitExceeded(wall_clock) with the output so far, "
+        f"got {res.brief(60)} (marker {'kept' if m2 in res.stdout else 'lost'})",
+    )

@@ -36,14 +36,16 @@ def _victim(t: ConformanceTarget, mark: str) -> BundleHandle:
     return v
 
 
-def _own_secret_control(t: ConformanceTarget, script_for: str = "cat {s}/secret"
-                        ) -> tuple[BundleHandle, str, ProbeResult]:
+def _own_secret_control(
+    t: ConformanceTarget, script_for: str = "cat {s}/secret"
+) -> tuple[BundleHandle, str, ProbeResult]:
     """A bundle with its own ``storage/secret``; the control reads it with ``script_for`` (``{s}``: the
     storage path inside, ``{base}``: its last component)."""
     m = marker()
     b = _victim(t, m)
-    res = t.run_probe(None, script_for.format(s=b.storage_inside, base=os.path.basename(b.storage_inside)),
-                      bundle=b)
+    res = t.run_probe(
+        None, script_for.format(s=b.storage_inside, base=os.path.basename(b.storage_inside)), bundle=b
+    )
     return b, m, res
 
 
@@ -72,9 +74,15 @@ def sibling_write(t: ConformanceTarget) -> Outcome:
     attacker = t.bundle()
     rel = os.path.relpath(victim.storage, attacker.storage)
     m2 = marker()
-    breach = t.run_probe(None, probe(f"cd {attacker.storage_inside}; echo {m2[3:]} > {victim.storage}/pwned; "
-                                     f"echo {m2[3:]} > {rel}/pwned2; cat {victim.storage}/pwned {rel}/pwned2 "
-                                     f"| sed s/^/MAR/"), bundle=attacker)
+    breach = t.run_probe(
+        None,
+        probe(
+            f"cd {attacker.storage_inside}; echo {m2[3:]} > {victim.storage}/pwned; "
+            f"echo {m2[3:]} > {rel}/pwned2; cat {victim.storage}/pwned {rel}/pwned2 "
+            f"| sed s/^/MAR/"
+        ),
+        bundle=attacker,
+    )
     planted = [n for n in ("pwned", "pwned2") if os.path.exists(os.path.join(victim.storage, n))]
     o = judge(control, m, breach, m2)
     if planted and o.verdict != FAIL:
@@ -124,8 +132,10 @@ def planted_symlink(t: ConformanceTarget) -> Outcome:
     path = host_secret(t, m2)
     attacker = t.bundle()
     os.symlink(path, os.path.join(attacker.storage, "abs-link"))
-    os.symlink(os.path.relpath(os.path.join(victim.storage, "secret"), attacker.storage),
-               os.path.join(attacker.storage, "rel-link"))
+    os.symlink(
+        os.path.relpath(os.path.join(victim.storage, "secret"), attacker.storage),
+        os.path.join(attacker.storage, "rel-link"),
+    )
     s = attacker.storage_inside
     breach = t.run_probe(None, probe(f"cat {s}/abs-link; cat {s}/rel-link"), bundle=attacker)
     return judge(control, m, breach, m2)
@@ -141,8 +151,11 @@ def hard_link(t: ConformanceTarget) -> Outcome:
     victim = _victim(t, m2)
     attacker = t.bundle()
     s = attacker.storage_inside
-    breach = t.run_probe(None, probe(f"ln {path} {s}/hl && cat {s}/hl; ln {victim.storage}/secret {s}/hl2 && "
-                                     f"cat {s}/hl2"), bundle=attacker)
+    breach = t.run_probe(
+        None,
+        probe(f"ln {path} {s}/hl && cat {s}/hl; ln {victim.storage}/secret {s}/hl2 && cat {s}/hl2"),
+        bundle=attacker,
+    )
     return judge(control, m, breach, m2, expect=("denied", "absent", "cross_device"))
 
 
@@ -218,8 +231,9 @@ def readonly_rootfs(t: ConformanceTarget) -> Outcome:
     if bad := control_failed(control, m):
         return bad
     m2 = marker()
-    breach = t.run_probe({"root": {"readonly": True}},
-                         probe(f"echo {m2[3:]} > {name} && sed s/^/MAR/ {name}"))
+    breach = t.run_probe(
+        {"root": {"readonly": True}}, probe(f"echo {m2[3:]} > {name} && sed s/^/MAR/ {name}")
+    )
     if os.path.exists(name):  # a runtime that runs on the host wrote the host's /root: undo, and say so
         with open(name) as fh:
             leaked = m2[3:] in fh.read()
@@ -273,6 +287,10 @@ def env_config_credential(t: ConformanceTarget) -> Outcome:
     if m2 in breach.stdout:
         return Outcome("ok", "succeeded", FAIL, "the credential-named variable reached the sandbox")
     if breach.outcome != COMPLETED:
-        return Outcome("ok", "stopped", PASS,
-                       f"refused before it ran: {breach.reason}: {breach.stderr.split(';')[0][:90]}")
+        return Outcome(
+            "ok",
+            "stopped",
+            PASS,
+            f"refused before it ran: {breach.reason}: {breach.stderr.split(';')[0][:90]}",
+        )
     return judge(control, m, breach, m2, expect=())

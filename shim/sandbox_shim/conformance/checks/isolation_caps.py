@@ -80,18 +80,33 @@ def _breach(mark: str, breach: ProbeResult, label: str) -> Outcome:
     """One variant: stopped if refused before it ran, or if it ran and open_by_handle_at(2) refused the
     handle (``_REFUSED``); the marker printed is FAIL; anything else is ERROR."""
     if mark in breach.stdout:
-        return Outcome("ok", "succeeded", FAIL, f"{label}: the tenant read a host file with "
-                       f"CAP_DAC_READ_SEARCH via open_by_handle_at ({breach.brief(60)})")
+        return Outcome(
+            "ok",
+            "succeeded",
+            FAIL,
+            f"{label}: the tenant read a host file with "
+            f"CAP_DAC_READ_SEARCH via open_by_handle_at ({breach.brief(60)})",
+        )
     if breach.outcome == COULD_NOT_RUN and breach.reason not in _EXEC_REASONS:
         where = re.search(r"(/\S+?):", breach.stderr)
-        return Outcome("ok", "stopped", PASS, f"{label}: refused, {breach.reason}"
-                       + (f" at {where.group(1)}" if where else f" ({tail(breach.stderr, 60)})"))
+        return Outcome(
+            "ok",
+            "stopped",
+            PASS,
+            f"{label}: refused, {breach.reason}"
+            + (f" at {where.group(1)}" if where else f" ({tail(breach.stderr, 60)})"),
+        )
     if breach.outcome != COMPLETED or STARTED not in breach.stdout:
         return Outcome("ok", "not run", ERROR, f"{label}: the breach probe did not run ({breach.brief()})")
     hit = _REFUSED.search(breach.stderr.lower())
     if not hit:
-        return Outcome("ok", "unclear", ERROR, f"{label}: no marker, but open_by_handle_at did not refuse "
-                       f"with EPERM/ESTALE: {tail(breach.stdout + ' ' + breach.stderr)!r}")
+        return Outcome(
+            "ok",
+            "unclear",
+            ERROR,
+            f"{label}: no marker, but open_by_handle_at did not refuse "
+            f"with EPERM/ESTALE: {tail(breach.stdout + ' ' + breach.stderr)!r}",
+        )
     return Outcome("ok", "stopped", PASS, f"{label}: open_by_handle_at {_ERRNO[hit.group(1)]}")
 
 

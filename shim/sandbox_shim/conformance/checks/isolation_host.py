@@ -152,8 +152,9 @@ def ptrace_host_process(t: ConformanceTarget) -> Outcome:
 @check(G, "proc: create a nested user namespace")
 def nested_userns(t: ConformanceTarget) -> Outcome:
     m = marker()
-    control = t.run_probe({"annotations": {"sandbox-shim.allow-nested-userns": "true"}},
-                          f"unshare -U true && {split(m)}")
+    control = t.run_probe(
+        {"annotations": {"sandbox-shim.allow-nested-userns": "true"}}, f"unshare -U true && {split(m)}"
+    )
     if bad := control_failed(control, m):
         return bad
     m2 = marker()

@@ -80,8 +80,11 @@ def _own_userns_admin() -> dict[str, Any]:
 
     nss = [n for n in default_config()["linux"]["namespaces"] if n["type"] != "user"]
     caps = ["CAP_SYS_ADMIN"]
-    return {"process": {"capabilities": {k: caps for k in ("bounding", "effective", "permitted")}},
-            "root": {"readonly": True}, "linux": {"namespaces": [*nss, {"type": "user"}]}}
+    return {
+        "process": {"capabilities": {k: caps for k in ("bounding", "effective", "permitted")}},
+        "root": {"readonly": True},
+        "linux": {"namespaces": [*nss, {"type": "user"}]},
+    }
 
 
 @check(G, "mounts: CAP_SYS_ADMIN in its own user namespace makes the read-only root writable (new mount API)")
@@ -96,8 +99,11 @@ def new_mount_api(t: ConformanceTarget) -> Outcome:
     own = t.bundle(overrides=merge(over, {"linux": {"seccomp": {"defaultAction": "SCMP_ACT_ALLOW"}}}))
     shutil.copy(tool, os.path.join(own.storage, "mount-api"))
     s = own.storage_inside
-    control = t.run_control(merge(over, {"linux": {"seccomp": {"defaultAction": "SCMP_ACT_ALLOW"}}}),
-                            probe(f"{s}/mount-api / /mount-api-wrote"), bundle=own)
+    control = t.run_control(
+        merge(over, {"linux": {"seccomp": {"defaultAction": "SCMP_ACT_ALLOW"}}}),
+        probe(f"{s}/mount-api / /mount-api-wrote"),
+        bundle=own,
+    )
     if bad := control_failed(control, "WROTE-FILE"):
         return bad
     attacker = t.bundle(overrides=over)
@@ -110,10 +116,15 @@ def new_mount_api(t: ConformanceTarget) -> Outcome:
         return Outcome("ok", "not run", ERROR, f"the breach probe did not run ({breach.brief()})")
     got = [c for c in ("WROTE-FILE", *(f"{c}-OK" for c in MOUNT_API_CALLS)) if c in breach.stdout]
     if got:
-        return Outcome("ok", "succeeded", FAIL,
-                       f"with CAP_SYS_ADMIN in its own user namespace: {', '.join(got)}")
-    return Outcome("ok", "stopped", PASS, "mount_setattr, fsopen, open_tree, open_tree_attr, io_uring_setup "
-                   "refused; the root stayed read-only")
+        return Outcome(
+            "ok", "succeeded", FAIL, f"with CAP_SYS_ADMIN in its own user namespace: {', '.join(got)}"
+        )
+    return Outcome(
+        "ok",
+        "stopped",
+        PASS,
+        "mount_setattr, fsopen, open_tree, open_tree_attr, io_uring_setup refused; the root stayed read-only",
+    )
 
 
 @check(G, "kernel files: uid 0 writes /proc/sys when readonlyPaths leaves it out")

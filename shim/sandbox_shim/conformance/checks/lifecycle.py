@@ -56,8 +56,13 @@ def transitions(t: ConformanceTarget) -> Outcome:
         code = t.wait(sid, 15)
         seen.append(t.state(sid))
         if seen != ["created", "running", "stopped"] or code != 0 or not held or m not in t.output(sid):
-            return Outcome("failed", "not run", ERROR, f"control: states {seen}, exit {code}, held before "
-                           f"start {held}, marker {'printed' if m in t.output(sid) else 'missing'}")
+            return Outcome(
+                "failed",
+                "not run",
+                ERROR,
+                f"control: states {seen}, exit {code}, held before "
+                f"start {held}, marker {'printed' if m in t.output(sid) else 'missing'}",
+            )
         got = _refused(lambda: t.start(sid), "InvalidState")
         t.delete(sid)
         gone = _refused(lambda: t.state(sid), "SandboxNotFound")
@@ -65,12 +70,17 @@ def transitions(t: ConformanceTarget) -> Outcome:
         with contextlib.suppress(Exception):
             t.delete(sid, force=True)
     if got != "InvalidState":
-        return Outcome("ok", "succeeded" if got is None else "unclear", FAIL,
-                       f"start of a stopped sandbox was not refused with InvalidState ({got})")
+        return Outcome(
+            "ok",
+            "succeeded" if got is None else "unclear",
+            FAIL,
+            f"start of a stopped sandbox was not refused with InvalidState ({got})",
+        )
     if gone != "SandboxNotFound":
         return Outcome("ok", "stopped", FAIL, f"state after delete did not say SandboxNotFound ({gone})")
-    return Outcome("ok", "stopped", PASS,
-                   "created, running, stopped (exit 0), deleted; start when stopped: InvalidState")
+    return Outcome(
+        "ok", "stopped", PASS, "created, running, stopped (exit 0), deleted; start when stopped: InvalidState"
+    )
 
 
 @check(G, "duplicate id")
@@ -82,8 +92,9 @@ def duplicate_id(t: ConformanceTarget) -> Outcome:
         t.create(sid, b)
         t.start(sid)
         if not _printed(t, sid, m) or t.state(sid) != "running":
-            return Outcome("failed", "not run", ERROR,
-                           f"control: the first sandbox did not run ({t.state(sid)})")
+            return Outcome(
+                "failed", "not run", ERROR, f"control: the first sandbox did not run ({t.state(sid)})"
+            )
         got = _refused(lambda: t.create(sid, b2), "SandboxExists")
         still = t.state(sid)
     finally:
@@ -120,15 +131,21 @@ def delete_idempotent(t: ConformanceTarget) -> Outcome:
     gone = _refused(lambda: t.state(sid), "SandboxNotFound")
     again = _refused(lambda: t.delete(sid, force=True))
     plain = _refused(lambda: t.delete(sid), "SandboxNotFound")
-    problems = [f"delete of a running sandbox without force: {refused}" if refused != "InvalidState" else "",
-                f"state after delete: {gone}" if gone != "SandboxNotFound" else "",
-                f"second delete --force raised {again}" if again is not None else "",
-                f"delete of an unknown id: {plain}" if plain != "SandboxNotFound" else ""]
+    problems = [
+        f"delete of a running sandbox without force: {refused}" if refused != "InvalidState" else "",
+        f"state after delete: {gone}" if gone != "SandboxNotFound" else "",
+        f"second delete --force raised {again}" if again is not None else "",
+        f"delete of an unknown id: {plain}" if plain != "SandboxNotFound" else "",
+    ]
     problems = [p for p in problems if p]
     if problems:
         return Outcome("ok", "unclear", FAIL, "; ".join(problems))
-    return Outcome("ok", "tolerated", PASS, "running: InvalidState without force; --force twice: no error; "
-                   "unknown id: SandboxNotFound")
+    return Outcome(
+        "ok",
+        "tolerated",
+        PASS,
+        "running: InvalidState without force; --force twice: no error; unknown id: SandboxNotFound",
+    )
 
 
 @check(G, "state after the process died")
@@ -153,8 +170,12 @@ def state_after_death(t: ConformanceTarget) -> Outcome:
     if now != "stopped":
         return Outcome("ok", "succeeded", FAIL, f"state still says {now} after its process died")
     if code != 128 + signal.SIGKILL or kill != "InvalidState" or delete is not None:
-        return Outcome("ok", "unclear", FAIL, f"stopped, but exit status {code} (want 137), kill: {kill}, "
-                       f"delete without force: {delete}")
+        return Outcome(
+            "ok",
+            "unclear",
+            FAIL,
+            f"stopped, but exit status {code} (want 137), kill: {kill}, delete without force: {delete}",
+        )
     return Outcome("ok", "stopped", PASS, "stopped, exit status 137; kill: InvalidState; delete works")
 
 

@@ -19,11 +19,15 @@ from ..target import COMPLETED, LIMIT_EXCEEDED, ConformanceTarget, ProbeResult
 G = "ResourceLimits"
 MiB = 1 << 20
 #: busybox awk doubling a string to 64 MiB: real anonymous memory, ~100 MiB at peak; prints 67108864
-ALLOC_64M = 'awk \'BEGIN{s="x"; while (length(s) < 64*1024*1024) s = s s; print length(s)}\''
+ALLOC_64M = "awk 'BEGIN{s=\"x\"; while (length(s) < 64*1024*1024) s = s s; print length(s)}'"
 
 
-def _limits(memory: int | None = None, pids: int | None = None, rlimits: list[dict[str, Any]] | None = None,
-            **settings: str) -> dict[str, Any]:
+def _limits(
+    memory: int | None = None,
+    pids: int | None = None,
+    rlimits: list[dict[str, Any]] | None = None,
+    **settings: str,
+) -> dict[str, Any]:
     res: dict[str, Any] = {}
     if memory:
         res["memory"] = {"limit": memory}
@@ -76,8 +80,9 @@ def pids(t: ConformanceTarget) -> Outcome:
 @check(G, "cpu time")
 def cpu_time(t: ConformanceTarget) -> Outcome:
     mark = "loop done"
-    control = t.run_probe(_limits(cpu_time_seconds="1"),
-                          "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done; echo loop done")
+    control = t.run_probe(
+        _limits(cpu_time_seconds="1"), "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done; echo loop done"
+    )
     if bad := control_failed(control, mark):
         return bad
     breach = t.run_probe(_limits(cpu_time_seconds="1"), "while :; do :; done; echo loop done", timeout=20)
@@ -95,8 +100,10 @@ def wall_clock(t: ConformanceTarget) -> Outcome:
 
 @check(G, "output flood (1 MiB)")
 def output_flood(t: ConformanceTarget) -> Outcome:
-    rl = [{"type": "RLIMIT_NOFILE", "soft": 1024, "hard": 1024},
-          {"type": "RLIMIT_FSIZE", "soft": MiB, "hard": MiB}]
+    rl = [
+        {"type": "RLIMIT_NOFILE", "soft": 1024, "hard": 1024},
+        {"type": "RLIMIT_FSIZE", "soft": MiB, "hard": MiB},
+    ]
     flood = "head -c {n} /dev/zero | tr '\\0' x; echo; " + split("MARKflood")
     control = t.run_probe(_limits(rlimits=rl), flood.format(n=512 * 1024))
     if bad := control_failed(control, "MARKflood"):

@@ -33,12 +33,28 @@ def report(bwrap: str | None = None) -> list[Capability]:
     from . import seatbelt
 
     ok = os.access(seatbelt.SANDBOX_EXEC, os.X_OK)
-    return [Capability("confinement.seatbelt", ok, "sandbox-exec", "" if ok else "sandbox-exec missing",
-                       f"access({seatbelt.SANDBOX_EXEC}, X_OK)")]
+    return [
+        Capability(
+            "confinement.seatbelt",
+            ok,
+            "sandbox-exec",
+            "" if ok else "sandbox-exec missing",
+            f"access({seatbelt.SANDBOX_EXEC}, X_OK)",
+        )
+    ]
 
 
-def render(exe: str, args: Sequence[str], sets: Sets, cd: str, *, permit: str, env: dict[str, str],
-           egress: EgressProxy | None = None, **_: object) -> tuple[list[str], tuple[str, ...], list[str]]:
+def render(
+    exe: str,
+    args: Sequence[str],
+    sets: Sets,
+    cd: str,
+    *,
+    permit: str,
+    env: dict[str, str],
+    egress: EgressProxy | None = None,
+    **_: object,
+) -> tuple[list[str], tuple[str, ...], list[str]]:
     """``sandbox-exec`` argv; sets ``env["TMPDIR"]``; returns ``(argv, layers, not_enforced)``.
 
     Raises: CannotEnforce (``seatbelt.compile_check``): sandbox-exec rejects the profile.
@@ -50,9 +66,17 @@ def render(exe: str, args: Sequence[str], sets: Sets, cd: str, *, permit: str, e
     tmp = tempfile.mkdtemp(prefix="sandbox-shim-tmp-")
     env["TMPDIR"] = tmp
     ro = [p for p in (*seatbelt.RUNTIME_READ, *sets.read_only) if os.path.exists(p)]
-    profile = confine_profile.build(ro, [*sets.read_write, tmp], deny=[os.path.dirname(permit)],
-                                    islands=sets.islands, anchors=sets.anchors,
-                                    proxy_port=egress.port if egress else None)
+    profile = confine_profile.build(
+        ro,
+        [*sets.read_write, tmp],
+        deny=[os.path.dirname(permit)],
+        islands=sets.islands,
+        anchors=sets.anchors,
+        proxy_port=egress.port if egress else None,
+    )
     seatbelt.compile_check(profile)
-    return (seatbelt.sandbox_exec_argv(profile, exe, args), ("seatbelt (sandbox-exec)",),
-            ["abstract unix sockets (macOS has none; unix-domain sockets follow the file rules)"])
+    return (
+        seatbelt.sandbox_exec_argv(profile, exe, args),
+        ("seatbelt (sandbox-exec)",),
+        ["abstract unix sockets (macOS has none; unix-domain sockets follow the file rules)"],
+    )

@@ -24,9 +24,16 @@ from collections.abc import Callable, Sequence
 from .seatbelt import Profile, _resolved, build_profile
 
 
-def build(read_only: Sequence[str], read_write: Sequence[str], *, deny: Sequence[str] = (),
-          islands: Sequence[str] = (), anchors: Sequence[str] = (), proxy_port: int | None = None,
-          resolve: Callable[[str], str] = os.path.realpath) -> Profile:
+def build(
+    read_only: Sequence[str],
+    read_write: Sequence[str],
+    *,
+    deny: Sequence[str] = (),
+    islands: Sequence[str] = (),
+    anchors: Sequence[str] = (),
+    proxy_port: int | None = None,
+    resolve: Callable[[str], str] = os.path.realpath,
+) -> Profile:
     """The confinement profile.
 
     Args:
@@ -41,8 +48,9 @@ def build(read_only: Sequence[str], read_write: Sequence[str], *, deny: Sequence
     Raises:
         ValueError: a path is relative or contains NUL/newline; a port outside 1..65535.
     """
-    base = build_profile(read_only, read_write[:1], network=False, deny=deny,
-                         extra_read_write=read_write[1:], resolve=resolve)
+    base = build_profile(
+        read_only, read_write[:1], network=False, deny=deny, extra_read_write=read_write[1:], resolve=resolve
+    )
     params = dict(base.params)
     lines = [base.text.rstrip("\n")]
     isl = _resolved(islands, resolve)

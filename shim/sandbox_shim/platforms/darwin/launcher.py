@@ -61,9 +61,15 @@ def monitor_argv(command: Sequence[str], status_file: str) -> list[str]:
     return [SH, "-c", GATE, status_file, *command]
 
 
-def spawn_held(command: Sequence[str], *, fifo: str, status_file: str,
-               rlimits: Sequence[tuple[str, int, int]] = (), cwd: str | None = None,
-               stdio: tuple[Any, Any, Any] = (None, None, None)) -> subprocess.Popen[bytes]:
+def spawn_held(
+    command: Sequence[str],
+    *,
+    fifo: str,
+    status_file: str,
+    rlimits: Sequence[tuple[str, int, int]] = (),
+    cwd: str | None = None,
+    stdio: tuple[Any, Any, Any] = (None, None, None),
+) -> subprocess.Popen[bytes]:
     """Start the monitor held on ``fifo`` (an existing FIFO); see the module docstring.
 
     Args:
@@ -93,12 +99,22 @@ def spawn_held(command: Sequence[str], *, fifo: str, status_file: str,
         os.set_inheritable(GATE_FD, True)
 
     try:
-        return subprocess.Popen(monitor_argv(command, status_file), preexec_fn=child, pass_fds=(GATE_FD,),
-                                start_new_session=True, cwd=cwd, env=MONITOR_ENV, close_fds=True,
-                                stdin=stdio[0], stdout=stdio[1], stderr=stdio[2])
+        return subprocess.Popen(
+            monitor_argv(command, status_file),
+            preexec_fn=child,
+            pass_fds=(GATE_FD,),
+            start_new_session=True,
+            cwd=cwd,
+            env=MONITOR_ENV,
+            close_fds=True,
+            stdin=stdio[0],
+            stdout=stdio[1],
+            stderr=stdio[2],
+        )
     except (OSError, subprocess.SubprocessError, ValueError) as e:
-        raise LaunchFailed(f"cannot start the held launcher: {e}",
-                           "check process.rlimits and process.cwd in config.json") from e
+        raise LaunchFailed(
+            f"cannot start the held launcher: {e}", "check process.rlimits and process.cwd in config.json"
+        ) from e
     finally:
         os.close(low)
 
@@ -113,8 +129,9 @@ def release(fifo: str) -> None:
         fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         if e.errno in (errno.ENXIO, errno.ENOENT):
-            raise LaunchFailed(f"the held process is gone ({os.strerror(e.errno)})",
-                               "delete the sandbox and create it again") from e
+            raise LaunchFailed(
+                f"the held process is gone ({os.strerror(e.errno)})", "delete the sandbox and create it again"
+            ) from e
         raise LaunchFailed(f"cannot open the start FIFO {fifo}: {e.strerror}") from e
     try:
         os.write(fd, b"start\n")

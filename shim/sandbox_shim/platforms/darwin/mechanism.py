@@ -59,8 +59,12 @@ def _ancestors(paths: Sequence[str]) -> list[str]:
     return sorted(out)
 
 
-def tenant_profile(plan: DarwinPlan, *, resolve: Callable[[str], str] = os.path.realpath,
-                   runtime_read: Sequence[str] = TENANT_READ) -> Profile:
+def tenant_profile(
+    plan: DarwinPlan,
+    *,
+    resolve: Callable[[str], str] = os.path.realpath,
+    runtime_read: Sequence[str] = TENANT_READ,
+) -> Profile:
     """The deny-default SBPL profile of a tenant bundle.
 
     Order (a later matching rule wins): the builder's header, the runtime read set, the blanket deny
@@ -83,10 +87,14 @@ def tenant_profile(plan: DarwinPlan, *, resolve: Callable[[str], str] = os.path.
     params["ROOTFS"] = rootfs
     lines = []
     if plan.network != "host":  # the header allows mach-lookup; name resolution by proxy would leak
-        lines.append('(deny mach-lookup (global-name "com.apple.dnssd.service") '
-                     '(global-name "com.apple.mDNSResponder"))')
-    lines += ["; the bundle, after the deny: rootfs read-only, storage as mounted",
-             '(allow file-read* (subpath (param "ROOTFS")))']
+        lines.append(
+            '(deny mach-lookup (global-name "com.apple.dnssd.service") '
+            '(global-name "com.apple.mDNSResponder"))'
+        )
+    lines += [
+        "; the bundle, after the deny: rootfs read-only, storage as mounted",
+        '(allow file-read* (subpath (param "ROOTFS")))',
+    ]
     granted = [rootfs]
     if plan.storage:
         params["STORAGE"] = resolve(plan.storage)
@@ -103,15 +111,30 @@ def tenant_profile(plan: DarwinPlan, *, resolve: Callable[[str], str] = os.path.
     return Profile(base.text + "\n".join(lines) + "\n", params)
 
 
-def launch_argv(plan: DarwinPlan, profile: Profile, profile_file: str, *,
-                program: Sequence[str] | None = None, sandbox_exec: str = SANDBOX_EXEC) -> list[str]:
+def launch_argv(
+    plan: DarwinPlan,
+    profile: Profile,
+    profile_file: str,
+    *,
+    program: Sequence[str] | None = None,
+    sandbox_exec: str = SANDBOX_EXEC,
+) -> list[str]:
     """``env -i NAME=VALUE... sandbox-exec -f FILE -D NAME=PATH... -- PROGRAM ARGS``.
 
     ``program`` replaces ``plan.args`` (the compile check passes ``["/usr/bin/true"]``).
     """
     env = [f"{k}={v}" for k, v in plan.env.items()]
-    return [ENV, "-i", *env, sandbox_exec, "-f", profile_file, *profile.define_args(), "--",
-            *(program if program is not None else plan.args)]
+    return [
+        ENV,
+        "-i",
+        *env,
+        sandbox_exec,
+        "-f",
+        profile_file,
+        *profile.define_args(),
+        "--",
+        *(program if program is not None else plan.args),
+    ]
 
 
 def compile_check(argv: Sequence[str], timeout: float = COMPILE_TIMEOUT) -> None:
@@ -121,8 +144,9 @@ def compile_check(argv: Sequence[str], timeout: float = COMPILE_TIMEOUT) -> None
         CannotEnforce("seatbelt", sandbox-exec's message): the profile was rejected or did not apply.
     """
     try:
-        r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                           env=launcher.MONITOR_ENV)
+        r = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, env=launcher.MONITOR_ENV
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise CannotEnforce("seatbelt", f"sandbox-exec did not run: {e}") from e
     if r.returncode != 0:
@@ -142,8 +166,9 @@ class DarwinSeatbeltMechanism:
     root: str | None = None  # the state root (``platforms.select.mechanism`` sets it)
     systemd_cgroup = False  # runc's --systemd-cgroup: no meaning on macOS
 
-    def __init__(self, probe: Callable[[], list[Capability]] | None = None,
-                 sandbox_exec: str = SANDBOX_EXEC) -> None:
+    def __init__(
+        self, probe: Callable[[], list[Capability]] | None = None, sandbox_exec: str = SANDBOX_EXEC
+    ) -> None:
         self._probe = probe or darwin_capabilities
         self._reports: list[Capability] | None = None
         self.sandbox_exec = sandbox_exec
@@ -168,14 +193,20 @@ class DarwinSeatbeltMechanism:
     def require(self, names: Sequence[str]) -> None:  # list[str] in the protocol
         """Raise ``CapabilityUnavailable`` for each of ``names`` this host does not provide."""
         by_name = {r.name: r for r in self.capabilities()}
-        missing = [by_name.get(n) or Capability(n, False, "sandbox-exec", "not provided on macOS",
-                                                "not reported") for n in names]
+        missing = [
+            by_name.get(n) or Capability(n, False, "sandbox-exec", "not provided on macOS", "not reported")
+            for n in names
+        ]
         missing = [r for r in missing if not r.available]
         if missing:
             raise CapabilityUnavailable(missing)
 
-    def provision(self, sandbox: Sandbox, plan: LaunchPlan | dict[str, Any],
-                  stdio: tuple[Any, Any, Any] = (None, None, None)) -> None:
+    def provision(
+        self,
+        sandbox: Sandbox,
+        plan: LaunchPlan | dict[str, Any],
+        stdio: tuple[Any, Any, Any] = (None, None, None),
+    ) -> None:
         """OCI create: profile written and compile-checked, monitor held on the FIFO.
 
         Args:
@@ -189,8 +220,9 @@ class DarwinSeatbeltMechanism:
         if isinstance(plan, dict):
             plan = plan_from_config(plan, sandbox.bundle)
         if not isinstance(plan, DarwinPlan):
-            raise LaunchFailed(f"{type(plan).__name__} is not a macOS plan",
-                               "plan with this mechanism's make_plan")
+            raise LaunchFailed(
+                f"{type(plan).__name__} is not a macOS plan", "plan with this mechanism's make_plan"
+            )
         check_requirements(plan, self.capabilities())
         d = sandbox.private["dir"]
         profile = tenant_profile(plan)
@@ -200,20 +232,30 @@ class DarwinSeatbeltMechanism:
             undo.callback(_unlink, profile_file)
             with os.fdopen(fd, "w") as fh:
                 fh.write(profile.text)
-            compile_check(launch_argv(plan, profile, profile_file, program=[TRUE],
-                                      sandbox_exec=self.sandbox_exec))
+            compile_check(
+                launch_argv(plan, profile, profile_file, program=[TRUE], sandbox_exec=self.sandbox_exec)
+            )
             fifo, status_file = os.path.join(d, "start.fifo"), os.path.join(d, "exit-status")
             os.mkfifo(fifo, 0o600)
             undo.callback(_unlink, fifo)
             argv = launch_argv(plan, profile, profile_file, sandbox_exec=self.sandbox_exec)
-            proc = launcher.spawn_held(argv, fifo=fifo, status_file=status_file, rlimits=plan.rlimits,
-                                       cwd=plan.cwd, stdio=stdio)
+            proc = launcher.spawn_held(
+                argv, fifo=fifo, status_file=status_file, rlimits=plan.rlimits, cwd=plan.cwd, stdio=stdio
+            )
             undo.callback(launcher.kill_group, proc.pid)
             start = launcher.identity(proc.pid)
             # init_* = the monitor too: the workload exists only after start (see ``workload_pid``)
-            sandbox.private.update(pid=proc.pid, pid_start=start, init_pid=proc.pid, init_start=start,
-                                   fifo=fifo, status_file=status_file, profile=profile_file,
-                                   started=False, wall_clock=plan.wall_clock)
+            sandbox.private.update(
+                pid=proc.pid,
+                pid_start=start,
+                init_pid=proc.pid,
+                init_start=start,
+                fifo=fifo,
+                status_file=status_file,
+                profile=profile_file,
+                started=False,
+                wall_clock=plan.wall_clock,
+            )
             self._procs[sandbox.id] = proc
             undo.pop_all()
 
@@ -360,8 +402,14 @@ PROBED = ("seatbelt", "filesystem.confinement", "network.deny", "rlimit.memory",
 
 
 def _run(argv: Sequence[str], preexec: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=COMPILE_TIMEOUT,
-                          preexec_fn=preexec, env=launcher.MONITOR_ENV)
+    return subprocess.run(
+        list(argv),
+        capture_output=True,
+        text=True,
+        timeout=COMPILE_TIMEOUT,
+        preexec_fn=preexec,
+        env=launcher.MONITOR_ENV,
+    )
 
 
 def _sbpl(read: Sequence[str], network: bool) -> Profile:
@@ -372,13 +420,18 @@ def _under(profile: Profile, argv: Sequence[str], sandbox_exec: str) -> subproce
     return _run([sandbox_exec, "-p", profile.text, *profile.define_args(), "--", *argv])
 
 
-def _trial(name: str, measured: str, control: Callable[[], subprocess.CompletedProcess[str]],
-           breach: Callable[[], subprocess.CompletedProcess[str]]) -> Capability:
+def _trial(
+    name: str,
+    measured: str,
+    control: Callable[[], subprocess.CompletedProcess[str]],
+    breach: Callable[[], subprocess.CompletedProcess[str]],
+) -> Capability:
     try:
         c = control()
         if c.returncode != 0 or _MARK not in c.stdout:
-            return Capability(name, False, MECHANISM, f"control failed ({c.returncode}): {c.stderr[:200]}",
-                              measured)
+            return Capability(
+                name, False, MECHANISM, f"control failed ({c.returncode}): {c.stderr[:200]}", measured
+            )
         b = breach()
     except (OSError, subprocess.SubprocessError) as e:
         return Capability(name, False, MECHANISM, f"cannot run the trial: {e}", measured)
@@ -393,6 +446,7 @@ def _rlimit(*limits: tuple[str, int]) -> Callable[[], None]:
     def apply() -> None:  # in the forked child
         for kind, value in limits:
             resource.setrlimit(getattr(resource, kind), (value, value))
+
     return apply
 
 
@@ -428,28 +482,61 @@ def darwin_capabilities(sandbox_exec: str = SANDBOX_EXEC) -> list[Capability]:
         f = os.path.join(os.path.realpath(tmp), "probe")
         with open(f, "w") as fh:
             fh.write(_MARK)
-        out.append(_trial("filesystem.confinement", "/bin/cat of a file granted vs not granted",
-                          lambda: _under(_sbpl([f], False), ["/bin/cat", f], sandbox_exec),
-                          lambda: _under(_sbpl([], False), ["/bin/cat", f], sandbox_exec)))
+        out.append(
+            _trial(
+                "filesystem.confinement",
+                "/bin/cat of a file granted vs not granted",
+                lambda: _under(_sbpl([f], False), ["/bin/cat", f], sandbox_exec),
+                lambda: _under(_sbpl([], False), ["/bin/cat", f], sandbox_exec),
+            )
+        )
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
         srv.listen(4)
         port = str(srv.getsockname()[1])
         nc = ["/bin/sh", "-c", f"/usr/bin/nc -z -w 3 127.0.0.1 {port} && echo {_MARK}"]
-        out.append(_trial("network.deny", "nc -z 127.0.0.1 with and without (allow network*)",
-                          lambda: _under(_sbpl([], True), nc, sandbox_exec),
-                          lambda: _under(_sbpl([], False), nc, sandbox_exec)))
+        out.append(
+            _trial(
+                "network.deny",
+                "nc -z 127.0.0.1 with and without (allow network*)",
+                lambda: _under(_sbpl([], True), nc, sandbox_exec),
+                lambda: _under(_sbpl([], False), nc, sandbox_exec),
+            )
+        )
     py = sys.executable
     alloc = [py, "-c", f"b = bytearray(1 << 30); b[::4096] = b'x' * len(b[::4096]); print('{_MARK}')"]
-    out.append(_trial("rlimit.memory", "1 GiB allocation with/without RLIMIT_AS+RLIMIT_DATA 256 MiB",
-                      lambda: _run(alloc),
-                      lambda: _run(alloc, _rlimit(("RLIMIT_AS", 1 << 28), ("RLIMIT_DATA", 1 << 28)))))
-    spin = [py, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 3: pass\n"
-            f"print('{_MARK}')"]
-    out.append(_trial("rlimit.cpu", "3 s CPU loop with/without RLIMIT_CPU 1 s", lambda: _run(spin),
-                      lambda: _run(spin, _rlimit(("RLIMIT_CPU", 1)))))
-    fork = [py, "-c", "import os\npid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0)\n"
-            f"print('{_MARK}')"]
-    out.append(_trial("rlimit.nproc", "fork(2) with/without RLIMIT_NPROC 1", lambda: _run(fork),
-                      lambda: _run(fork, _rlimit(("RLIMIT_NPROC", 1)))))
+    out.append(
+        _trial(
+            "rlimit.memory",
+            "1 GiB allocation with/without RLIMIT_AS+RLIMIT_DATA 256 MiB",
+            lambda: _run(alloc),
+            lambda: _run(alloc, _rlimit(("RLIMIT_AS", 1 << 28), ("RLIMIT_DATA", 1 << 28))),
+        )
+    )
+    spin = [
+        py,
+        "-c",
+        f"import time\nt = time.process_time()\nwhile time.process_time() - t < 3: pass\nprint('{_MARK}')",
+    ]
+    out.append(
+        _trial(
+            "rlimit.cpu",
+            "3 s CPU loop with/without RLIMIT_CPU 1 s",
+            lambda: _run(spin),
+            lambda: _run(spin, _rlimit(("RLIMIT_CPU", 1))),
+        )
+    )
+    fork = [
+        py,
+        "-c",
+        f"import os\npid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0)\nprint('{_MARK}')",
+    ]
+    out.append(
+        _trial(
+            "rlimit.nproc",
+            "fork(2) with/without RLIMIT_NPROC 1",
+            lambda: _run(fork),
+            lambda: _run(fork, _rlimit(("RLIMIT_NPROC", 1))),
+        )
+    )
     return out + fixed

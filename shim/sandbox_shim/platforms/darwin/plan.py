@@ -66,8 +66,18 @@ _LINUX = "OCI runtime-spec config-linux.md"
 _POLICY = "a security field that cannot be enforced is refused"
 
 #: rlimits macOS has (<sys/resource.h>); other OCI kinds are Linux-only.
-DARWIN_RLIMITS = ("RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_CPU", "RLIMIT_DATA", "RLIMIT_FSIZE",
-                  "RLIMIT_MEMLOCK", "RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_RSS", "RLIMIT_STACK")
+DARWIN_RLIMITS = (
+    "RLIMIT_AS",
+    "RLIMIT_CORE",
+    "RLIMIT_CPU",
+    "RLIMIT_DATA",
+    "RLIMIT_FSIZE",
+    "RLIMIT_MEMLOCK",
+    "RLIMIT_NOFILE",
+    "RLIMIT_NPROC",
+    "RLIMIT_RSS",
+    "RLIMIT_STACK",
+)
 #: OCI namespace type -> the requirement it becomes on macOS.
 NAMESPACE_REQUIREMENTS = {"network": "network.deny", "mount": "filesystem.confinement"}
 #: what macOS does not have at all, with the reason a person can act on
@@ -133,7 +143,7 @@ class _Mapper:
     def host(self, path: str) -> str:
         norm = os.path.normpath("/" + path.lstrip("/"))  # normpath keeps a leading "//"
         if self.storage and self.dest and (norm == self.dest or norm.startswith(self.dest + "/")):
-            return resolve_in_root(self.storage, norm[len(self.dest):] or "/")
+            return resolve_in_root(self.storage, norm[len(self.dest) :] or "/")
         return resolve_in_root(self.rootfs, norm)
 
 
@@ -142,8 +152,9 @@ def _program(arg0: str, cwd: str, env: dict[str, str], mapper: _Mapper) -> str:
         cands = [mapper.host(arg0 if arg0.startswith("/") else os.path.join(cwd, arg0))]
     else:
         dirs = env.get("PATH", "").split(":")
-        cands = [mapper.host(os.path.join(d if d.startswith("/") else os.path.join(cwd, d), arg0))
-                 for d in dirs]
+        cands = [
+            mapper.host(os.path.join(d if d.startswith("/") else os.path.join(cwd, d), arg0)) for d in dirs
+        ]
     denied = None
     for c in cands:
         try:
@@ -158,8 +169,9 @@ def _program(arg0: str, cwd: str, env: dict[str, str], mapper: _Mapper) -> str:
     raise CouldNotRun("not_found", arg0, "looked up inside root.path only (macOS has no mount namespace)")
 
 
-def _storage(cfg: dict[str, Any], bundle: str, problems: list[BundleProblem],
-             warnings: list[str]) -> tuple[str | None, str | None, bool]:
+def _storage(
+    cfg: dict[str, Any], bundle: str, problems: list[BundleProblem], warnings: list[str]
+) -> tuple[str | None, str | None, bool]:
     storage_dir = canonical("storage", bundle)
     found: tuple[str | None, str | None, bool] = (None, None, False)
     for i, m in enumerate(cfg.get("mounts") or []):
@@ -170,14 +182,25 @@ def _storage(cfg: dict[str, Any], bundle: str, problems: list[BundleProblem],
             if src == storage_dir and found[0] is None and os.path.isdir(src):
                 found = (src, str(m.get("destination") or ""), "ro" in opts)
                 continue
-            problems.append(BundleProblem(
-                f"/mounts/{i}", "only the bundle's storage/ may be bound on macOS (no mount namespace)",
-                "sandbox-shim darwin: bind mounts", "remove the mount, or bind the bundle's storage/ dir"))
+            problems.append(
+                BundleProblem(
+                    f"/mounts/{i}",
+                    "only the bundle's storage/ may be bound on macOS (no mount namespace)",
+                    "sandbox-shim darwin: bind mounts",
+                    "remove the mount, or bind the bundle's storage/ dir",
+                )
+            )
         elif kind in _IGNORED_MOUNTS:
             warnings.append(f"/mounts/{i}: {kind} mount ignored on macOS (the host's own is used or denied)")
         else:
-            problems.append(BundleProblem(f"/mounts/{i}/type", f"mount type {kind!r} is not supported on "
-                                          "macOS", "sandbox-shim darwin: mounts", "remove the mount"))
+            problems.append(
+                BundleProblem(
+                    f"/mounts/{i}/type",
+                    f"mount type {kind!r} is not supported on macOS",
+                    "sandbox-shim darwin: mounts",
+                    "remove the mount",
+                )
+            )
     return found
 
 
@@ -190,8 +213,13 @@ def _limit(problems: list[BundleProblem], value: Any, ptr: str) -> int | None:
     return value
 
 
-def _rlimits(cfg: dict[str, Any], problems: list[BundleProblem], requires: set[str],
-             warnings: list[str], cpu_s: object = None) -> tuple[tuple[str, int, int], ...]:
+def _rlimits(
+    cfg: dict[str, Any],
+    problems: list[BundleProblem],
+    requires: set[str],
+    warnings: list[str],
+    cpu_s: object = None,
+) -> tuple[tuple[str, int, int], ...]:
     proc = cfg.get("process") or {}
     res = (cfg.get("linux") or {}).get("resources") or {}
     out: dict[str, tuple[int, int]] = {}
@@ -203,8 +231,14 @@ def _rlimits(cfg: dict[str, Any], problems: list[BundleProblem], requires: set[s
     for i, r in enumerate(proc.get("rlimits") or []):
         name = r.get("type") if isinstance(r, dict) else None
         if name not in DARWIN_RLIMITS:
-            problems.append(BundleProblem(f"/process/rlimits/{i}/type", f"{name!r} does not exist on macOS",
-                                          "macOS setrlimit(2)", "remove it from process.rlimits"))
+            problems.append(
+                BundleProblem(
+                    f"/process/rlimits/{i}/type",
+                    f"{name!r} does not exist on macOS",
+                    "macOS setrlimit(2)",
+                    "remove it from process.rlimits",
+                )
+            )
             continue
         put(name, int(r.get("soft", 0)), int(r.get("hard", 0)))
     mem = _limit(problems, (res.get("memory") or {}).get("limit"), "/linux/resources/memory/limit")
@@ -218,8 +252,13 @@ def _rlimits(cfg: dict[str, Any], problems: list[BundleProblem], requires: set[s
         if str(cpu_s).isdigit() and int(str(cpu_s)) > 0:
             put("RLIMIT_CPU", int(str(cpu_s)), int(str(cpu_s)) + 1)
         else:
-            problems.append(BundleProblem(f"/annotations/{PREFIX}cpu-time-seconds",
-                                          "must be a positive integer", "sandbox-shim annotations"))
+            problems.append(
+                BundleProblem(
+                    f"/annotations/{PREFIX}cpu-time-seconds",
+                    "must be a positive integer",
+                    "sandbox-shim annotations",
+                )
+            )
     cpu = res.get("cpu") or {}
     if cpu.get("quota") or cpu.get("cpus") or cpu.get("realtimeRuntime"):
         requires.add("cpu.rate")
@@ -260,8 +299,9 @@ def plan_from_spec(spec: Spec, *, caller_uid: int | None = None) -> DarwinPlan:
     return plan_from_config(spec.config, spec.bundle, caller_uid=caller_uid, settings=spec.settings)
 
 
-def plan_from_config(config: dict[str, Any], bundle: str, *, caller_uid: int | None = None,
-                     settings: Settings | None = None) -> DarwinPlan:
+def plan_from_config(
+    config: dict[str, Any], bundle: str, *, caller_uid: int | None = None, settings: Settings | None = None
+) -> DarwinPlan:
     """Interpret an OCI config for ``sandbox-exec`` (rules in the module docstring).
 
     Args:
@@ -296,7 +336,7 @@ def plan_from_config(config: dict[str, Any], bundle: str, *, caller_uid: int | N
     elif network != "host":
         network = "none"
     storage, dest, storage_ro = _storage(config, bundle, problems, warnings)
-    cpu_s = (settings.cpu_time if settings is not None else ann.get(PREFIX + "cpu-time-seconds"))
+    cpu_s = settings.cpu_time if settings is not None else ann.get(PREFIX + "cpu-time-seconds")
     rlimits = _rlimits(config, problems, requires, warnings, cpu_s)
     _linux_section(config, requires, warnings)
     if network == "host":
@@ -310,21 +350,34 @@ def plan_from_config(config: dict[str, Any], bundle: str, *, caller_uid: int | N
         if uid == 0 and me != 0:
             warnings.append(f"/process/user/uid 0 runs as the caller (uid {me}) on macOS")
         else:
-            problems.append(BundleProblem("/process/user/uid", f"uid {uid} differs from the caller's ({me})",
-                                          _POLICY, "run the shim as that user, or set uid 0"))
+            problems.append(
+                BundleProblem(
+                    "/process/user/uid",
+                    f"uid {uid} differs from the caller's ({me})",
+                    _POLICY,
+                    "run the shim as that user, or set uid 0",
+                )
+            )
     if (proc.get("capabilities") or {}).get("effective"):
         warnings.append("/process/capabilities ignored on macOS (no Linux capabilities; none are granted)")
     wall_clock = None
     try:
-        wall_clock = settings.wall_clock if settings is not None else (
-            float(ann.get(PREFIX + "wall-clock-seconds") or 0) or None)
+        wall_clock = (
+            settings.wall_clock
+            if settings is not None
+            else (float(ann.get(PREFIX + "wall-clock-seconds") or 0) or None)
+        )
     except ValueError:
-        problems.append(BundleProblem(f"/annotations/{PREFIX}wall-clock-seconds",
-                                      "must be a number of seconds", "sandbox-shim annotations"))
+        problems.append(
+            BundleProblem(
+                f"/annotations/{PREFIX}wall-clock-seconds",
+                "must be a number of seconds",
+                "sandbox-shim annotations",
+            )
+        )
     if wall_clock is not None and wall_clock <= 0:
         wall_clock = None
-    raw_req = (",".join(settings.requires or ()) if settings is not None
-               else ann.get(PREFIX + "requires"))
+    raw_req = ",".join(settings.requires or ()) if settings is not None else ann.get(PREFIX + "requires")
     if raw_req:
         requires |= {n.strip() for n in str(raw_req).split(",") if n.strip()}
     if problems:
@@ -335,11 +388,32 @@ def plan_from_config(config: dict[str, Any], bundle: str, *, caller_uid: int | N
     cwd_in = proc.get("cwd") or "/"
     cwd = mapper.host(cwd_in)
     if not os.path.isdir(cwd):
-        raise BundleInvalid([BundleProblem("/process/cwd", f"{cwd_in} is not a directory in the rootfs or "
-                                           "storage", _SPEC + " process.cwd", "create it in the rootfs")])
+        raise BundleInvalid(
+            [
+                BundleProblem(
+                    "/process/cwd",
+                    f"{cwd_in} is not a directory in the rootfs or storage",
+                    _SPEC + " process.cwd",
+                    "create it in the rootfs",
+                )
+            ]
+        )
     program = _program(args[0], cwd_in, env, mapper)
-    return DarwinPlan(bundle, rootfs, storage, storage_ro, program, (program, *args[1:]), cwd, env, network,
-                      rlimits, wall_clock, tuple(sorted(requires)), tuple(warnings))
+    return DarwinPlan(
+        bundle,
+        rootfs,
+        storage,
+        storage_ro,
+        program,
+        (program, *args[1:]),
+        cwd,
+        env,
+        network,
+        rlimits,
+        wall_clock,
+        tuple(sorted(requires)),
+        tuple(warnings),
+    )
 
 
 def check_requirements(plan: DarwinPlan, reports: Iterable[Capability]) -> None:
@@ -349,8 +423,10 @@ def check_requirements(plan: DarwinPlan, reports: Iterable[Capability]) -> None:
         CapabilityUnavailable: each required capability unavailable or not reported.
     """
     by_name = {r.name: r for r in reports}
-    missing = [by_name.get(n) or Capability(n, False, "sandbox-exec", "not provided on macOS", "not reported")
-               for n in plan.requires]
+    missing = [
+        by_name.get(n) or Capability(n, False, "sandbox-exec", "not provided on macOS", "not reported")
+        for n in plan.requires
+    ]
     missing = [r for r in missing if not r.available]
     if missing:
         raise CapabilityUnavailable(missing)

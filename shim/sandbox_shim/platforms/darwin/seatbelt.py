@@ -31,11 +31,26 @@ SANDBOX_EXEC = "/usr/bin/sandbox-exec"
 #: macOS runtime read set: dyld and its shared cache, system libraries and frameworks, the base
 #: tools, locale/zoneinfo/TLS data.  Paths that do not exist on a host are dropped by the caller.
 RUNTIME_READ = (
-    "/usr/lib", "/usr/libexec", "/usr/bin", "/usr/sbin", "/usr/share", "/bin", "/sbin",
-    "/System/Library", "/System/Volumes/Preboot/Cryptexes", "/Library/Apple",
-    "/private/var/db/dyld", "/private/var/db/timezone", "/private/etc/ssl",
-    "/private/etc/hosts", "/private/etc/resolv.conf", "/private/etc/passwd", "/private/etc/group",
-    "/private/etc/localtime", "/private/etc/services", "/private/etc/protocols",
+    "/usr/lib",
+    "/usr/libexec",
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/share",
+    "/bin",
+    "/sbin",
+    "/System/Library",
+    "/System/Volumes/Preboot/Cryptexes",
+    "/Library/Apple",
+    "/private/var/db/dyld",
+    "/private/var/db/timezone",
+    "/private/etc/ssl",
+    "/private/etc/hosts",
+    "/private/etc/resolv.conf",
+    "/private/etc/passwd",
+    "/private/etc/group",
+    "/private/etc/localtime",
+    "/private/etc/services",
+    "/private/etc/protocols",
 )
 
 _HEADER = """\
@@ -99,9 +114,15 @@ def _ancestors(paths: Iterable[str]) -> list[str]:
     return sorted(out)
 
 
-def build_profile(read_only: Sequence[str], read_write: Sequence[str], *, network: bool,
-                  deny: Sequence[str] = (), extra_read_write: Sequence[str] = (),
-                  resolve: Callable[[str], str] = os.path.realpath) -> Profile:
+def build_profile(
+    read_only: Sequence[str],
+    read_write: Sequence[str],
+    *,
+    network: bool,
+    deny: Sequence[str] = (),
+    extra_read_write: Sequence[str] = (),
+    resolve: Callable[[str], str] = os.path.realpath,
+) -> Profile:
     """Build a deny-default SBPL profile (rule order in the module docstring).
 
     Args:
@@ -144,8 +165,9 @@ def build_profile(read_only: Sequence[str], read_write: Sequence[str], *, networ
     return Profile("\n".join(lines) + "\n", params)
 
 
-def sandbox_exec_argv(profile: Profile, program: str, args: Sequence[str],
-                      sandbox_exec: str = SANDBOX_EXEC) -> list[str]:
+def sandbox_exec_argv(
+    profile: Profile, program: str, args: Sequence[str], sandbox_exec: str = SANDBOX_EXEC
+) -> list[str]:
     """argv (including argv[0]) running ``program args`` under ``profile`` with ``sandbox-exec``."""
     return [sandbox_exec, "-p", profile.text, *profile.define_args(), program, *args]
 
@@ -160,11 +182,13 @@ def compile_check(profile: Profile, sandbox_exec: str = SANDBOX_EXEC, timeout: f
         raise CannotEnforce("seatbelt", f"{sandbox_exec} is missing or not executable")
     probe = profile
     if "/usr/bin" not in profile.params.values():
-        probe = Profile(profile.text + '(allow process-exec file-read* (literal "/usr/bin/true"))\n',
-                        profile.params)
+        probe = Profile(
+            profile.text + '(allow process-exec file-read* (literal "/usr/bin/true"))\n', profile.params
+        )
     try:
-        r = subprocess.run(sandbox_exec_argv(probe, "/usr/bin/true", []), capture_output=True,
-                           text=True, timeout=timeout)
+        r = subprocess.run(
+            sandbox_exec_argv(probe, "/usr/bin/true", []), capture_output=True, text=True, timeout=timeout
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise CannotEnforce("seatbelt", f"sandbox-exec did not run: {e}") from e
     if r.returncode != 0:

@@ -93,8 +93,12 @@ class _PlannedView(View):
         planned = self._planned.get(host)
         if planned is None and not os.path.lexists(host):
             if not la.writable:
-                raise OSError(errno.EROFS, f"{dest} does not exist and {la.dest} is a read-only bind of "
-                              f"{la.host}: it would be created on the host", path)
+                raise OSError(
+                    errno.EROFS,
+                    f"{dest} does not exist and {la.dest} is a read-only bind of "
+                    f"{la.host}: it would be created on the host",
+                    path,
+                )
             rel = os.path.relpath(host, la.host)
             parts = rel.split(os.sep)
             for i in range(1, len(parts)):  # the parents are made too (directories)
@@ -144,11 +148,18 @@ def make_missing(steps: list[MakeStep], cwd: str | None = None) -> None:
             ensure_in_root(st.root, st.rel, st.is_dir)
         except OSError as e:
             if st.dest == cwd:
-                raise _refuse("/process/cwd", f"cwd {st.dest} cannot be made inside the sandbox", e,
-                              "use an existing directory") from e
-            raise _refuse("/mounts", f"mount point {st.dest} cannot be made inside the sandbox", e,
-                          "fix the destination, or the symlink in the rootfs or storage it goes "
-                          "through") from e
+                raise _refuse(
+                    "/process/cwd",
+                    f"cwd {st.dest} cannot be made inside the sandbox",
+                    e,
+                    "use an existing directory",
+                ) from e
+            raise _refuse(
+                "/mounts",
+                f"mount point {st.dest} cannot be made inside the sandbox",
+                e,
+                "fix the destination, or the symlink in the rootfs or storage it goes through",
+            ) from e
 
 
 def _dest(view: View, dest: str, is_dir: bool = True) -> str:
@@ -157,8 +168,12 @@ def _dest(view: View, dest: str, is_dir: bool = True) -> str:
     try:
         return view.ensure(dest, is_dir)[0]
     except OSError as e:
-        raise _refuse("/mounts", f"mount point {dest} cannot be made inside the sandbox", e,
-                      "fix the destination, or the symlink in the rootfs or storage it goes through") from e
+        raise _refuse(
+            "/mounts",
+            f"mount point {dest} cannot be made inside the sandbox",
+            e,
+            "fix the destination, or the symlink in the rootfs or storage it goes through",
+        ) from e
 
 
 def build_args(plan: Plan, fds: Fds) -> list[str]:
@@ -202,9 +217,16 @@ def layout(plan: Plan, fds: Fds) -> Layout:
         except OSError:
             mine = None  # _host_problems / the join itself report a missing namespace
         if mine in ids:
-            raise BundleInvalid([BundleProblem("/hostname", "the uts namespace joined is the host's: its "
-                                               "hostname would be changed", "tenant profile: host state",
-                                               "join a sandbox's uts namespace, or remove hostname")])
+            raise BundleInvalid(
+                [
+                    BundleProblem(
+                        "/hostname",
+                        "the uts namespace joined is the host's: its hostname would be changed",
+                        "tenant profile: host state",
+                        "join a sandbox's uts namespace, or remove hostname",
+                    )
+                ]
+            )
     problem = pid_problem(plan.unshare, plan.join, [mt.kind for mt in plan.mounts])
     if problem:
         raise BundleInvalid([problem])
@@ -245,16 +267,30 @@ def layout(plan: Plan, fds: Fds) -> Layout:
 
     if plan.devices:
         if view.layer_for("/dev").fs != "dev":
-            raise BundleInvalid([BundleProblem("/linux/devices", "linux.devices needs the /dev tmpfs mount",
-                                               "runtime-spec config-linux.md Devices",
-                                               'add {"destination": "/dev", "type": "tmpfs"} to mounts')])
+            raise BundleInvalid(
+                [
+                    BundleProblem(
+                        "/linux/devices",
+                        "linux.devices needs the /dev tmpfs mount",
+                        "runtime-spec config-linux.md Devices",
+                        'add {"destination": "/dev", "type": "tmpfs"} to mounts',
+                    )
+                ]
+            )
         from .devnodes import bind_args
 
         for dev in plan.devices:
             if not str(dev.get("path") or "").startswith("/dev/"):
-                raise BundleInvalid([BundleProblem("/linux/devices", f"{dev.get('path')!r} is not under /dev",
-                                                   "tenant profile: device nodes live in /dev only",
-                                                   "put it under /dev")])
+                raise BundleInvalid(
+                    [
+                        BundleProblem(
+                            "/linux/devices",
+                            f"{dev.get('path')!r} is not under /dev",
+                            "tenant profile: device nodes live in /dev only",
+                            "put it under /dev",
+                        )
+                    ]
+                )
         a += bind_args(plan.devices)
 
     for i, p in enumerate(plan.masked_paths):
@@ -386,20 +422,35 @@ def _protected(view: View, path: str, pointer: str, plan: Plan) -> tuple[str, st
     try:
         dest, layer = view.resolve(path)
     except OSError as e:
-        raise _refuse(pointer, f"{path} cannot be resolved inside the sandbox", e,
-                      "list the path itself, not a path through a symbolic link") from e
+        raise _refuse(
+            pointer,
+            f"{path} cannot be resolved inside the sandbox",
+            e,
+            "list the path itself, not a path through a symbolic link",
+        ) from e
 
     if view.masked_at(dest):
         return None  # already hidden (the floor, or an earlier entry)
 
     def refuse(why: str, fix: str) -> BundleInvalid:
-        return BundleInvalid([BundleProblem(pointer, f"{path}: {why}", "tenant profile: masked and "
-                                            "read-only paths hold (runtime-spec config-linux.md)", fix)])
+        return BundleInvalid(
+            [
+                BundleProblem(
+                    pointer,
+                    f"{path}: {why}",
+                    "tenant profile: masked and read-only paths hold (runtime-spec config-linux.md)",
+                    fix,
+                )
+            ]
+        )
 
     readonly = pointer.startswith("/linux/readonlyPaths")
-    if readonly and layer.fs == "proc" and tenant.proc_pid_entry(dest[len(layer.dest.rstrip("/")):]):
-        raise refuse("a pid-dependent proc entry cannot be made read-only (the bind's source would be the "
-                     "host's /proc)", "remove it; mask it instead, or list a path below /proc/sys")
+    if readonly and layer.fs == "proc" and tenant.proc_pid_entry(dest[len(layer.dest.rstrip("/")) :]):
+        raise refuse(
+            "a pid-dependent proc entry cannot be made read-only (the bind's source would be the "
+            "host's /proc)",
+            "remove it; mask it instead, or list a path below /proc/sys",
+        )
     if dest == "/" and not readonly:
         raise refuse("the root cannot be masked", "remove it")
     host = view.host_of(dest)
@@ -408,15 +459,19 @@ def _protected(view: View, path: str, pointer: str, plan: Plan) -> tuple[str, st
     if host is None and layer.fs in ("tmpfs", "mqueue", "cgroup"):
         return None  # a new, empty fs: nothing there at set-up, nothing kept from an earlier run
     if host is None:
-        raise refuse(f"lies in a {layer.fs} mount at {layer.dest}; nothing there can be kept masked or "
-                     "read-only", "list a path of the rootfs, a bind, /proc or /sys")
+        raise refuse(
+            f"lies in a {layer.fs} mount at {layer.dest}; nothing there can be kept masked or read-only",
+            "list a path of the rootfs, a bind, /proc or /sys",
+        )
     if _lexists(view, host):
         return dest, host
     tenant_writable = layer.writable and (layer.fs == "bind" or not plan.root_readonly)
     kernel_named = dest.split("/")[1] in ("proc", "sys")  # runtime-spec defaults name kernel files there
     if tenant_writable and not kernel_named:
-        raise refuse(f"does not exist in {layer.dest}, which the tenant can write (a previous run may have "
-                     "moved it)", "restore it, or remove it from the list")
+        raise refuse(
+            f"does not exist in {layer.dest}, which the tenant can write (a previous run may have moved it)",
+            "restore it, or remove it from the list",
+        )
     return None
 
 
@@ -427,11 +482,16 @@ def _refuse_exposed(plan: Plan) -> None:
     binds = [("/mounts", mt.source, mt.readonly) for mt in plan.mounts if mt.kind == "bind"]
     protected = [plan.bundle, os.path.join(plan.bundle, "config.json"), *plan.protected]
     for ptr, path in exposed(writable_exposures(plan.rootfs, plan.root_readonly, binds), protected):
-        raise BundleInvalid([BundleProblem(ptr,
-                                           f"the tenant could write {path}, which the runtime reads or "
-                                           "runs on the host later", "tenant profile: nothing the runtime "
-                                           "reads is writable from inside",
-                                           "move it out, or make the mount read-only")])
+        raise BundleInvalid(
+            [
+                BundleProblem(
+                    ptr,
+                    f"the tenant could write {path}, which the runtime reads or runs on the host later",
+                    "tenant profile: nothing the runtime reads is writable from inside",
+                    "move it out, or make the mount read-only",
+                )
+            ]
+        )
 
 
 def _check_helper_dir(view: View) -> None:
@@ -441,10 +501,17 @@ def _check_helper_dir(view: View) -> None:
 
     layer = view.layer_for(CTTY_HELPER)
     if layer.fs != "dev":
-        raise BundleInvalid([BundleProblem("/mounts", f"a terminal sandbox needs a tmpfs mount at /dev "
-                                           f"({CTTY_HELPER} would be made in {layer.fs} at {layer.dest})",
-                                           "path safety: files the runtime creates are made in its own tmpfs",
-                                           'add {"destination": "/dev", "type": "tmpfs"} to mounts')])
+        raise BundleInvalid(
+            [
+                BundleProblem(
+                    "/mounts",
+                    f"a terminal sandbox needs a tmpfs mount at /dev "
+                    f"({CTTY_HELPER} would be made in {layer.fs} at {layer.dest})",
+                    "path safety: files the runtime creates are made in its own tmpfs",
+                    'add {"destination": "/dev", "type": "tmpfs"} to mounts',
+                )
+            ]
+        )
 
 
 def _cwd(plan: Plan, view: View) -> list[str]:
@@ -459,8 +526,12 @@ def _cwd(plan: Plan, view: View) -> list[str]:
     try:
         cwd, layer = view.resolve(plan.cwd)
     except OSError as e:
-        raise _refuse("/process/cwd", f"cwd {plan.cwd} cannot be resolved inside the sandbox", e,
-                      "use a directory of the rootfs or of a bind/tmpfs mount") from e
+        raise _refuse(
+            "/process/cwd",
+            f"cwd {plan.cwd} cannot be resolved inside the sandbox",
+            e,
+            "use a directory of the rootfs or of a bind/tmpfs mount",
+        ) from e
     for key, paths, equal in (("masked", plan.masked_paths, True), ("read-only", plan.readonly_paths, False)):
         for p in paths:  # after symlinks: path_rules.hidden_problems decides on the config's spelling
             try:
@@ -468,34 +539,58 @@ def _cwd(plan: Plan, view: View) -> list[str]:
             except OSError:
                 continue
             if top != "/" and ((equal and cwd == top) or cwd.startswith(top.rstrip("/") + "/")):
-                raise BundleInvalid([BundleProblem("/process/cwd", f"cwd {plan.cwd} resolves into the {key} "
-                                                   f"path {p}: making it would undo the {key} path",
-                                                   "runtime-spec config-linux.md masked/readonly paths",
-                                                   f"use a cwd outside {p}")])
+                raise BundleInvalid(
+                    [
+                        BundleProblem(
+                            "/process/cwd",
+                            f"cwd {plan.cwd} resolves into the {key} "
+                            f"path {p}: making it would undo the {key} path",
+                            "runtime-spec config-linux.md masked/readonly paths",
+                            f"use a cwd outside {p}",
+                        )
+                    ]
+                )
     if layer.fs in _KERNEL_FS:
-        raise BundleInvalid([BundleProblem("/process/cwd", f"cwd {plan.cwd} lies in a kernel filesystem "
-                                           f"({layer.fs} at {layer.dest})",
-                                           "path safety: the cwd must be inside the sandbox's files",
-                                           "use a directory of the rootfs or of a bind/tmpfs mount")])
+        raise BundleInvalid(
+            [
+                BundleProblem(
+                    "/process/cwd",
+                    f"cwd {plan.cwd} lies in a kernel filesystem ({layer.fs} at {layer.dest})",
+                    "path safety: the cwd must be inside the sandbox's files",
+                    "use a directory of the rootfs or of a bind/tmpfs mount",
+                )
+            ]
+        )
     if view.host_of(cwd) is None and cwd != layer.dest:  # an empty fs bwrap mounts: nothing is there yet
         if layer.fs == "tmpfs" and not view.masked_at(cwd) and not _readonly_tmpfs(plan, view, layer.dest):
             return ["--dir", cwd, "--chdir", cwd]
-        raise BundleInvalid([BundleProblem("/process/cwd", f"cwd {plan.cwd} lies below the root of an "
-                                           f"empty read-only {layer.fs} at {layer.dest}: it cannot exist",
-                                           "path safety: the cwd must be inside the sandbox's files",
-                                           "use the mount's root, a writable tmpfs, or a directory of "
-                                           "the rootfs or a bind")])
+        raise BundleInvalid(
+            [
+                BundleProblem(
+                    "/process/cwd",
+                    f"cwd {plan.cwd} lies below the root of an "
+                    f"empty read-only {layer.fs} at {layer.dest}: it cannot exist",
+                    "path safety: the cwd must be inside the sandbox's files",
+                    "use the mount's root, a writable tmpfs, or a directory of the rootfs or a bind",
+                )
+            ]
+        )
     try:
         return ["--chdir", view.ensure(cwd, True)[0]]
     except OSError as e:
-        raise _refuse("/process/cwd", f"cwd {plan.cwd} cannot be made inside the sandbox", e,
-                      "use an existing directory") from e
+        raise _refuse(
+            "/process/cwd",
+            f"cwd {plan.cwd} cannot be made inside the sandbox",
+            e,
+            "use an existing directory",
+        ) from e
 
 
 def _readonly_tmpfs(plan: Plan, view: View, dest: str) -> bool:
     """Whether the tmpfs at ``dest`` ends read-only: its (last) mount is ``ro``, or a
     ``linux.readonlyPaths`` entry names it (bwrap applies ``--remount-ro`` in order: a ``--dir``
     after it fails with EROFS)."""
+
     def at(path: str) -> bool:
         try:
             return view.resolve(path)[0] == dest

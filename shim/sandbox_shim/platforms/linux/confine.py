@@ -95,16 +95,36 @@ def probe_bwrap(bwrap: str | None = None) -> Capability:
             capability.report([])  # loads the registered probes
             shared = capability.probe("bwrap") if "bwrap" in capability.PROBES else None
             if shared is not None and not shared.available:
-                cap = Capability("confinement.bwrap", False, shared.mechanism, shared.detail,
-                                 shared.measured_by)
+                cap = Capability(
+                    "confinement.bwrap", False, shared.mechanism, shared.detail, shared.measured_by
+                )
         except ImportError:
             pass  # no shared probes module (yet): our own trial below decides
     if cap is None:
         true = shutil.which("true") or "/bin/true"
         try:
-            r = subprocess.run([path, "--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL", "--ro-bind",
-                                "/", "/", "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", true],
-                               capture_output=True, text=True, timeout=20)
+            r = subprocess.run(
+                [
+                    path,
+                    "--unshare-pid",
+                    "--unshare-ipc",
+                    "--cap-drop",
+                    "ALL",
+                    "--ro-bind",
+                    "/",
+                    "/",
+                    "--proc",
+                    "/proc",
+                    "--dev",
+                    "/dev",
+                    "--remount-ro",
+                    "/",
+                    true,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
             ok, detail = r.returncode == 0, r.stderr.strip()[:300] or f"exit {r.returncode}"
             ver = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -125,9 +145,13 @@ def probe_landlock() -> Capability:
     from ...capability import Capability
 
     abi = ll.abi_version()
-    return Capability("confinement.landlock", abi > 0, f"landlock ABI {abi}" if abi else "landlock",
-                      "" if abi else "kernel has no Landlock (or it is not enabled at boot)",
-                      "landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)")
+    return Capability(
+        "confinement.landlock",
+        abi > 0,
+        f"landlock ABI {abi}" if abi else "landlock",
+        "" if abi else "kernel has no Landlock (or it is not enabled at boot)",
+        "landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)",
+    )
 
 
 def report(bwrap: str | None = None) -> list[Capability]:
@@ -135,17 +159,32 @@ def report(bwrap: str | None = None) -> list[Capability]:
     from ...capability import Capability
 
     abi = ll.abi_version()
-    gap = (f"Landlock ABI {abi} < 6: host abstract unix sockets stay reachable (unless --allow-host "
-           "gives the command its own network namespace)")
-    scope = Capability("confinement.landlock.scope", abi >= 6,
-                       "landlock scopes: abstract-unix-socket, signal", "" if abi >= 6 else gap,
-                       "landlock_create_ruleset(NULL, 0, VERSION) >= 6")
+    gap = (
+        f"Landlock ABI {abi} < 6: host abstract unix sockets stay reachable (unless --allow-host "
+        "gives the command its own network namespace)"
+    )
+    scope = Capability(
+        "confinement.landlock.scope",
+        abi >= 6,
+        "landlock scopes: abstract-unix-socket, signal",
+        "" if abi >= 6 else gap,
+        "landlock_create_ruleset(NULL, 0, VERSION) >= 6",
+    )
     return [probe_bwrap(bwrap), probe_landlock(), scope]
 
 
-def native_argv(helper: str, read_only: Sequence[str], read_write: Sequence[str], devices: Sequence[str],
-                program: str, args: Sequence[str], *, abi: int, scopes: Sequence[str] = (),
-                landlock: bool = True) -> list[str]:
+def native_argv(
+    helper: str,
+    read_only: Sequence[str],
+    read_write: Sequence[str],
+    devices: Sequence[str],
+    program: str,
+    args: Sequence[str],
+    *,
+    abi: int,
+    scopes: Sequence[str] = (),
+    landlock: bool = True,
+) -> list[str]:
     """argv of the C helper: ``--ruleset HANDLED SCOPED`` (rights ``landlock.handled_fs(abi)``, the
     ``SCOPES`` bits), one ``--rule ACCESS PATH`` per path (``READ_ONLY``, ``READ_WRITE``, ``DEVICES``,
     each masked by HANDLED), ``--seccomp HEX`` (``landlock.tty_filter``), then ``-- program args``.
@@ -163,9 +202,18 @@ def native_argv(helper: str, read_only: Sequence[str], read_write: Sequence[str]
     return [*out, "--seccomp", ll.tty_filter().hex(), "--", program, *args]
 
 
-def render(exe: str, args: Sequence[str], sets: Sets, cd: str, *, bwrap: str | None = None,
-           landlock: bool | None = None, trial: bool = True, egress: EgressProxy | None = None,
-           **_: object) -> tuple[list[str], tuple[str, ...], list[str]]:
+def render(
+    exe: str,
+    args: Sequence[str],
+    sets: Sets,
+    cd: str,
+    *,
+    bwrap: str | None = None,
+    landlock: bool | None = None,
+    trial: bool = True,
+    egress: EgressProxy | None = None,
+    **_: object,
+) -> tuple[list[str], tuple[str, ...], list[str]]:
     """bwrap argv and the inside step; returns ``(argv, layers, not_enforced)``.
 
     Raises: CannotEnforce("bwrap" | "landlock", detail): bwrap unusable; Landlock required but absent.
@@ -188,8 +236,14 @@ def render(exe: str, args: Sequence[str], sets: Sets, cd: str, *, bwrap: str | N
     use_ll = abi > 0 and landlock is not False
     layers += [f"landlock ABI {abi}"] if use_ll else []
     scopes = list(ll.SCOPES) if use_ll and abi >= 6 else []
-    not_enforced = [] if scopes else ["abstract unix sockets of the host (Landlock ABI 6 scoping absent)"
-                                      + ("" if egress else "; a private network namespace would hide them")]
+    not_enforced = (
+        []
+        if scopes
+        else [
+            "abstract unix sockets of the host (Landlock ABI 6 scoping absent)"
+            + ("" if egress else "; a private network namespace would hide them")
+        ]
+    )
     if scopes:
         layers.append("landlock scopes: " + ", ".join(scopes))
     argv = [path, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try"]
@@ -212,8 +266,9 @@ def render(exe: str, args: Sequence[str], sets: Sets, cd: str, *, bwrap: str | N
     native = native_helper()
     if native is not None and egress is None:
         argv += ["--ro-bind", native, NATIVE_INSIDE]
-        program = native_argv(NATIVE_INSIDE, ro_inside, rw_inside, ["/dev"], exe, args, abi=abi,
-                              scopes=scopes, landlock=use_ll)
+        program = native_argv(
+            NATIVE_INSIDE, ro_inside, rw_inside, ["/dev"], exe, args, abi=abi, scopes=scopes, landlock=use_ll
+        )
     else:
         forward = None
         if egress is not None:
@@ -221,8 +276,18 @@ def render(exe: str, args: Sequence[str], sets: Sets, cd: str, *, bwrap: str | N
             forward = f"{PROXY_PORT}={PROXY_SOCKET}"
         helper, inside = helper_file(os.path.realpath(ll.__file__))
         argv += ["--ro-bind", helper, inside]
-        program = ll.helper_argv(os.path.realpath(sys.executable), inside, ro_inside, rw_inside, ["/dev"],
-                                 exe, args, scopes=scopes, forward=forward, landlock=use_ll)
+        program = ll.helper_argv(
+            os.path.realpath(sys.executable),
+            inside,
+            ro_inside,
+            rw_inside,
+            ["/dev"],
+            exe,
+            args,
+            scopes=scopes,
+            forward=forward,
+            landlock=use_ll,
+        )
     argv += ["--remount-ro", "/", "--chdir", cd, "--", *program]
     return argv, tuple(layers), not_enforced
 
@@ -240,7 +305,11 @@ def helper_file(source: str) -> tuple[str, str]:
         st = os.stat(source)
     except (OSError, NotImplementedError):
         return source, HELPER_PATH
-    fresh = (len(head) == 16 and head[:4] == bx.MAGIC_NUMBER and head[4:8] == b"\0\0\0\0"
-             and int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
-             and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF)
+    fresh = (
+        len(head) == 16
+        and head[:4] == bx.MAGIC_NUMBER
+        and head[4:8] == b"\0\0\0\0"
+        and int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+        and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF
+    )
     return (pyc, HELPER_PATH + "c") if fresh else (source, HELPER_PATH)

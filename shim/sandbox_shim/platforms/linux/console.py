@@ -38,13 +38,17 @@ def helper_source() -> str:
     """
     path = os.environ.get("SANDBOX_SHIM_BUSYBOX") or shutil.which("busybox") or "/bin/busybox"
     if not os.path.isfile(path):
-        raise LaunchFailed("a terminal sandbox needs the host's static busybox to set its controlling tty",
-                           "apt-get install busybox-static")
+        raise LaunchFailed(
+            "a terminal sandbox needs the host's static busybox to set its controlling tty",
+            "apt-get install busybox-static",
+        )
     with open(path, "rb") as fh:
         head = fh.read(1 << 16)
     if b"ld-linux" in head or b"/lib/ld-" in head:
-        raise LaunchFailed(f"{path} is dynamically linked; it cannot run inside the sandbox",
-                           "apt-get install busybox-static")
+        raise LaunchFailed(
+            f"{path} is dynamically linked; it cannot run inside the sandbox",
+            "apt-get install busybox-static",
+        )
     return os.path.realpath(path)
 
 
@@ -81,8 +85,10 @@ def send_master(socket_path: str, master: int, name: str) -> None:
             rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())]
             s.sendmsg([name.encode() or b"/dev/ptmx"], rights)
     except OSError as e:
-        raise LaunchFailed(f"cannot send the terminal to --console-socket {socket_path}: {e.strerror}",
-                           "the console socket must be a listening unix stream socket") from e
+        raise LaunchFailed(
+            f"cannot send the terminal to --console-socket {socket_path}: {e.strerror}",
+            "the console socket must be a listening unix stream socket",
+        ) from e
 
 
 def receive_master(sock: socket.socket) -> tuple[int, str]:
@@ -103,4 +109,3 @@ def stdio_for(terminal_slave: int | None) -> dict[str, int | None]:
     if terminal_slave is None:
         return {}
     return {"stdin": terminal_slave, "stdout": terminal_slave, "stderr": terminal_slave}
-

@@ -70,28 +70,55 @@ def problems(config: dict[str, Any], granted_caps: list[str]) -> list[BundleProb
     out: list[BundleProblem] = []
     extra = sorted({int(g) for g in user.get("additionalGids") or []} - {gid})
     if extra and (userns or uid != 0 or gid != 0):
-        out.append(BundleProblem("/process/user/additionalGids", f"supplementary gids {extra} cannot be set "
-                                 "for a switched uid here", _RULE, "leave additionalGids out, or use gid"))
+        out.append(
+            BundleProblem(
+                "/process/user/additionalGids",
+                f"supplementary gids {extra} cannot be set for a switched uid here",
+                _RULE,
+                "leave additionalGids out, or use gid",
+            )
+        )
     if not userns and uid == 0 and gid != 0 and "CAP_SETGID" not in granted_caps:
-        out.append(BundleProblem("/process/user/gid", f"gid {gid} for uid 0 needs CAP_SETGID, which the "
-                                 "config does not grant", _RULE, "grant CAP_SETGID, or use gid 0"))
+        out.append(
+            BundleProblem(
+                "/process/user/gid",
+                f"gid {gid} for uid 0 needs CAP_SETGID, which the config does not grant",
+                _RULE,
+                "grant CAP_SETGID, or use gid 0",
+            )
+        )
     if not userns and uid != 0 and granted_caps:
-        out.append(BundleProblem("/process/capabilities/ambient", f"ambient capabilities for uid {uid} are "
-                                 "lost at setuid(2) without a user namespace", _RULE,
-                                 "run as uid 0, or drop the ambient set"))
+        out.append(
+            BundleProblem(
+                "/process/capabilities/ambient",
+                f"ambient capabilities for uid {uid} are lost at setuid(2) without a user namespace",
+                _RULE,
+                "run as uid 0, or drop the ambient set",
+            )
+        )
     if userns:
         me = os.getuid()
         for key, want_id, host in (("uidMappings", uid, me), ("gidMappings", gid, os.getgid())):
             maps = linux.get(key)
             if not maps:
                 continue
-            ok = (len(maps) == 1 and isinstance(maps[0], dict) and maps[0].get("containerID") == want_id
-                  and maps[0].get("hostID") == host and maps[0].get("size") == 1)
+            ok = (
+                len(maps) == 1
+                and isinstance(maps[0], dict)
+                and maps[0].get("containerID") == want_id
+                and maps[0].get("hostID") == host
+                and maps[0].get("size") == 1
+            )
             if not ok:
-                out.append(BundleProblem(f"/linux/{key}", "bwrap maps exactly one id: the process's own "
-                                         f"({want_id}) onto the runtime's ({host})", _RULE,
-                                         f'use [{{"containerID": {want_id}, "hostID": {host}, "size": 1}}] '
-                                         "or leave it out"))
+                out.append(
+                    BundleProblem(
+                        f"/linux/{key}",
+                        "bwrap maps exactly one id: the process's own "
+                        f"({want_id}) onto the runtime's ({host})",
+                        _RULE,
+                        f'use [{{"containerID": {want_id}, "hostID": {host}, "size": 1}}] or leave it out',
+                    )
+                )
     return out
 
 
@@ -110,6 +137,9 @@ def net_raw_problem(capabilities: list[str], join: dict[str, str]) -> BundleProb
         return None  # a missing path is refused where namespaces are joined
     if not same:
         return None
-    return BundleProblem("/linux/namespaces", f"the network namespace {path} is the host's: CAP_NET_RAW "
-                         "there reaches the host's network", "tenant profile: capabilities (CAP_NET_RAW)",
-                         "join the pod's own network namespace, or drop CAP_NET_RAW")
+    return BundleProblem(
+        "/linux/namespaces",
+        f"the network namespace {path} is the host's: CAP_NET_RAW there reaches the host's network",
+        "tenant profile: capabilities (CAP_NET_RAW)",
+        "join the pod's own network namespace, or drop CAP_NET_RAW",
+    )

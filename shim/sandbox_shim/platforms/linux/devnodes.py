@@ -53,8 +53,14 @@ def bind_args(devices: list[dict[str, Any]]) -> list[str]:
         ptr = f"/linux/devices/{i}"
         path, kind = str(d.get("path") or ""), "c" if d.get("type") == "u" else str(d.get("type"))
         if not path.startswith("/") or os.path.normpath(path) != path or path == "/":
-            problems.append(BundleProblem(f"{ptr}/path", f"{path!r} is not a normalised absolute path", _RULE,
-                                          "write it as /dev/NAME"))
+            problems.append(
+                BundleProblem(
+                    f"{ptr}/path",
+                    f"{path!r} is not a normalised absolute path",
+                    _RULE,
+                    "write it as /dev/NAME",
+                )
+            )
             continue
         try:
             rdev = os.makedev(int(d.get("major", -1)), int(d.get("minor", -1)))
@@ -63,23 +69,41 @@ def bind_args(devices: list[dict[str, Any]]) -> list[str]:
             continue
         host = nodes.get((kind, rdev))
         if host is None:
-            problems.append(BundleProblem(ptr, f"this host has no {kind} {d.get('major')}:{d.get('minor')} "
-                                          "node in /dev to give the sandbox", _RULE,
-                                          "load the driver that makes it, or remove the entry"))
+            problems.append(
+                BundleProblem(
+                    ptr,
+                    f"this host has no {kind} {d.get('major')}:{d.get('minor')} "
+                    "node in /dev to give the sandbox",
+                    _RULE,
+                    "load the driver that makes it, or remove the entry",
+                )
+            )
             continue
         st = os.stat(host)
         mode = d.get("fileMode")
         if mode is not None and stat.S_IFMT(int(mode)) not in (0, stat.S_IFMT(st.st_mode)):
-            problems.append(BundleProblem(f"{ptr}/fileMode", f"fileMode {int(mode):o} names another file "
-                                          f"type than the host node {host}", _RULE, "use the node's type"))
+            problems.append(
+                BundleProblem(
+                    f"{ptr}/fileMode",
+                    f"fileMode {int(mode):o} names another file type than the host node {host}",
+                    _RULE,
+                    "use the node's type",
+                )
+            )
         for key, have in (("fileMode", stat.S_IMODE(st.st_mode)), ("uid", st.st_uid), ("gid", st.st_gid)):
             # fileMode may carry the file-type bits (podman sends S_IFCHR|0666, as runc accepts)
             want = d.get(key) if key != "fileMode" or mode is None else stat.S_IMODE(int(mode))
             if want is not None and int(want) != have:
-                problems.append(BundleProblem(f"{ptr}/{key}", f"{key} {d[key]} differs from the host node "
-                                              f"{host} ({have:o})" if key == "fileMode" else
-                                              f"{key} {d[key]} differs from the host node {host} ({have})",
-                                              _RULE, f"use the host node's {key}, or leave it out"))
+                problems.append(
+                    BundleProblem(
+                        f"{ptr}/{key}",
+                        f"{key} {d[key]} differs from the host node {host} ({have:o})"
+                        if key == "fileMode"
+                        else f"{key} {d[key]} differs from the host node {host} ({have})",
+                        _RULE,
+                        f"use the host node's {key}, or leave it out",
+                    )
+                )
         args += ["--dev-bind", host, path]
     if problems:
         raise BundleInvalid(problems)

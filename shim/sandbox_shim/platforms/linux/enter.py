@@ -64,17 +64,59 @@ import sys
 import termios
 
 #: namespace file under /proc/PID/ns -> CLONE_NEW* flag (setns(2)); user first, then the rest
-NAMESPACES = (("user", 0x10000000), ("mnt", 0x00020000), ("pid", 0x20000000), ("net", 0x40000000),
-              ("ipc", 0x08000000), ("uts", 0x04000000), ("cgroup", 0x02000000))
+NAMESPACES = (
+    ("user", 0x10000000),
+    ("mnt", 0x00020000),
+    ("pid", 0x20000000),
+    ("net", 0x40000000),
+    ("ipc", 0x08000000),
+    ("uts", 0x04000000),
+    ("cgroup", 0x02000000),
+)
 
 #: capability names in kernel number order (include/uapi/linux/capability.h)
 CAP_NAMES = (
-    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
-    "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW",
-    "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT",
-    "SYS_ADMIN", "SYS_BOOT", "SYS_NICE", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD",
-    "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG",
-    "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
 )
 
 PR_SET_KEEPCAPS = 8
@@ -112,8 +154,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 class _SockFprog(ctypes.Structure):
@@ -141,7 +186,7 @@ def start_time(pid: int) -> int | None:
             data = fh.read()
     except OSError:
         return None
-    return int(data[data.rfind(b")") + 2:].split()[19])
+    return int(data[data.rfind(b")") + 2 :].split()[19])
 
 
 def set_credentials(spec: dict, last_cap: int) -> None:
@@ -227,11 +272,14 @@ def open_console(console_fd: int, uid: int, gid: int) -> None:
     name = f"/dev/pts/{num}"
     try:
         with socket.socket(fileno=console_fd) as sock:
-            sock.sendmsg([name.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                            array.array("i", [master]).tobytes())])
+            sock.sendmsg(
+                [name.encode()],
+                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [master]).tobytes())],
+            )
     except OSError as e:
-        raise StepFailed("console", e.errno or errno.EPIPE, "cannot send the terminal to --console-socket") \
-            from e
+        raise StepFailed(
+            "console", e.errno or errno.EPIPE, "cannot send the terminal to --console-socket"
+        ) from e
     os.close(master)
     for fd in (0, 1, 2):
         os.dup2(slave, fd)
@@ -327,9 +375,11 @@ def main(spec_fd: int, status_fd: int) -> int:
         os.set_inheritable(int(spec["console_fd"]), False)  # C uses it before execve, never after
     pid = int(spec["pid"])
     try:
-        ns_fds = [(flag, os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC))
-                  for name, flag in NAMESPACES if os.path.exists(f"/proc/{pid}/ns/{name}")
-                  and not same_ns(pid, name)]
+        ns_fds = [
+            (flag, os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC))
+            for name, flag in NAMESPACES
+            if os.path.exists(f"/proc/{pid}/ns/{name}") and not same_ns(pid, name)
+        ]
         root_fd = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         procs = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in spec.get("cgroup_procs") or []]
         bpfs = []
@@ -416,8 +466,11 @@ def main(spec_fd: int, status_fd: int) -> int:
     if detach:
         return 0  # C runs on; the kernel gives it to the caller's subreaper when H exits
     _, status, ru = os.wait4(c, 0)
-    usage = {"utime_us": int(ru.ru_utime * 1e6), "stime_us": int(ru.ru_stime * 1e6),
-             "maxrss_bytes": ru.ru_maxrss * 1024}
+    usage = {
+        "utime_us": int(ru.ru_utime * 1e6),
+        "stime_us": int(ru.ru_stime * 1e6),
+        "maxrss_bytes": ru.ru_maxrss * 1024,
+    }
     if os.WIFSIGNALED(status):
         report({"signal": os.WTERMSIG(status), "rusage": usage})
         return 128 + os.WTERMSIG(status)

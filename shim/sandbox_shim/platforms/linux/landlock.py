@@ -214,13 +214,16 @@ def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None, scop
                     continue
                 # struct landlock_path_beneath_attr { __u64 allowed_access; __s32 parent_fd; } packed
                 pb = struct.pack("=Qi", allowed, fd)
-                _check(libc, libc.syscall(nums[1], ruleset, LANDLOCK_RULE_PATH_BENEATH, pb, 0),
-                       "landlock_add_rule", path)
+                _check(
+                    libc,
+                    libc.syscall(nums[1], ruleset, LANDLOCK_RULE_PATH_BENEATH, pb, 0),
+                    "landlock_add_rule",
+                    path,
+                )
             finally:
                 os.close(fd)
         _check(libc, libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
-        _check(libc, libc.syscall(nums[2], ruleset, 0),
-               "landlock_restrict_self")
+        _check(libc, libc.syscall(nums[2], ruleset, 0), "landlock_restrict_self")
     finally:
         os.close(ruleset)
     return abi
@@ -248,9 +251,16 @@ def tty_filter() -> bytes:
         prog += [(ld_w, 4, 0, 0), (jeq, arch, 0, f"next{arch}"), (ld_w, 0, 0, 0)]
         prog += [(jeq, nr, "check", 0) for nr in nrs]
         prog += [(ret, allow, 0, 0), (f"next{arch}", 0, 0, 0)]
-    prog += [(ret, allow, 0, 0), ("check", 0, 0, 0),
-             (ld_w, 24, 0, 0), (jeq, TIOCSTI, "deny", 0), (jeq, TIOCLINUX, "deny", 0), (ret, allow, 0, 0),
-             ("deny", 0, 0, 0), (ret, deny, 0, 0)]
+    prog += [
+        (ret, allow, 0, 0),
+        ("check", 0, 0, 0),
+        (ld_w, 24, 0, 0),
+        (jeq, TIOCSTI, "deny", 0),
+        (jeq, TIOCLINUX, "deny", 0),
+        (ret, allow, 0, 0),
+        ("deny", 0, 0, 0),
+        (ret, deny, 0, 0),
+    ]
     labels: dict[str, int] = {}
     real: list[tuple[int, int, int | str, int | str]] = []
     for op, k, jt, jf in prog:
@@ -259,6 +269,7 @@ def tty_filter() -> bytes:
         else:
             real.append((op, k, jt, jf))
     out = b""
+
     def rel(t: int | str, at: int) -> int:
         return labels[t] - at - 1 if isinstance(t, str) else int(t)
 
@@ -278,6 +289,7 @@ def apply_tty_filter(libc: _Libc | None = None) -> None:
     """
     libc = libc or _libc()
     code = tty_filter()
+
     class _Prog(_ctypes.Array):  # what ctypes.c_char * len(code) is
         _type_ = _Char
         _length_ = len(code)
@@ -289,10 +301,19 @@ def apply_tty_filter(libc: _Libc | None = None) -> None:
     del buf  # the kernel copied the program
 
 
-def helper_argv(python: str, script: str, read_only: Sequence[str], read_write: Sequence[str],
-                devices: Sequence[str], program: str, args: Sequence[str], *,
-                scopes: Sequence[str] = (), forward: str | None = None,
-                landlock: bool = True) -> list[str]:
+def helper_argv(
+    python: str,
+    script: str,
+    read_only: Sequence[str],
+    read_write: Sequence[str],
+    devices: Sequence[str],
+    program: str,
+    args: Sequence[str],
+    *,
+    scopes: Sequence[str] = (),
+    forward: str | None = None,
+    landlock: bool = True,
+) -> list[str]:
     """argv that runs this file as a script: apply Landlock, then exec ``program`` with ``args``.
 
     ``args`` excludes argv[0]; the program receives ``program`` as argv[0].  ``scopes`` are names in
@@ -418,7 +439,7 @@ def main(argv: Sequence[str]) -> int:
         else:
             rules.append((argv[i + 1], rights[argv[i]]))
         i += 2
-    cmd = list(argv[i + 1:])
+    cmd = list(argv[i + 1 :])
     if not cmd:
         sys.stderr.write("landlock: no program given\n")
         return 126

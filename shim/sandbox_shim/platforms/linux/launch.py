@@ -36,9 +36,15 @@ def memfd(name: str, data: bytes) -> int:
     return fd
 
 
-def spawn_bwrap(argv: list[str], fds: list[int], stdio_fds: tuple[int, ...] | None = None,
-           joins: list[tuple[str, int]] | None = None, cgroup_procs: list[str] | None = None,
-           groups: tuple[int, ...] = (), umask: int | None = None) -> subprocess.Popen[bytes]:
+def spawn_bwrap(
+    argv: list[str],
+    fds: list[int],
+    stdio_fds: tuple[int, ...] | None = None,
+    joins: list[tuple[str, int]] | None = None,
+    cgroup_procs: list[str] | None = None,
+    groups: tuple[int, ...] = (),
+    umask: int | None = None,
+) -> subprocess.Popen[bytes]:
     """Start bwrap with ``fds`` (kept at their numbers) in a minimal environment.
 
     Args:
@@ -77,19 +83,31 @@ def spawn_bwrap(argv: list[str], fds: list[int], stdio_fds: tuple[int, ...] | No
                 os.close(fd)
         if joins:
             namespaces.enter(joins)
+
     extra: dict[str, object] = {"umask": -1 if umask is None else umask}
     if sorted(set(os.getgroups()) - {os.getegid()}) != sorted(set(groups) - {os.getegid()}):
         extra["extra_groups"] = list(groups)
     try:
-        return subprocess.Popen(argv, pass_fds=tuple(fds), env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-                                close_fds=True, preexec_fn=preexec, **stdio, **extra)  # type: ignore[call-overload]
+        return subprocess.Popen(
+            argv,
+            pass_fds=tuple(fds),
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+            close_fds=True,
+            preexec_fn=preexec,
+            **stdio,
+            **extra,
+        )  # type: ignore[call-overload]
     except PermissionError as e:
-        raise LaunchFailed("cannot set the sandbox's supplementary groups (setgroups(2) needs CAP_SETGID); "
-                           "the caller's groups would reach the sandbox", "run as root, or as a user "
-                           "without supplementary groups") from e
+        raise LaunchFailed(
+            "cannot set the sandbox's supplementary groups (setgroups(2) needs CAP_SETGID); "
+            "the caller's groups would reach the sandbox",
+            "run as root, or as a user without supplementary groups",
+        ) from e
     except subprocess.SubprocessError as e:  # raised for an exception in preexec_fn (cgroup, setns)
-        raise LaunchFailed(f"cannot join the sandbox's cgroup or the namespaces listed with a path: {e}",
-                           "runtime-spec config-linux.md namespaces: give a live namespace") from e
+        raise LaunchFailed(
+            f"cannot join the sandbox's cgroup or the namespaces listed with a path: {e}",
+            "runtime-spec config-linux.md namespaces: give a live namespace",
+        ) from e
     except OSError as e:
         raise LaunchFailed(f"cannot run {argv[0]}: {e.strerror}", "install bubblewrap") from e
 
@@ -124,8 +142,9 @@ def child_pid_from(info: bytes) -> int | None:
     return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
 
 
-def wait_ready(proc: subprocess.Popen[bytes], info_fd: int, block_fd: int,
-               timeout: float = READY_TIMEOUT) -> int:
+def wait_ready(
+    proc: subprocess.Popen[bytes], info_fd: int, block_fd: int, timeout: float = READY_TIMEOUT
+) -> int:
     """Wait until bwrap's child blocks on the FIFO; return its pid.  Woken by events, not by sleeps:
 
     1. the child's pid: ``info_fd`` is the read end of the pipe bwrap's ``--info-fd`` writes
@@ -177,9 +196,11 @@ def wait_ready(proc: subprocess.Popen[bytes], info_fd: int, block_fd: int,
             os.close(pidfd)
     rc = proc.poll()
     raise LaunchFailed(
-        f"bwrap failed to set up the sandbox (exit status {rc})" if rc is not None
+        f"bwrap failed to set up the sandbox (exit status {rc})"
+        if rc is not None
         else f"bwrap did not finish setting up within {timeout:.0f} s",
-        "see bwrap's message above; check mounts, rootfs and namespaces in config.json")
+        "see bwrap's message above; check mounts, rootfs and namespaces in config.json",
+    )
 
 
 def _wait_held(proc: subprocess.Popen[bytes], pidfd: int, child: int, block_fd: int, deadline: float) -> bool:

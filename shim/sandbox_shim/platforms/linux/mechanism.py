@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load
     from ...state import StateStore
     from .cgroups.base import CgroupManager
 
+
 class LinuxMechanism:
     """bubblewrap + cgroups.  ``state_dir`` of each sandbox is given in ``sandbox.private['dir']``."""
 
@@ -124,11 +125,15 @@ class LinuxMechanism:
         console_socket = priv.pop("console_socket", None)
         preserved = preserved_fds(int(priv.pop("preserve_fds", 0) or 0))
         if plan.terminal and not console_socket:
-            raise LaunchFailed("process.terminal is true but no --console-socket was given",
-                               "pass --console-socket, or set process.terminal to false")
+            raise LaunchFailed(
+                "process.terminal is true but no --console-socket was given",
+                "pass --console-socket, or set process.terminal to false",
+            )
         if console_socket and not plan.terminal:
-            raise LaunchFailed("--console-socket was given but process.terminal is false",
-                               "set process.terminal to true, or drop --console-socket")
+            raise LaunchFailed(
+                "--console-socket was given but process.terminal is false",
+                "set process.terminal to true, or drop --console-socket",
+            )
         with contextlib.ExitStack() as undo:
             import hashlib
 
@@ -154,8 +159,12 @@ class LinuxMechanism:
                 if priv.get("on_cgroup"):  # create removed what it made; what exists now is not ours
                     priv["on_cgroup"]({**record, "planned": [], "parents": []})
                 raise
-            priv["cgroup"] = {"version": cg.version, "path": plan.cgroups_path, "created": created,
-                              "systemd": self.systemd_cgroup}
+            priv["cgroup"] = {
+                "version": cg.version,
+                "path": plan.cgroups_path,
+                "created": created,
+                "systemd": self.systemd_cgroup,
+            }
             undo.callback(cg.remove, created)
             if priv.get("on_cgroup"):
                 priv["on_cgroup"](priv["cgroup"])
@@ -186,8 +195,10 @@ class LinuxMechanism:
                 seccomp_files.append(path)
                 fds[f"seccomp{i}"] = memfd("seccomp", bpf)
                 undo.callback(os.close, fds[f"seccomp{i}"])
-            made = layout(plan, Fds(fds["block"], fds["status"],
-                                    [fds[f"seccomp{i}"] for i in range(len(seccomp_files))]))
+            made = layout(
+                plan,
+                Fds(fds["block"], fds["status"], [fds[f"seccomp{i}"] for i in range(len(seccomp_files))]),
+            )
             argv = made.argv
             # the one step of set-up that writes into the rootfs / read-write binds: the mount points
             # and the cwd the argv names, made before bwrap runs (bwrap.make_missing)
@@ -198,7 +209,7 @@ class LinuxMechanism:
                 from . import console
 
                 # the helper lands in bwrap's /dev; the workload runs through it (console.py)
-                argv = [*argv[:sep], *console.helper_bind_args(), "--", *console.wrap_argv(argv[sep + 1:])]
+                argv = [*argv[:sep], *console.helper_bind_args(), "--", *console.wrap_argv(argv[sep + 1 :])]
                 sep = argv.index("--")
                 pty = console.open_pty()
                 if plan.console_size:  # process.consoleSize: the pty's window size (tty_ioctl(4))
@@ -230,13 +241,19 @@ class LinuxMechanism:
                 # bwrap starts inside the sandbox's cgroup, so the cgroup namespace it makes is rooted
                 # there and its child never runs outside it (one migration, paid before exec)
                 procs_files = cg.join_files()
-                proc = spawn_bwrap([bwrap, "--args", str(fds["args"]), *argv[sep:]],
-                                   [*fds.values(), *preserved], (pty[1],) * 3 if pty else priv.get("stdio"),
-                                   joins, procs_files, umask=plan.umask,
-                                   # exactly the config's groups, never the caller's (config_rules
-                                   # refuses additionalGids where a user namespace is used)
-                                   groups=() if "user" in plan.unshare or plan.uid or plan.gid
-                                   else tuple(plan.additional_gids))
+                proc = spawn_bwrap(
+                    [bwrap, "--args", str(fds["args"]), *argv[sep:]],
+                    [*fds.values(), *preserved],
+                    (pty[1],) * 3 if pty else priv.get("stdio"),
+                    joins,
+                    procs_files,
+                    umask=plan.umask,
+                    # exactly the config's groups, never the caller's (config_rules
+                    # refuses additionalGids where a user namespace is used)
+                    groups=()
+                    if "user" in plan.unshare or plan.uid or plan.gid
+                    else tuple(plan.additional_gids),
+                )
             finally:
                 for _, jfd in joins:
                     os.close(jfd)
@@ -267,12 +284,22 @@ class LinuxMechanism:
 
                 send_master(console_socket, pty[0], os.ttyname(pty[1]))
             priv.update(
-                pid=child, pid_start=child_start, init_pid=child, init_start=child_start,
+                pid=child,
+                pid_start=child_start,
+                init_pid=child,
+                init_start=child_start,
                 # what an exec'd process must share with the sandbox's own (enter.py)
-                process={"uid": plan.uid, "gid": plan.gid, "additional_gids": plan.additional_gids,
-                         "capabilities": plan.capabilities, "rlimits": plan.rlimits, "env": plan.env,
-                         "cwd": plan.cwd, "seccomp_files": seccomp_files,
-                         "userns": "user" in plan.unshare},
+                process={
+                    "uid": plan.uid,
+                    "gid": plan.gid,
+                    "additional_gids": plan.additional_gids,
+                    "capabilities": plan.capabilities,
+                    "rlimits": plan.rlimits,
+                    "env": plan.env,
+                    "cwd": plan.cwd,
+                    "seccomp_files": seccomp_files,
+                    "userns": "user" in plan.unshare,
+                },
             )
             undo.pop_all()
             for fd in (*fds.values(), info_r):
@@ -285,8 +312,10 @@ class LinuxMechanism:
         try:
             fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as e:
-            raise LaunchFailed(f"cannot open the start FIFO {fifo}: {e.strerror}",
-                               "the sandbox's process is gone; delete it and create it again") from e
+            raise LaunchFailed(
+                f"cannot open the start FIFO {fifo}: {e.strerror}",
+                "the sandbox's process is gone; delete it and create it again",
+            ) from e
         try:
             # unlinked before the byte is written: a start killed in between is never seen as
             # "created" while the process runs (status reads the FIFO's presence)
@@ -355,9 +384,14 @@ class LinuxMechanism:
             now = "paused"
         else:
             now = "running"
-        return Status(id=sandbox.id, status=now, pid=sandbox.private.get("pid", 0) if now != "stopped" else 0,
-                      bundle=sandbox.bundle, annotations={},
-                      exit_status=self.exit_status(sandbox) if now == "stopped" else None)
+        return Status(
+            id=sandbox.id,
+            status=now,
+            pid=sandbox.private.get("pid", 0) if now != "stopped" else 0,
+            bundle=sandbox.bundle,
+            annotations={},
+            exit_status=self.exit_status(sandbox) if now == "stopped" else None,
+        )
 
     def workload_pid(self, sandbox: Sandbox) -> int:
         """The container process (``state.pid``): bwrap's child, which execve's the workload in place."""
@@ -394,7 +428,6 @@ class LinuxMechanism:
             from . import network
 
             network.teardown(p["network"])
-
 
     # -- what outlives the state dir ----------------------------------------------------------
     def remove_residue(self, store: StateStore, sandbox_id: str) -> list[str]:

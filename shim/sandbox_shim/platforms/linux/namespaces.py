@@ -48,8 +48,18 @@ NAMESPACES: dict[str, tuple[int, str]] = {
 JOIN_ORDER = ("user", "ipc", "uts", "network", "pid", "cgroup", "mount")
 NS_GET_NSTYPE = 0xB703  # ioctl_ns(2), Linux 4.11
 
-_IPC_SYSCTLS = frozenset({"kernel.msgmax", "kernel.msgmnb", "kernel.msgmni", "kernel.sem", "kernel.shmall",
-                          "kernel.shmmax", "kernel.shmmni", "kernel.shm_rmid_forced"})
+_IPC_SYSCTLS = frozenset(
+    {
+        "kernel.msgmax",
+        "kernel.msgmnb",
+        "kernel.msgmni",
+        "kernel.sem",
+        "kernel.shmall",
+        "kernel.shmmax",
+        "kernel.shmmni",
+        "kernel.shm_rmid_forced",
+    }
+)
 _UTS_SYSCTLS = frozenset({"kernel.hostname", "kernel.domainname"})
 
 
@@ -78,24 +88,36 @@ def open_joins(join: dict[str, str]) -> list[tuple[str, int]]:
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError as e:
-                raise LaunchFailed(f"/linux/namespaces: cannot open the {t} namespace {path}: {e.strerror}",
-                                   "give the path of a live namespace (e.g. /proc/PID/ns/net)") from e
+                raise LaunchFailed(
+                    f"/linux/namespaces: cannot open the {t} namespace {path}: {e.strerror}",
+                    "give the path of a live namespace (e.g. /proc/PID/ns/net)",
+                ) from e
             out.append((t, fd))
             try:
                 kind = fcntl.ioctl(fd, NS_GET_NSTYPE)
             except OSError as e:
-                raise LaunchFailed(f"/linux/namespaces: {path} is not a namespace file: {e.strerror}",
-                                   "runtime-spec config-linux.md: path must name a namespace file") from e
+                raise LaunchFailed(
+                    f"/linux/namespaces: {path} is not a namespace file: {e.strerror}",
+                    "runtime-spec config-linux.md: path must name a namespace file",
+                ) from e
             if kind != NAMESPACES[t][0]:
-                raise LaunchFailed(f"/linux/namespaces: {path} is not a {t} namespace",
-                                   "runtime-spec config-linux.md: the namespace must be of the listed type")
+                raise LaunchFailed(
+                    f"/linux/namespaces: {path} is not a {t} namespace",
+                    "runtime-spec config-linux.md: the namespace must be of the listed type",
+                )
             host = host_namespace(t, os.fstat(fd))
             if host:
-                raise BundleInvalid([BundleProblem(
-                    "/linux/namespaces", f"the {t} namespace {path} is {host}'s: joining it would share it "
-                    "with the host", "tenant profile: a sandbox never shares a namespace with the host",
-                    f"give the path of another sandbox's {t} namespace, "
-                    "or drop the path to get a new one")])
+                raise BundleInvalid(
+                    [
+                        BundleProblem(
+                            "/linux/namespaces",
+                            f"the {t} namespace {path} is {host}'s: joining it would share it with the host",
+                            "tenant profile: a sandbox never shares a namespace with the host",
+                            f"give the path of another sandbox's {t} namespace, "
+                            "or drop the path to get a new one",
+                        )
+                    ]
+                )
     except BaseException:
         for _, fd in out:
             os.close(fd)
@@ -161,18 +183,34 @@ def sysctl_problems(config: dict[str, Any]) -> list[BundleProblem]:
         ptr = "/linux/sysctl/" + key.replace("~", "~0").replace("/", "~1")
         parts = key.replace("/", ".").split(".")
         if not key or any(p in ("", "..") for p in parts):
-            out.append(BundleProblem(ptr, f"sysctl name {key!r} is malformed", "sysctl.d(5) names",
-                                     "use a dotted name such as net.ipv4.ip_forward"))
+            out.append(
+                BundleProblem(
+                    ptr,
+                    f"sysctl name {key!r} is malformed",
+                    "sysctl.d(5) names",
+                    "use a dotted name such as net.ipv4.ip_forward",
+                )
+            )
             continue
         ns = sysctl_namespace(key)
         if ns is None:
-            out.append(BundleProblem(ptr, f"sysctl {key} is not namespaced: writing it would change the host",
-                                     "runtime-spec config-linux.md Sysctl; tenant profile",
-                                     "only net.*, kernel.msg*/sem/shm*, fs.mqueue.*, kernel.hostname"))
+            out.append(
+                BundleProblem(
+                    ptr,
+                    f"sysctl {key} is not namespaced: writing it would change the host",
+                    "runtime-spec config-linux.md Sysctl; tenant profile",
+                    "only net.*, kernel.msg*/sem/shm*, fs.mqueue.*, kernel.hostname",
+                )
+            )
         elif ns not in listed:
-            out.append(BundleProblem(ptr, f"sysctl {key} needs its own {ns} namespace, but the sandbox "
-                                     "shares the host's", "runtime-spec config-linux.md Sysctl",
-                                     f'add {{"type": "{ns}"}} to linux.namespaces or remove the sysctl'))
+            out.append(
+                BundleProblem(
+                    ptr,
+                    f"sysctl {key} needs its own {ns} namespace, but the sandbox shares the host's",
+                    "runtime-spec config-linux.md Sysctl",
+                    f'add {{"type": "{ns}"}} to linux.namespaces or remove the sysctl',
+                )
+            )
         if not isinstance(value, str):
             out.append(BundleProblem(ptr, "sysctl values are strings", "runtime-spec config-linux.md Sysctl"))
     return out
@@ -226,8 +264,10 @@ def apply_sysctl(pid: int, sysctl: dict[str, str]) -> None:
         msg = fh.read().decode(errors="replace")
     _, status = os.waitpid(child, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        raise LaunchFailed(f"/linux/sysctl: cannot apply inside the sandbox: {msg.strip(': ')}",
-                           "check the names and values (sysctl(8)); the kernel refused it")
+        raise LaunchFailed(
+            f"/linux/sysctl: cannot apply inside the sandbox: {msg.strip(': ')}",
+            "check the names and values (sysctl(8)); the kernel refused it",
+        )
 
 
 def same_namespace(pid: int, ns_type: str) -> bool:
@@ -264,8 +304,9 @@ def check_program(child: int, plan: Plan) -> None:
         candidates = [name if name.startswith("/") else os.path.join(plan.cwd, name)]
     else:
         dirs = plan.env.get("PATH", "").split(":")
-        candidates = [os.path.join(dd if dd.startswith("/") else os.path.join(plan.cwd, dd), name)
-                      for dd in dirs]
+        candidates = [
+            os.path.join(dd if dd.startswith("/") else os.path.join(plan.cwd, dd), name) for dd in dirs
+        ]
     denied = False
     userns = "user" in plan.unshare
     uid, gids = (0, {0}) if userns else (plan.uid, {plan.gid, *plan.additional_gids})
@@ -278,20 +319,26 @@ def check_program(child: int, plan: Plan) -> None:
             continue
         except OSError:
             continue
-        if not _executable(st, uid, gids, "CAP_DAC_OVERRIDE" in plan.capabilities) or \
-                os.statvfs(host).f_flag & os.ST_NOEXEC:
+        if (
+            not _executable(st, uid, gids, "CAP_DAC_OVERRIDE" in plan.capabilities)
+            or os.statvfs(host).f_flag & os.ST_NOEXEC
+        ):
             denied = True
             continue
         _check_interpreter(root, host, cand, plan, uid, gids)
         return
     if denied:
         raise CouldNotRun("permission_denied", f'exec: "{name}"')
-    raise CouldNotRun("not_found", f'exec: "{name}"', "no such file or directory in $PATH" if "/" not in name
-                      else "no such file or directory")
+    raise CouldNotRun(
+        "not_found",
+        f'exec: "{name}"',
+        "no such file or directory in $PATH" if "/" not in name else "no such file or directory",
+    )
 
 
-def _check_interpreter(root: str, host: str, shown: str, plan: Plan, uid: int, gids: set[int],
-                       depth: int = 0) -> None:
+def _check_interpreter(
+    root: str, host: str, shown: str, plan: Plan, uid: int, gids: set[int], depth: int = 0
+) -> None:
     """Follow what execve(2) loads before the program: a ``#!`` script's interpreter ("Interpreter
     scripts": the first word after ``#!`` in the first 256 bytes, BINPRM_BUF_SIZE), recursively up to
     the kernel's 4 levels, and an ELF file's ``PT_INTERP`` loader (elf(5)).  A missing one fails
@@ -333,10 +380,13 @@ def _check_interpreter(root: str, host: str, shown: str, plan: Plan, uid: int, g
     except PermissionError:
         raise CouldNotRun("permission_denied", f'exec: "{shown}"', f"interpreter {interp}") from None
     except OSError:
-        raise CouldNotRun("not_found", f'exec: "{shown}"',
-                          f"interpreter {interp}: no such file or directory") from None
-    if not _executable(ist, uid, gids, "CAP_DAC_OVERRIDE" in plan.capabilities) or \
-            os.statvfs(ihost).f_flag & os.ST_NOEXEC:
+        raise CouldNotRun(
+            "not_found", f'exec: "{shown}"', f"interpreter {interp}: no such file or directory"
+        ) from None
+    if (
+        not _executable(ist, uid, gids, "CAP_DAC_OVERRIDE" in plan.capabilities)
+        or os.statvfs(ihost).f_flag & os.ST_NOEXEC
+    ):
         raise CouldNotRun("permission_denied", f'exec: "{shown}"', f"interpreter {interp}")
     _check_interpreter(root, ihost, shown, plan, uid, gids, depth + 1)
 

@@ -90,11 +90,14 @@ def address_range() -> ipaddress.IPv4Network:
     try:
         net = ipaddress.IPv4Network(text, strict=True)
     except ValueError as e:
-        raise LaunchFailed(f"{RANGE_ENV}={text!r} is not an IPv4 network: {e}",
-                           "use e.g. 10.213.0.0/16") from e
+        raise LaunchFailed(
+            f"{RANGE_ENV}={text!r} is not an IPv4 network: {e}", "use e.g. 10.213.0.0/16"
+        ) from e
     if not net.is_private or net.prefixlen > PREFIXLEN:
-        raise LaunchFailed(f"{RANGE_ENV}={text!r} must be a private IPv4 range of /{PREFIXLEN} or larger",
-                           "use e.g. 10.213.0.0/16")
+        raise LaunchFailed(
+            f"{RANGE_ENV}={text!r} must be a private IPv4 range of /{PREFIXLEN} or larger",
+            "use e.g. 10.213.0.0/16",
+        )
     return net
 
 
@@ -125,17 +128,26 @@ def setup(sandbox_id: str, child_pid: int, plan: Any, state_root: str) -> dict[s
     ns_path = f"/proc/{child_pid}/ns/net"
     try:
         if os.stat(ns_path).st_ino == os.stat("/proc/self/ns/net").st_ino:
-            raise LaunchFailed("network mode 'isolated' but the sandbox shares the host's network namespace",
-                               'add {"type": "network"} to linux.namespaces')
+            raise LaunchFailed(
+                "network mode 'isolated' but the sandbox shares the host's network namespace",
+                'add {"type": "network"} to linux.namespaces',
+            )
     except FileNotFoundError as e:
         raise LaunchFailed(f"the sandbox's process {child_pid} is gone", "see bwrap's message above") from e
     from .rtnetlink import Rtnl
 
     marker = marker_path(state_root, sandbox_id)
     info: dict[str, Any] = {
-        "mode": "isolated", "id": sandbox_id, "state_root": state_root, "marker": marker,
-        "host_if": link_name(state_root, sandbox_id), "sandbox_if": SANDBOX_IF,
-        "host_address": None, "address": None, "prefixlen": PREFIXLEN, "port": plan_port(plan),
+        "mode": "isolated",
+        "id": sandbox_id,
+        "state_root": state_root,
+        "marker": marker,
+        "host_if": link_name(state_root, sandbox_id),
+        "sandbox_if": SANDBOX_IF,
+        "host_address": None,
+        "address": None,
+        "prefixlen": PREFIXLEN,
+        "port": plan_port(plan),
     }
     rng = address_range()
     try:
@@ -151,8 +163,10 @@ def setup(sandbox_id: str, child_pid: int, plan: Any, state_root: str) -> dict[s
                 if e.errno == errno.EEXIST:  # not ours: never delete it; forget the marker
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(marker)
-                    raise LaunchFailed(f"a network link named {info['host_if']} already exists",
-                                       "delete the stale link or use another sandbox id") from e
+                    raise LaunchFailed(
+                        f"a network link named {info['host_if']} already exists",
+                        "delete the stale link or use another sandbox id",
+                    ) from e
                 raise
             _fault("after-link")
             idx = _index(ipr, info["host_if"])
@@ -166,8 +180,10 @@ def setup(sandbox_id: str, child_pid: int, plan: Any, state_root: str) -> dict[s
         raise
     except (OSError, IndexError) as e:
         teardown(info)
-        raise LaunchFailed(f"cannot set up the sandbox's network link: {e}",
-                           "check that this host supports veth links (veth(4))") from e
+        raise LaunchFailed(
+            f"cannot set up the sandbox's network link: {e}",
+            "check that this host supports veth links (veth(4))",
+        ) from e
     return info
 
 
@@ -187,8 +203,10 @@ def _configure_inside(info: dict[str, Any]) -> None:
 def _index(ipr: Any, name: str) -> int:
     idx = ipr.link_index(name)
     if idx is None:
-        raise LaunchFailed(f"the network link {name} vanished while being set up",
-                           "check that nothing else manages links named shim*")
+        raise LaunchFailed(
+            f"the network link {name} vanished while being set up",
+            "check that nothing else manages links named shim*",
+        )
     return int(idx)
 
 

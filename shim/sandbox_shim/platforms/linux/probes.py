@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 # ---- bwrap ------------------------------------------------------------------------------------------
 
+
 def bwrap_identity() -> tuple[str, str, int] | None:
     """``(path, version, mtime_ns)`` of the bwrap ``locate.bwrap_path`` finds (the one create runs),
     or None when absent or it will not run.
@@ -49,15 +50,32 @@ def probe_bwrap() -> Capability:
     Returns: ``Capability("bwrap", ...)``, mechanism ``"bwrap <version>"``, ``detail`` carrying bwrap's
     own stderr when the run fails.  Never raises.
     """
-    argv = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--die-with-parent",
-            "--", shutil.which("true") or "/bin/true"]
+    argv = [
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--unshare-pid",
+        "--die-with-parent",
+        "--",
+        shutil.which("true") or "/bin/true",
+    ]
     measured = "bwrap --version; bwrap " + " ".join(argv)
     if (off := _linux_only("bwrap", measured)) is not None:
         return off
     ident = bwrap_identity()
     if ident is None:
-        return Capability("bwrap", False, "bwrap", "bwrap is not on PATH nor at $SANDBOX_SHIM_BWRAP (or will "
-                          "not run): install bubblewrap (apt-get install bubblewrap)", measured)
+        return Capability(
+            "bwrap",
+            False,
+            "bwrap",
+            "bwrap is not on PATH nor at $SANDBOX_SHIM_BWRAP (or will "
+            "not run): install bubblewrap (apt-get install bubblewrap)",
+            measured,
+        )
     path, version, _ = ident
     try:
         run = subprocess.run([path, *argv], capture_output=True, text=True, timeout=20)
@@ -65,8 +83,14 @@ def probe_bwrap() -> Capability:
         return Capability("bwrap", False, f"bwrap {version}", f"cannot run {path}: {e}", measured)
     if run.returncode != 0:
         err = run.stderr.strip().splitlines()[-1:] or [f"exit status {run.returncode}"]
-        return Capability("bwrap", False, f"bwrap {version}", f"{path} failed: {err[0]}: run as root, enable "
-                          f"user namespaces, or install bwrap setuid{_seccomp_note()}", measured)
+        return Capability(
+            "bwrap",
+            False,
+            f"bwrap {version}",
+            f"{path} failed: {err[0]}: run as root, enable "
+            f"user namespaces, or install bwrap setuid{_seccomp_note()}",
+            measured,
+        )
     return Capability("bwrap", True, f"bwrap {version}", "", measured)
 
 
@@ -74,17 +98,27 @@ def probe_bwrap() -> Capability:
 
 #: controller -> (Limits field values, {cgroup version: (file, value written and expected back)})
 _CGROUP_TRIALS: dict[str, tuple[dict[str, object], dict[int, tuple[str, str]]]] = {
-    "memory": ({"memory_limit": 64 << 20},
-               {1: ("memory.limit_in_bytes", "67108864"), 2: ("memory.max", "67108864")}),
+    "memory": (
+        {"memory_limit": 64 << 20},
+        {1: ("memory.limit_in_bytes", "67108864"), 2: ("memory.max", "67108864")},
+    ),
     "pids": ({"pids_limit": 64}, {1: ("pids.max", "64"), 2: ("pids.max", "64")}),
-    "cpu": ({"cpu_quota": 50000, "cpu_period": 100000},
-            {1: ("cpu.cfs_quota_us", "50000"), 2: ("cpu.max", "50000 100000")}),
+    "cpu": (
+        {"cpu_quota": 50000, "cpu_period": 100000},
+        {1: ("cpu.cfs_quota_us", "50000"), 2: ("cpu.max", "50000 100000")},
+    ),
     "cpuset": ({}, {1: ("cpuset.cpus", ""), 2: ("cpuset.cpus", "")}),
     "freezer": ({}, {1: ("freezer.state", "THAWED"), 2: ("cgroup.freeze", "0")}),
     # deny-all, then one allow rule: the list must then hold exactly that rule (devices.rst)
-    "devices": ({"devices": [{"allow": False, "type": "a", "major": None, "minor": None, "access": "rwm"},
-                             {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"}]},
-                {1: ("devices.list", "c 1:3 rwm")}),
+    "devices": (
+        {
+            "devices": [
+                {"allow": False, "type": "a", "major": None, "minor": None, "access": "rwm"},
+                {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"},
+            ]
+        },
+        {1: ("devices.list", "c 1:3 rwm")},
+    ),
 }
 
 
@@ -115,22 +149,42 @@ def probe_cgroup(controller: str, layout: Layout | None = None) -> Capability:
     version = lay.version
     mech = f"cgroup v{version}" if version else "cgroup"
     if version == 0:
-        return Capability(name, False, mech, "no usable cgroup hierarchy (need memory and pids): mount "
-                          "cgroup2 with them enabled, or the v1 memory and pids hierarchies",
-                          "read /proc/self/mountinfo")
+        return Capability(
+            name,
+            False,
+            mech,
+            "no usable cgroup hierarchy (need memory and pids): mount "
+            "cgroup2 with them enabled, or the v1 memory and pids hierarchies",
+            "read /proc/self/mountinfo",
+        )
     if version == 2 and controller == "devices":
         return _probe_v2_devices(name, mech, path, version, lay, limits_kw)
     if version not in files:
-        return Capability(name, False, mech, f"the cgroup v{version} {controller} controller is not built in "
-                          "this version", "none")
+        return Capability(
+            name,
+            False,
+            mech,
+            f"the cgroup v{version} {controller} controller is not built in this version",
+            "none",
+        )
     fname, want = files[version]
     root = lay.v2_mount if version == 2 else lay.v1_mounts.get(controller)
     if root is None:
-        return Capability(name, False, mech, f"the v1 {controller} controller is not mounted: mount its "
-                          "hierarchy", "read /proc/self/mountinfo")
+        return Capability(
+            name,
+            False,
+            mech,
+            f"the v1 {controller} controller is not mounted: mount its hierarchy",
+            "read /proc/self/mountinfo",
+        )
     if version == 2 and controller not in ("freezer", *lay.v2_controllers):
-        return Capability(name, False, mech, f"{controller} is not in {root}/cgroup.controllers: enable it",
-                          f"read {root}/cgroup.controllers")
+        return Capability(
+            name,
+            False,
+            mech,
+            f"{controller} is not in {root}/cgroup.controllers: enable it",
+            f"read {root}/cgroup.controllers",
+        )
     global _swept
     if not _swept and layout is None:
         _swept = True
@@ -144,8 +198,14 @@ def probe_cgroup(controller: str, layout: Layout | None = None) -> Capability:
     try:
         created = mgr.create([] if controller == "freezer" else [controller])
         if not os.path.exists(os.path.join(cdir, fname)):
-            return Capability(name, False, mech, f"{root} is not a cgroup v{version} hierarchy: the kernel "
-                              f"made no {fname} in a new directory there", measured)
+            return Capability(
+                name,
+                False,
+                mech,
+                f"{root} is not a cgroup v{version} hierarchy: the kernel "
+                f"made no {fname} in a new directory there",
+                measured,
+            )
         if controller == "freezer":
             mgr.freeze(True)
             mgr.freeze(False)
@@ -161,8 +221,13 @@ def probe_cgroup(controller: str, layout: Layout | None = None) -> Capability:
             return Capability(name, False, mech, f"{fname} reads {got!r} after writing {want!r}", measured)
         return Capability(name, True, mech, "", measured)
     except LaunchFailed as e:
-        return Capability(name, False, mech, f"{e.line()}: run as root with a writable cgroup hierarchy"
-                          f"{_seccomp_note()}", measured)
+        return Capability(
+            name,
+            False,
+            mech,
+            f"{e.line()}: run as root with a writable cgroup hierarchy{_seccomp_note()}",
+            measured,
+        )
     except OSError as e:
         return Capability(name, False, mech, f"{e}: run as root with a writable cgroup hierarchy", measured)
     finally:
@@ -172,8 +237,9 @@ def probe_cgroup(controller: str, layout: Layout | None = None) -> Capability:
             pass
 
 
-def _probe_v2_devices(name: str, mech: str, path: str, version: int, lay: Layout,
-                      limits_kw: dict[str, object]) -> Capability:
+def _probe_v2_devices(
+    name: str, mech: str, path: str, version: int, lay: Layout, limits_kw: dict[str, object]
+) -> Capability:
     """v2 has no devices files: load and attach the trial rules as a BPF_CGROUP_DEVICE program
     (cgroup-v2.rst "Device controller") to a throwaway cgroup; the attach succeeding is the proof."""
     from ...errors import LaunchFailed
@@ -187,8 +253,13 @@ def _probe_v2_devices(name: str, mech: str, path: str, version: int, lay: Layout
         mgr.apply(Limits(**limits_kw))  # type: ignore[arg-type]
         return Capability(name, True, mech, "", measured)
     except (LaunchFailed, OSError) as e:
-        return Capability(name, False, mech, f"{e}: the kernel refused the device program (needs root and "
-                          f"CONFIG_CGROUP_BPF){_seccomp_note()}", measured)
+        return Capability(
+            name,
+            False,
+            mech,
+            f"{e}: the kernel refused the device program (needs root and CONFIG_CGROUP_BPF){_seccomp_note()}",
+            measured,
+        )
     finally:
         try:
             mgr.remove(created)

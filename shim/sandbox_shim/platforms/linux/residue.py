@@ -55,8 +55,18 @@ def observed(root: str) -> dict[str, dict[str, Any]]:
             d = f"{mount.rstrip('/')}{parent}/{name}"
             if not name.startswith(".") and valid_id(name) and os.path.isdir(d):
                 found.setdefault(name, set()).add(d)
-    return {sid: {"version": None, "path": f"{parent}/{sid}", "planned": sorted(dirs), "parents": [],
-                  "created": [], "observed": True} for sid, dirs in found.items()}
+    return {
+        sid: {
+            "version": None,
+            "path": f"{parent}/{sid}",
+            "planned": sorted(dirs),
+            "parents": [],
+            "created": [],
+            "observed": True,
+        }
+        for sid, dirs in found.items()
+    }
+
 
 def _unwritable(path: str, e: OSError) -> Exception:
     from ...errors import StateUnwritable
@@ -101,7 +111,7 @@ def sweep_probe_cgroups(layout: Layout | None = None) -> list[str]:
         except OSError:
             continue
         for n in names:
-            pid = n[len(PROBE_PREFIX):].split("-", 1)[0]
+            pid = n[len(PROBE_PREFIX) :].split("-", 1)[0]
             if pid.isdigit() and os.path.exists(f"/proc/{pid}"):
                 continue
             try:
@@ -134,8 +144,13 @@ def planned(cg: CgroupManager, path: str) -> dict[str, Any]:
             cur = os.path.dirname(cur)
     # a leaf that exists already is not ours (create refuses it): never recorded, so a cleanup after a
     # failed create cannot kill what runs there or remove it
-    return {"version": cg.version, "path": path, "planned": [d for d in cg.dirs() if not os.path.lexists(d)],
-            "parents": sorted(set(parents)), "created": []}
+    return {
+        "version": cg.version,
+        "path": path,
+        "planned": [d for d in cg.dirs() if not os.path.lexists(d)],
+        "parents": sorted(set(parents)),
+        "created": [],
+    }
 
 
 def remove(store: StateStore, sandbox_id: str) -> list[str]:

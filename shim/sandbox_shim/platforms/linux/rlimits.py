@@ -60,24 +60,46 @@ def check(rlimits: list[tuple[str, int, int]], oom_score_adj: int | None) -> Non
         ptr = f"/process/rlimits/{i}"
         res = getattr(resource, name, None)
         if not isinstance(res, int):
-            problems.append(BundleProblem(f"{ptr}/type", f"{name} is not a resource limit of this kernel",
-                                          _RULE, "remove it"))
+            problems.append(
+                BundleProblem(
+                    f"{ptr}/type", f"{name} is not a resource limit of this kernel", _RULE, "remove it"
+                )
+            )
             continue
         if soft > hard:
-            problems.append(BundleProblem(ptr, f"{name} soft {soft} is above its hard {hard}", _RULE,
-                                          "make soft <= hard"))
+            problems.append(
+                BundleProblem(ptr, f"{name} soft {soft} is above its hard {hard}", _RULE, "make soft <= hard")
+            )
         own_hard = resource.getrlimit(res)[1]
         if not privileged and own_hard != resource.RLIM_INFINITY and hard > own_hard:
-            problems.append(BundleProblem(ptr, f"{name} hard {hard} is above this runtime's own hard limit "
-                                          f"{own_hard}, and it lacks CAP_SYS_RESOURCE to raise it", _RULE,
-                                          f"ask at most {own_hard}, or run the runtime with a higher limit"))
+            problems.append(
+                BundleProblem(
+                    ptr,
+                    f"{name} hard {hard} is above this runtime's own hard limit "
+                    f"{own_hard}, and it lacks CAP_SYS_RESOURCE to raise it",
+                    _RULE,
+                    f"ask at most {own_hard}, or run the runtime with a higher limit",
+                )
+            )
         if name == "RLIMIT_NOFILE" and hard > _nr_open():
-            problems.append(BundleProblem(ptr, f"RLIMIT_NOFILE hard {hard} is above fs.nr_open "
-                                          f"({_nr_open()})", _RULE, "ask at most fs.nr_open"))
+            problems.append(
+                BundleProblem(
+                    ptr,
+                    f"RLIMIT_NOFILE hard {hard} is above fs.nr_open ({_nr_open()})",
+                    _RULE,
+                    "ask at most fs.nr_open",
+                )
+            )
     if oom_score_adj is not None and not privileged and not _oom_settable(oom_score_adj):
-        problems.append(BundleProblem("/process/oomScoreAdj", f"{oom_score_adj} is below the lowest value "
-                                      "this runtime may set, and it lacks CAP_SYS_RESOURCE to go lower",
-                                      "proc(5) oom_score_adj", "ask a higher value"))
+        problems.append(
+            BundleProblem(
+                "/process/oomScoreAdj",
+                f"{oom_score_adj} is below the lowest value "
+                "this runtime may set, and it lacks CAP_SYS_RESOURCE to go lower",
+                "proc(5) oom_score_adj",
+                "ask a higher value",
+            )
+        )
     if problems:
         raise BundleInvalid(problems)
 
@@ -92,12 +114,15 @@ def apply(pid: int, rlimits: list[tuple[str, int, int]], oom_score_adj: int | No
         try:
             resource.prlimit(pid, getattr(resource, name), (soft, hard))
         except (OSError, ValueError) as e:
-            raise LaunchFailed(f"/process/rlimits/{i}: {name} ({soft}, {hard}) refused by the kernel: {e}",
-                               "lower the limit") from e
+            raise LaunchFailed(
+                f"/process/rlimits/{i}: {name} ({soft}, {hard}) refused by the kernel: {e}", "lower the limit"
+            ) from e
     if oom_score_adj is not None:
         try:
             with open(f"/proc/{pid}/oom_score_adj", "w") as fh:
                 fh.write(str(oom_score_adj))
         except OSError as e:
-            raise LaunchFailed(f"/process/oomScoreAdj: {oom_score_adj} refused by the kernel: {e.strerror}",
-                               "ask a value the runtime may set (proc(5))") from e
+            raise LaunchFailed(
+                f"/process/oomScoreAdj: {oom_score_adj} refused by the kernel: {e.strerror}",
+                "ask a value the runtime may set (proc(5))",
+            ) from e

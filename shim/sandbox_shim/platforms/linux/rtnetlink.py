@@ -51,7 +51,7 @@ def attrs(data: bytes) -> dict[int, bytes]:
         n, kind = struct.unpack_from("=HH", data, i)
         if n < 4:
             break
-        out[kind & 0x3FFF] = data[i + 4:i + n]
+        out[kind & 0x3FFF] = data[i + 4 : i + n]
         i += (n + 3) & ~3
     return out
 
@@ -90,7 +90,7 @@ class Rtnl:
                 n, mtype, _, mseq, _ = _NLMSGHDR.unpack_from(data, i)
                 if n < _NLMSGHDR.size:
                     raise OSError(_errno.EPROTO, "malformed netlink reply")
-                payload = data[i + _NLMSGHDR.size:i + n]
+                payload = data[i + _NLMSGHDR.size : i + n]
                 i += (n + 3) & ~3
                 if mseq != seq:
                     continue
@@ -109,8 +109,9 @@ class Rtnl:
     def link_index(self, name: str) -> int | None:
         """The index of the link named ``name`` in this namespace, or None."""
         try:
-            got = self.request(RTM_GETLINK, 0,
-                               _IFINFOMSG.pack(0, 0, 0, 0, 0) + _attr(IFLA_IFNAME, _name(name)))
+            got = self.request(
+                RTM_GETLINK, 0, _IFINFOMSG.pack(0, 0, 0, 0, 0) + _attr(IFLA_IFNAME, _name(name))
+            )
         except OSError as e:
             if e.errno in (_errno.ENODEV, _errno.ENOENT):
                 return None
@@ -127,7 +128,7 @@ class Rtnl:
             raise
         if not got:
             return None
-        info = attrs(got[0][1][_IFINFOMSG.size:]).get(IFLA_LINKINFO)
+        info = attrs(got[0][1][_IFINFOMSG.size :]).get(IFLA_LINKINFO)
         kind = attrs(info).get(IFLA_INFO_KIND) if info else None
         return kind.rstrip(b"\0").decode() if kind else None
 
@@ -135,7 +136,7 @@ class Rtnl:
         """The names of every link in this namespace."""
         out = []
         for _, body in self.request(RTM_GETLINK, NLM_F_DUMP, _IFINFOMSG.pack(0, 0, 0, 0, 0)):
-            name = attrs(body[_IFINFOMSG.size:]).get(IFLA_IFNAME)
+            name = attrs(body[_IFINFOMSG.size :]).get(IFLA_IFNAME)
             if name:
                 out.append(name.rstrip(b"\0").decode())
         return out
@@ -143,12 +144,19 @@ class Rtnl:
     def add_veth(self, name: str, peer: str, peer_netns_pid: int) -> None:
         """A veth pair: ``name`` here, ``peer`` made in the network namespace of ``peer_netns_pid``
         (veth(4); the peer's ``ifinfomsg`` + attributes nest in VETH_INFO_PEER).  EEXIST if taken."""
-        peer_msg = _IFINFOMSG.pack(0, 0, 0, 0, 0) + _attr(IFLA_IFNAME, _name(peer)) + _attr(
-            IFLA_NET_NS_PID, struct.pack("=I", peer_netns_pid))
-        info = _attr(IFLA_INFO_KIND, b"veth") + _attr(IFLA_INFO_DATA | NLA_F_NESTED,
-                                                       _attr(VETH_INFO_PEER | NLA_F_NESTED, peer_msg))
-        body = _IFINFOMSG.pack(0, 0, 0, 0, 0) + _attr(IFLA_IFNAME, _name(name)) + _attr(
-            IFLA_LINKINFO | NLA_F_NESTED, info)
+        peer_msg = (
+            _IFINFOMSG.pack(0, 0, 0, 0, 0)
+            + _attr(IFLA_IFNAME, _name(peer))
+            + _attr(IFLA_NET_NS_PID, struct.pack("=I", peer_netns_pid))
+        )
+        info = _attr(IFLA_INFO_KIND, b"veth") + _attr(
+            IFLA_INFO_DATA | NLA_F_NESTED, _attr(VETH_INFO_PEER | NLA_F_NESTED, peer_msg)
+        )
+        body = (
+            _IFINFOMSG.pack(0, 0, 0, 0, 0)
+            + _attr(IFLA_IFNAME, _name(name))
+            + _attr(IFLA_LINKINFO | NLA_F_NESTED, info)
+        )
         self.request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK, body)
 
     def set_up(self, index: int) -> None:
@@ -161,8 +169,11 @@ class Rtnl:
     def add_ipv4(self, index: int, address: str, prefixlen: int) -> None:
         """``address/prefixlen`` on link ``index`` (IFA_LOCAL and IFA_ADDRESS, scope universe)."""
         raw = socket.inet_aton(address)
-        body = _IFADDRMSG.pack(socket.AF_INET, prefixlen, 0, 0, index) + _attr(IFA_LOCAL, raw) + _attr(
-            IFA_ADDRESS, raw)
+        body = (
+            _IFADDRMSG.pack(socket.AF_INET, prefixlen, 0, 0, index)
+            + _attr(IFA_LOCAL, raw)
+            + _attr(IFA_ADDRESS, raw)
+        )
         self.request(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK, body)
 
     def ipv4_addresses(self) -> list[tuple[str, int]]:
@@ -170,7 +181,7 @@ class Rtnl:
         out = []
         for _, body in self.request(RTM_GETADDR, NLM_F_DUMP, _IFADDRMSG.pack(socket.AF_INET, 0, 0, 0, 0)):
             family, plen, _, _, _ = _IFADDRMSG.unpack_from(body)
-            a = attrs(body[_IFADDRMSG.size:])
+            a = attrs(body[_IFADDRMSG.size :])
             raw = a.get(IFA_ADDRESS) or a.get(IFA_LOCAL)
             if family == socket.AF_INET and raw and len(raw) == 4:
                 out.append((socket.inet_ntoa(raw), plen))
@@ -183,7 +194,7 @@ class Rtnl:
         query = _RTMSG.pack(socket.AF_INET, 0, 0, 0, 0, 0, 0, 0, 0)
         for _, body in self.request(RTM_GETROUTE, NLM_F_DUMP, query):
             family, dst_len, _, _, tbl, _, _, _, _ = _RTMSG.unpack_from(body)
-            a = attrs(body[_RTMSG.size:])
+            a = attrs(body[_RTMSG.size :])
             if RTA_TABLE in a and len(a[RTA_TABLE]) == 4:
                 (tbl,) = struct.unpack("=I", a[RTA_TABLE])
             dst = a.get(RTA_DST)

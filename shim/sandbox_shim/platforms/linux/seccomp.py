@@ -57,31 +57,73 @@ _RET_DATA_MAX = {"SCMP_ACT_ERRNO": 4095, "SCMP_ACT_TRACE": 0xFFFF}
 
 # Comparison operators, enum scmp_compare in <seccomp.h>.
 _OPS: dict[str, int] = {
-    "SCMP_CMP_NE": 1, "SCMP_CMP_LT": 2, "SCMP_CMP_LE": 3, "SCMP_CMP_EQ": 4,
-    "SCMP_CMP_GE": 5, "SCMP_CMP_GT": 6, "SCMP_CMP_MASKED_EQ": 7,
+    "SCMP_CMP_NE": 1,
+    "SCMP_CMP_LT": 2,
+    "SCMP_CMP_LE": 3,
+    "SCMP_CMP_EQ": 4,
+    "SCMP_CMP_GE": 5,
+    "SCMP_CMP_GT": 6,
+    "SCMP_CMP_MASKED_EQ": 7,
 }
 
 # OCI name → attribute of pyseccomp.Arch.
 ARCHES: tuple[str, ...] = (
-    "X86", "X86_64", "X32", "ARM", "AARCH64", "MIPS", "MIPS64", "MIPS64N32", "MIPSEL", "MIPSEL64",
-    "MIPSEL64N32", "PPC", "PPC64", "PPC64LE", "S390", "S390X", "PARISC", "PARISC64", "RISCV64",
+    "X86",
+    "X86_64",
+    "X32",
+    "ARM",
+    "AARCH64",
+    "MIPS",
+    "MIPS64",
+    "MIPS64N32",
+    "MIPSEL",
+    "MIPSEL64",
+    "MIPSEL64N32",
+    "PPC",
+    "PPC64",
+    "PPC64LE",
+    "S390",
+    "S390X",
+    "PARISC",
+    "PARISC64",
+    "RISCV64",
 )
 _COMPANION_ARCHES = {"X86_64": ("X86", "X32"), "AARCH64": ("ARM",), "S390X": ("S390",)}
 
 _ACCEPTED_FLAGS = {"SECCOMP_FILTER_FLAG_TSYNC"}
-_REFUSED_FLAGS = {"SECCOMP_FILTER_FLAG_LOG", "SECCOMP_FILTER_FLAG_SPEC_ALLOW",
-                  "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"}
+_REFUSED_FLAGS = {
+    "SECCOMP_FILTER_FLAG_LOG",
+    "SECCOMP_FILTER_FLAG_SPEC_ALLOW",
+    "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV",
+}
 
 BPF_MAXINSNS = 4096  # the kernel's limit on one classic-BPF program (seccomp(2), EINVAL beyond it)
 
 TENANT_DENIED_SYSCALLS: dict[str, tuple[str, ...]] = {
     "keyring": ("keyctl", "add_key", "request_key"),
     "kernel_attack_surface": ("bpf", "perf_event_open", "userfaultfd", "lookup_dcookie", "fanotify_init"),
-    "kernel_code": ("kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-                    "create_module", "get_kernel_syms", "query_module", "nfsservctl"),
+    "kernel_code": (
+        "kexec_load",
+        "kexec_file_load",
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "create_module",
+        "get_kernel_syms",
+        "query_module",
+        "nfsservctl",
+    ),
     "mounts_and_namespaces": ("mount", "umount", "umount2", "pivot_root", "unshare", "setns"),
-    "new_mount_api": ("fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "open_tree_attr",
-                      "mount_setattr"),
+    "new_mount_api": (
+        "fsopen",
+        "fsconfig",
+        "fsmount",
+        "fspick",
+        "move_mount",
+        "open_tree",
+        "open_tree_attr",
+        "mount_setattr",
+    ),
     "io_uring": ("io_uring_setup", "io_uring_enter", "io_uring_register"),
     "handles_escape": ("open_by_handle_at", "name_to_handle_at"),
     "other_processes": ("ptrace", "process_vm_readv", "process_vm_writev"),
@@ -115,8 +157,12 @@ profiles"); each name is denied where this host's libseccomp resolves it.
 """
 
 TENANT_CLONE_NAMESPACE_FLAGS: dict[str, int] = {
-    "CLONE_NEWNS": 0x00020000, "CLONE_NEWCGROUP": 0x02000000, "CLONE_NEWUTS": 0x04000000,
-    "CLONE_NEWIPC": 0x08000000, "CLONE_NEWUSER": 0x10000000, "CLONE_NEWPID": 0x20000000,
+    "CLONE_NEWNS": 0x00020000,
+    "CLONE_NEWCGROUP": 0x02000000,
+    "CLONE_NEWUTS": 0x04000000,
+    "CLONE_NEWIPC": 0x08000000,
+    "CLONE_NEWUSER": 0x10000000,
+    "CLONE_NEWPID": 0x20000000,
     "CLONE_NEWNET": 0x40000000,
 }
 """clone(2) flags that make new namespaces: clone with any of them set in its flags argument gets EPERM.
@@ -215,14 +261,22 @@ def default_tenant_section() -> dict[str, Any]:
     native = native_arch()
     companions = _COMPANION_ARCHES.get(native.removeprefix("SCMP_ARCH_"), ())
     flags_arg = 1 if native in ("SCMP_ARCH_S390X", "SCMP_ARCH_S390") else 0
-    names = [n for group in TENANT_DENIED_SYSCALLS.values() for n in group
-             if s.resolve_syscall(s.Arch.NATIVE, n) != -1]
-    syscalls: list[dict[str, Any]] = [
-        {"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM}]
+    names = [
+        n
+        for group in TENANT_DENIED_SYSCALLS.values()
+        for n in group
+        if s.resolve_syscall(s.Arch.NATIVE, n) != -1
+    ]
+    syscalls: list[dict[str, Any]] = [{"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM}]
     for flag in TENANT_CLONE_NAMESPACE_FLAGS.values():
-        syscalls.append({"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM,
-                         "args": [{"index": flags_arg, "value": flag, "valueTwo": flag,
-                                   "op": "SCMP_CMP_MASKED_EQ"}]})
+        syscalls.append(
+            {
+                "names": ["clone"],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": errno.EPERM,
+                "args": [{"index": flags_arg, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ"}],
+            }
+        )
     syscalls.append({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS})
     # CAP_MKNOD is granted (orchestrators' defaults) but no character or block node can be made: one
     # made in storage/ or a writable rootfs would outlive the sandbox on the host's file system, where
@@ -231,35 +285,62 @@ def default_tenant_section() -> dict[str, Any]:
         if s.resolve_syscall(s.Arch.NATIVE, name) == -1:
             continue
         for kind in (stat.S_IFCHR, stat.S_IFBLK):
-            syscalls.append({"names": [name], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM,
-                             "args": [{"index": mode_arg, "value": 0o170000, "valueTwo": kind,
-                                       "op": "SCMP_CMP_MASKED_EQ"}]})
-    return {"defaultAction": "SCMP_ACT_ALLOW",
-            "architectures": [native, *(f"SCMP_ARCH_{a}" for a in companions)],
-            "syscalls": syscalls}
+            syscalls.append(
+                {
+                    "names": [name],
+                    "action": "SCMP_ACT_ERRNO",
+                    "errnoRet": errno.EPERM,
+                    "args": [
+                        {"index": mode_arg, "value": 0o170000, "valueTwo": kind, "op": "SCMP_CMP_MASKED_EQ"}
+                    ],
+                }
+            )
+    return {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "architectures": [native, *(f"SCMP_ARCH_{a}" for a in companions)],
+        "syscalls": syscalls,
+    }
 
 
 def _check_action(obj: dict[str, Any], key: str, ret_key: str, ptr: str, out: list[BundleProblem]) -> None:
     """Check an action field (``defaultAction`` / ``action``) and its errno field together."""
     action = obj.get(key)
     if action == "SCMP_ACT_NOTIFY":
-        out.append(BundleProblem(f"{ptr}/{key}", "SCMP_ACT_NOTIFY is not supported: this runtime runs no "
-                                 "seccomp listener, so a notifying syscall would never return",
-                                 f"{SPEC}: {key}", "use SCMP_ACT_ERRNO or SCMP_ACT_KILL_PROCESS instead"))
+        out.append(
+            BundleProblem(
+                f"{ptr}/{key}",
+                "SCMP_ACT_NOTIFY is not supported: this runtime runs no "
+                "seccomp listener, so a notifying syscall would never return",
+                f"{SPEC}: {key}",
+                "use SCMP_ACT_ERRNO or SCMP_ACT_KILL_PROCESS instead",
+            )
+        )
         return
     if action not in _ACTIONS:
         why = f"{key} is required" if action is None else f"{key} is not a known seccomp action"
-        out.append(BundleProblem(f"{ptr}/{key}", why, f"{SPEC}: {key}",
-                                 "one of " + ", ".join(sorted(_ACTIONS))))
+        out.append(
+            BundleProblem(f"{ptr}/{key}", why, f"{SPEC}: {key}", "one of " + ", ".join(sorted(_ACTIONS)))
+        )
         return
     if ret_key in obj:
         limit = _RET_DATA_MAX.get(action)
         if limit is None:
-            out.append(BundleProblem(f"{ptr}/{ret_key}", f"{ret_key} is only allowed with SCMP_ACT_ERRNO or "
-                                     "SCMP_ACT_TRACE", f"{SPEC}: {ret_key}", f"remove {ret_key}"))
+            out.append(
+                BundleProblem(
+                    f"{ptr}/{ret_key}",
+                    f"{ret_key} is only allowed with SCMP_ACT_ERRNO or SCMP_ACT_TRACE",
+                    f"{SPEC}: {ret_key}",
+                    f"remove {ret_key}",
+                )
+            )
         elif not _is_uint(obj[ret_key], 32) or obj[ret_key] > limit:
-            out.append(BundleProblem(f"{ptr}/{ret_key}", f"{ret_key} must be an integer from 0 to {limit}",
-                                     f"{SPEC}: {ret_key}; seccomp(2) SECCOMP_RET_DATA"))
+            out.append(
+                BundleProblem(
+                    f"{ptr}/{ret_key}",
+                    f"{ret_key} must be an integer from 0 to {limit}",
+                    f"{SPEC}: {ret_key}; seccomp(2) SECCOMP_RET_DATA",
+                )
+            )
 
 
 def _check_args(args: Any, ptr: str, out: list[BundleProblem]) -> None:
@@ -267,26 +348,49 @@ def _check_args(args: Any, ptr: str, out: list[BundleProblem]) -> None:
         out.append(BundleProblem(ptr, "args must be an array", f"{SPEC}: syscalls[].args"))
         return
     if len(args) > 6:
-        out.append(BundleProblem(ptr, "at most 6 argument conditions per rule",
-                                 "libseccomp seccomp_rule_add(3)"))
+        out.append(
+            BundleProblem(ptr, "at most 6 argument conditions per rule", "libseccomp seccomp_rule_add(3)")
+        )
     for k, arg in enumerate(args):
         p = f"{ptr}/{k}"
         if not isinstance(arg, dict):
-            out.append(BundleProblem(p, "an argument condition must be an object",
-                                     f"{SPEC}: syscalls[].args"))
+            out.append(
+                BundleProblem(p, "an argument condition must be an object", f"{SPEC}: syscalls[].args")
+            )
             continue
         if not _is_uint(arg.get("index"), 8) or arg["index"] > 5:
-            out.append(BundleProblem(f"{p}/index", "index must be an integer from 0 to 5 (syscalls take at "
-                                     "most six arguments)", f"{SPEC}: syscalls[].args[].index; seccomp(2)"))
+            out.append(
+                BundleProblem(
+                    f"{p}/index",
+                    "index must be an integer from 0 to 5 (syscalls take at most six arguments)",
+                    f"{SPEC}: syscalls[].args[].index; seccomp(2)",
+                )
+            )
         if not _is_uint(arg.get("value"), 64):
-            out.append(BundleProblem(f"{p}/value", "value is required and must be an unsigned 64-bit integer",
-                                     f"{SPEC}: syscalls[].args[].value"))
+            out.append(
+                BundleProblem(
+                    f"{p}/value",
+                    "value is required and must be an unsigned 64-bit integer",
+                    f"{SPEC}: syscalls[].args[].value",
+                )
+            )
         if "valueTwo" in arg and not _is_uint(arg["valueTwo"], 64):
-            out.append(BundleProblem(f"{p}/valueTwo", "valueTwo must be an unsigned 64-bit integer",
-                                     f"{SPEC}: syscalls[].args[].valueTwo"))
+            out.append(
+                BundleProblem(
+                    f"{p}/valueTwo",
+                    "valueTwo must be an unsigned 64-bit integer",
+                    f"{SPEC}: syscalls[].args[].valueTwo",
+                )
+            )
         if arg.get("op") not in _OPS:
-            out.append(BundleProblem(f"{p}/op", "op is required and must be a known comparison operator",
-                                     f"{SPEC}: syscalls[].args[].op", "one of " + ", ".join(_OPS)))
+            out.append(
+                BundleProblem(
+                    f"{p}/op",
+                    "op is required and must be a known comparison operator",
+                    f"{SPEC}: syscalls[].args[].op",
+                    "one of " + ", ".join(_OPS),
+                )
+            )
 
 
 def validate(section: dict[str, Any] | None, pointer: str = "/linux/seccomp") -> list[BundleProblem]:
@@ -317,24 +421,46 @@ def validate(section: dict[str, Any] | None, pointer: str = "/linux/seccomp") ->
         arches = []
     for i, arch in enumerate(arches):
         if not (isinstance(arch, str) and arch.startswith("SCMP_ARCH_") and arch[10:] in ARCHES):
-            out.append(BundleProblem(f"{pointer}/architectures/{i}", "unknown architecture",
-                                     f"{SPEC}: architectures",
-                                     "one of SCMP_ARCH_" + ", SCMP_ARCH_".join(ARCHES)))
+            out.append(
+                BundleProblem(
+                    f"{pointer}/architectures/{i}",
+                    "unknown architecture",
+                    f"{SPEC}: architectures",
+                    "one of SCMP_ARCH_" + ", SCMP_ARCH_".join(ARCHES),
+                )
+            )
     flags = section.get("flags", [])
     for i, flag in enumerate(flags if isinstance(flags, list) else [None]):
         p = f"{pointer}/flags/{i}" if isinstance(flags, list) else f"{pointer}/flags"
         if flag in _REFUSED_FLAGS:
-            out.append(BundleProblem(p, f"{flag} cannot be applied: bwrap loads the filter with "
-                                     "prctl(PR_SET_SECCOMP), which takes no flags", f"{SPEC}: flags",
-                                     "remove the flag"))
+            out.append(
+                BundleProblem(
+                    p,
+                    f"{flag} cannot be applied: bwrap loads the filter with "
+                    "prctl(PR_SET_SECCOMP), which takes no flags",
+                    f"{SPEC}: flags",
+                    "remove the flag",
+                )
+            )
         elif flag not in _ACCEPTED_FLAGS:
-            out.append(BundleProblem(p, "unknown seccomp flag (or flags is not an array of strings)",
-                                     f"{SPEC}: flags", "SECCOMP_FILTER_FLAG_TSYNC is the one supported flag"))
+            out.append(
+                BundleProblem(
+                    p,
+                    "unknown seccomp flag (or flags is not an array of strings)",
+                    f"{SPEC}: flags",
+                    "SECCOMP_FILTER_FLAG_TSYNC is the one supported flag",
+                )
+            )
     for key in ("listenerPath", "listenerMetadata"):
         if key in section:
-            out.append(BundleProblem(f"{pointer}/{key}", f"{key} is not supported: this runtime does not "
-                                     "hand seccomp notifications to a listener", f"{SPEC}: {key}",
-                                     f"remove {key}"))
+            out.append(
+                BundleProblem(
+                    f"{pointer}/{key}",
+                    f"{key} is not supported: this runtime does not hand seccomp notifications to a listener",
+                    f"{SPEC}: {key}",
+                    f"remove {key}",
+                )
+            )
     rules = section.get("syscalls", [])
     if not isinstance(rules, list):
         out.append(BundleProblem(f"{pointer}/syscalls", "syscalls must be an array", SPEC))
@@ -346,18 +472,32 @@ def validate(section: dict[str, Any] | None, pointer: str = "/linux/seccomp") ->
             continue
         names = rule.get("names")
         if not isinstance(names, list) or not names:
-            out.append(BundleProblem(f"{p}/names", "names is required: a non-empty array of syscall names",
-                                     f"{SPEC}: syscalls[].names"))
+            out.append(
+                BundleProblem(
+                    f"{p}/names",
+                    "names is required: a non-empty array of syscall names",
+                    f"{SPEC}: syscalls[].names",
+                )
+            )
             names = []
         for j, name in enumerate(names):
             if not isinstance(name, str) or not name:
-                out.append(BundleProblem(f"{p}/names/{j}", "a syscall name must be a non-empty string",
-                                         f"{SPEC}: syscalls[].names"))
+                out.append(
+                    BundleProblem(
+                        f"{p}/names/{j}",
+                        "a syscall name must be a non-empty string",
+                        f"{SPEC}: syscalls[].names",
+                    )
+                )
             elif resolve(name) == -1:  # __NR_SCMP_ERROR
-                out.append(BundleProblem(f"{p}/names/{j}", f"unknown syscall {_show(name)}: this host's "
-                                         "libseccomp cannot resolve it",
-                                         "libseccomp seccomp_syscall_resolve_name(3)",
-                                         "check the spelling, or remove it for this host"))
+                out.append(
+                    BundleProblem(
+                        f"{p}/names/{j}",
+                        f"unknown syscall {_show(name)}: this host's libseccomp cannot resolve it",
+                        "libseccomp seccomp_syscall_resolve_name(3)",
+                        "check the spelling, or remove it for this host",
+                    )
+                )
         _check_action(rule, "action", "errnoRet", p, out)
         if "args" in rule:
             _check_args(rule["args"], f"{p}/args", out)
@@ -407,18 +547,30 @@ def compile_bpf(section: dict[str, Any] | None) -> bytes:
     try:
         filt = s.SyscallFilter(default)
     except OSError as e:
-        raise BundleInvalid([BundleProblem(f"{ptr}/defaultAction", "libseccomp refused this default action "
-                                           f"on this host ({e.strerror})", "libseccomp seccomp_init(3)")]
-                            ) from e
+        raise BundleInvalid(
+            [
+                BundleProblem(
+                    f"{ptr}/defaultAction",
+                    f"libseccomp refused this default action on this host ({e.strerror})",
+                    "libseccomp seccomp_init(3)",
+                )
+            ]
+        ) from e
     for i, arch in enumerate(section.get("architectures", [])):
         token = getattr(s.Arch, arch[10:])
         try:
             if not filt.exist_arch(token):
                 filt.add_arch(token)
         except OSError as e:
-            raise BundleInvalid([BundleProblem(f"{ptr}/architectures/{i}", "libseccomp refused this "
-                                               f"architecture ({e.strerror})",
-                                               "libseccomp seccomp_arch_add(3)")]) from e
+            raise BundleInvalid(
+                [
+                    BundleProblem(
+                        f"{ptr}/architectures/{i}",
+                        f"libseccomp refused this architecture ({e.strerror})",
+                        "libseccomp seccomp_arch_add(3)",
+                    )
+                ]
+            ) from e
     for i, rule in enumerate(section.get("syscalls", [])):
         action = _action_value(rule, "action", "errnoRet")
         if action == default:
@@ -428,9 +580,15 @@ def compile_bpf(section: dict[str, Any] | None) -> bytes:
                 try:
                     filt.add_rule(action, name, *conds)
                 except OSError as e:
-                    raise BundleInvalid([BundleProblem(f"{ptr}/syscalls/{i}/names/{j}", "libseccomp refused "
-                                                       f"the rule for {_show(name)} ({e.strerror})",
-                                                       "libseccomp seccomp_rule_add(3)")]) from e
+                    raise BundleInvalid(
+                        [
+                            BundleProblem(
+                                f"{ptr}/syscalls/{i}/names/{j}",
+                                f"libseccomp refused the rule for {_show(name)} ({e.strerror})",
+                                "libseccomp seccomp_rule_add(3)",
+                            )
+                        ]
+                    ) from e
     fd = os.memfd_create("sandbox-shim-seccomp")
     try:
         filt.export_bpf(_Fd(fd))
@@ -443,9 +601,17 @@ def compile_bpf(section: dict[str, Any] | None) -> bytes:
     if not program or len(program) % 8:
         raise LaunchFailed(f"libseccomp exported a malformed seccomp program ({len(program)} bytes)")
     if len(program) // 8 > BPF_MAXINSNS:
-        raise BundleInvalid([BundleProblem(ptr, f"the seccomp program has {len(program) // 8} instructions; "
-                                           f"the kernel accepts at most {BPF_MAXINSNS}", "seccomp(2) EINVAL",
-                                           "merge rules or drop architectures")])
+        raise BundleInvalid(
+            [
+                BundleProblem(
+                    ptr,
+                    f"the seccomp program has {len(program) // 8} instructions; "
+                    f"the kernel accepts at most {BPF_MAXINSNS}",
+                    "seccomp(2) EINVAL",
+                    "merge rules or drop architectures",
+                )
+            ]
+        )
     return program
 
 

@@ -50,8 +50,9 @@ def _digest_file(path: str) -> str:
 def rules_digest() -> str:
     """SHA-256 over the source of the modules that define and compose the filters."""
     here = os.path.dirname(os.path.abspath(__file__))
-    return hashlib.sha256("".join(_digest_file(os.path.join(here, n)) for n in _RULE_SOURCES).encode()
-                          ).hexdigest()
+    return hashlib.sha256(
+        "".join(_digest_file(os.path.join(here, n)) for n in _RULE_SOURCES).encode()
+    ).hexdigest()
 
 
 def host_facts() -> dict[str, str]:
@@ -66,8 +67,12 @@ def host_facts() -> dict[str, str]:
 
     u = os.uname()
     spec = importlib.util.find_spec("pyseccomp")
-    return {"arch": u.machine, "kernel": f"{u.release} {u.version}", "libseccomp": libseccomp.version(),
-            "binding": _digest_file(spec.origin) if spec and spec.origin else ""}
+    return {
+        "arch": u.machine,
+        "kernel": f"{u.release} {u.version}",
+        "libseccomp": libseccomp.version(),
+        "binding": _digest_file(spec.origin) if spec and spec.origin else "",
+    }
 
 
 def cache_key(inputs: dict[str, Any]) -> str:
@@ -77,8 +82,12 @@ def cache_key(inputs: dict[str, Any]) -> str:
 
 def inputs_for(plan: Plan) -> dict[str, Any]:
     """Every input the programs of ``plan`` depend on (module docstring)."""
-    return {"rules": rules_digest(), "nested": bool(plan.allow_nested_userns), "bundle": plan.seccomp,
-            **host_facts()}
+    return {
+        "rules": rules_digest(),
+        "nested": bool(plan.allow_nested_userns),
+        "bundle": plan.seccomp,
+        **host_facts(),
+    }
 
 
 def encode(programs: list[bytes]) -> bytes:
@@ -90,7 +99,7 @@ def decode(data: bytes) -> list[bytes] | None:
     """The programs of an entry, or None when it is not a whole, intact entry."""
     if not data.startswith(MAGIC):
         return None
-    digest, payload = data[len(MAGIC):len(MAGIC) + 32], data[len(MAGIC) + 32:]
+    digest, payload = data[len(MAGIC) : len(MAGIC) + 32], data[len(MAGIC) + 32 :]
     if len(digest) != 32 or hashlib.sha256(payload).digest() != digest:
         return None
     out, i = [], 0
@@ -98,7 +107,7 @@ def decode(data: bytes) -> list[bytes] | None:
         if i + 4 > len(payload):
             return None
         (n,) = struct.unpack_from("=I", payload, i)
-        prog = payload[i + 4:i + 4 + n]
+        prog = payload[i + 4 : i + 4 + n]
         if len(prog) != n or not n or n % 8:
             return None
         out.append(prog)

@@ -27,8 +27,14 @@ _MNT_DETACH = 2
 def wanted(mounts: list[Mount]) -> list[tuple[Mount, str]]:
     """The plan's tmpfs mounts under /dev (bwrap's own tmpfs: no path there comes from the rootfs) whose
     config source is not ``tmpfs``, with that source."""
-    return [(m, m.source) for m in mounts if m.kind == "tmpfs" and m.source not in ("", "tmpfs")
-            and m.destination.startswith("/dev/") and ".." not in m.destination.split("/")]
+    return [
+        (m, m.source)
+        for m in mounts
+        if m.kind == "tmpfs"
+        and m.source not in ("", "tmpfs")
+        and m.destination.startswith("/dev/")
+        and ".." not in m.destination.split("/")
+    ]
 
 
 def _data(options: list[str]) -> str:
@@ -63,8 +69,12 @@ def apply(pid: int, todo: list[tuple[Mount, str]]) -> None:
                 if libc.umount2(m.destination.encode(), _MNT_DETACH) != 0:  # bwrap's, empty still
                     err = ctypes.get_errno()
                     raise OSError(err, f"umount {m.destination}: {os.strerror(err)}")
-                if libc.mount(source.encode(), m.destination.encode(), b"tmpfs", flags,
-                              _data(m.options).encode()) != 0:
+                if (
+                    libc.mount(
+                        source.encode(), m.destination.encode(), b"tmpfs", flags, _data(m.options).encode()
+                    )
+                    != 0
+                ):
                     err = ctypes.get_errno()
                     raise OSError(err, f"mount {source} on {m.destination}: {os.strerror(err)}")
             os._exit(0)
@@ -76,5 +86,7 @@ def apply(pid: int, todo: list[tuple[Mount, str]]) -> None:
         msg = fh.read().decode(errors="replace")
     _, status = os.waitpid(child, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        raise LaunchFailed(f"/mounts: cannot mount the tmpfs sources inside the sandbox: {msg}",
-                           "use source tmpfs for that mount")
+        raise LaunchFailed(
+            f"/mounts: cannot mount the tmpfs sources inside the sandbox: {msg}",
+            "use source tmpfs for that mount",
+        )

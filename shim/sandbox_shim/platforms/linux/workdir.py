@@ -94,5 +94,6 @@ def check(child: int, plan: Plan) -> None:
         why = problem(root, plan.cwd, plan.uid, {plan.gid, *plan.additional_gids}, after)
     if why:
         name = plan.args[0] if plan.args else ""
-        raise CouldNotRun("exec_failed", f'exec: "{name}"',
-                          f"cannot change to the working directory {plan.cwd}: {why}")
+        raise CouldNotRun(
+            "exec_failed", f'exec: "{name}"', f"cannot change to the working directory {plan.cwd}: {why}"
+        )

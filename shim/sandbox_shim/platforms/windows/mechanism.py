@@ -122,8 +122,10 @@ class WindowsJobMechanism:
     def require(self, names: list[str]) -> None:
         """Raise ``CapabilityUnavailable`` for each of ``names`` this host does not provide."""
         by_name = {r.name: r for r in self.capabilities()}
-        missing = [by_name.get(n) or Capability(n, False, "job object", "not provided on this host",
-                                                "not reported") for n in names]
+        missing = [
+            by_name.get(n) or Capability(n, False, "job object", "not provided on this host", "not reported")
+            for n in names
+        ]
         missing = [r for r in missing if not r.available]
         if missing:
             raise CapabilityUnavailable(missing)
@@ -143,8 +145,9 @@ class WindowsJobMechanism:
         if isinstance(plan, dict):
             plan = plan_from_config(plan)
         if not isinstance(plan, JobPlan):
-            raise LaunchFailed(f"{type(plan).__name__} is not a Job Object plan",
-                               "plan with this mechanism's make_plan")
+            raise LaunchFailed(
+                f"{type(plan).__name__} is not a Job Object plan", "plan with this mechanism's make_plan"
+            )
         check_requirements(plan, self.capabilities())
         name = job_name(sandbox.id)
         with ExitStack() as undo:

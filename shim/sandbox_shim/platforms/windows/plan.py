@@ -160,8 +160,9 @@ def _limits(
     return JobLimits(job_memory_bytes=mem, active_processes=procs, cpu_rate=rate, cpu_weight=weight)
 
 
-def _requires(config: dict[str, Any], limits: JobLimits, problems: list[BundleProblem],
-              settings: Settings | None = None) -> tuple[str, ...]:
+def _requires(
+    config: dict[str, Any], limits: JobLimits, problems: list[BundleProblem], settings: Settings | None = None
+) -> tuple[str, ...]:
     if settings is not None:  # the Spec's, parsed once by bundle.Settings
         raw: object = ",".join(settings.requires) if settings.requires else None
     else:
@@ -196,8 +197,9 @@ def plan_from_spec(spec: Spec, host_cpus: int | None = None) -> JobPlan:
     return plan_from_config(spec.config, host_cpus, settings=spec.settings)
 
 
-def plan_from_config(config: dict[str, Any], host_cpus: int | None = None,
-                     settings: Settings | None = None) -> JobPlan:
+def plan_from_config(
+    config: dict[str, Any], host_cpus: int | None = None, settings: Settings | None = None
+) -> JobPlan:
     """Derive a ``JobPlan`` from an OCI config dict (``process.args/cwd/env``, ``windows.resources``).
 
     Args:

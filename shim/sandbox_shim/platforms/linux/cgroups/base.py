@@ -32,8 +32,10 @@ def write(path: str, value: str) -> None:
         with open(path, "w") as fh:
             fh.write(value)
     except OSError as e:
-        raise LaunchFailed(f"cannot write {value!r} to {path}: {e.strerror}",
-                           "check that the controller is enabled and writable") from e
+        raise LaunchFailed(
+            f"cannot write {value!r} to {path}: {e.strerror}",
+            "check that the controller is enabled and writable",
+        ) from e
 
 
 def read(path: str) -> str | None:
@@ -142,8 +144,11 @@ def make_parents(root: str, rel: str, made: list[str], before: Any = None, after
 
                 # a cgroup with processes is a container's, not a parent: nesting under it would charge
                 # this sandbox to that one and keep its delete from removing it
-                raise refusal("/linux/cgroupsPath", f"{cur} holds processes (another container's cgroup)",
-                              "pick a cgroupsPath whose parents hold no processes") from None
+                raise refusal(
+                    "/linux/cgroupsPath",
+                    f"{cur} holds processes (another container's cgroup)",
+                    "pick a cgroupsPath whose parents hold no processes",
+                ) from None
         except OSError as e:
             raise LaunchFailed(f"cannot create cgroup {cur}: {e.strerror}") from e
 
@@ -160,8 +165,11 @@ def clean_path(path: str) -> str:
     if any(p in (".", "..") for p in parts) or "\0" in path or "\n" in path:
         from .limits import refusal
 
-        raise refusal("/linux/cgroupsPath", f"{path!r} leaves the cgroup hierarchy",
-                      "name a path below the hierarchy's root, without . or .. components")
+        raise refusal(
+            "/linux/cgroupsPath",
+            f"{path!r} leaves the cgroup hierarchy",
+            "name a path below the hierarchy's root, without . or .. components",
+        )
     return "/" + "/".join(parts)
 
 

@@ -33,10 +33,15 @@ class Layout(FrozenValue):
     v2_controllers: frozenset[str]
     v1_mounts: dict[str, str]
 
-    def __init__(self, v2_mount: str | None = None, v2_controllers: frozenset[str] = frozenset(),
-                 v1_mounts: dict[str, str] | None = None) -> None:
-        self._set(v2_mount=v2_mount, v2_controllers=v2_controllers,
-                  v1_mounts={} if v1_mounts is None else v1_mounts)
+    def __init__(
+        self,
+        v2_mount: str | None = None,
+        v2_controllers: frozenset[str] = frozenset(),
+        v1_mounts: dict[str, str] | None = None,
+    ) -> None:
+        self._set(
+            v2_mount=v2_mount, v2_controllers=v2_controllers, v1_mounts={} if v1_mounts is None else v1_mounts
+        )
 
     @property
     def version(self) -> int:
@@ -89,8 +94,9 @@ def detect() -> Layout:
         return parse_mountinfo(fh.read())
 
 
-def manager(path: str, version: int | None = None, layout: Layout | None = None,
-            systemd: bool = False) -> CgroupManager:
+def manager(
+    path: str, version: int | None = None, layout: Layout | None = None, systemd: bool = False
+) -> CgroupManager:
     """A manager for the cgroup at ``path`` (relative to each hierarchy's root, e.g. ``/sandbox-shim/ID``).
 
     Args:
@@ -108,8 +114,10 @@ def manager(path: str, version: int | None = None, layout: Layout | None = None,
     ver = version or lay.version
     if systemd:
         if ver != 2 or not lay.v2_mount:
-            raise LaunchFailed("--systemd-cgroup: the systemd cgroup driver is implemented for cgroup v2 "
-                               "hosts only", "drop --systemd-cgroup on this host")
+            raise LaunchFailed(
+                "--systemd-cgroup: the systemd cgroup driver is implemented for cgroup v2 hosts only",
+                "drop --systemd-cgroup on this host",
+            )
         from .systemd import SystemdManager
 
         return SystemdManager(lay.v2_mount, path)

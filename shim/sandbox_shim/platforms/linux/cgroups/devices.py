@@ -54,8 +54,9 @@ def validate(rules: list[dict[str, Any]]) -> None:
             if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 32):
                 raise refusal(f"{p}/{k}", f"{v!r} is not a device number (or null for any)")
             if v is not None and r.get("type", "a") == "a":
-                raise refusal(f"{p}/{k}", 'type "a" (all devices) takes no major/minor',
-                              'use type "c" or "b"')
+                raise refusal(
+                    f"{p}/{k}", 'type "a" (all devices) takes no major/minor', 'use type "c" or "b"'
+                )
         acc = r.get("access", "rwm")
         if not isinstance(acc, str) or set(acc) - set("rwm"):
             raise refusal(f"{p}/access", f"{acc!r} is not a subset of rwm")
@@ -151,8 +152,18 @@ def load(rules: list[dict[str, Any]]) -> int:
     lic = ctypes.create_string_buffer(b"Apache")
     log = ctypes.create_string_buffer(1 << 16)
     attr = ctypes.create_string_buffer(128)
-    struct.pack_into("<IIQQIIQ", attr, 0, BPF_PROG_TYPE_CGROUP_DEVICE, len(insns.raw) // 8,
-                     ctypes.addressof(insns), ctypes.addressof(lic), 1, len(log), ctypes.addressof(log))
+    struct.pack_into(
+        "<IIQQIIQ",
+        attr,
+        0,
+        BPF_PROG_TYPE_CGROUP_DEVICE,
+        len(insns.raw) // 8,
+        ctypes.addressof(insns),
+        ctypes.addressof(lic),
+        1,
+        len(log),
+        ctypes.addressof(log),
+    )
     struct.pack_into("<16s", attr, 48, b"sandbox_devices")
     struct.pack_into("<I", attr, 68, BPF_CGROUP_DEVICE)  # expected_attach_type
     try:
@@ -160,8 +171,10 @@ def load(rules: list[dict[str, Any]]) -> int:
     except OSError as e:
         detail = [" | ".join(log.value.decode(errors="replace").strip().splitlines()[-3:])]
         why = f"{e.strerror} {detail[0]}".strip()
-        raise LaunchFailed(f"the kernel refused the cgroup v2 device filter: {why}",
-                           "run as root (CAP_BPF/CAP_SYS_ADMIN) on a kernel with BPF_CGROUP_DEVICE") from e
+        raise LaunchFailed(
+            f"the kernel refused the cgroup v2 device filter: {why}",
+            "run as root (CAP_BPF/CAP_SYS_ADMIN) on a kernel with BPF_CGROUP_DEVICE",
+        ) from e
 
 
 def attach(cgroup_dir: str, rules: list[dict[str, Any]]) -> None:
@@ -176,12 +189,15 @@ def attach(cgroup_dir: str, rules: list[dict[str, Any]]) -> None:
     try:
         cg = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            attr = ctypes.create_string_buffer(struct.pack("<IIII", cg, prog, BPF_CGROUP_DEVICE,
-                                                           BPF_F_ALLOW_MULTI).ljust(128, b"\0"), 128)
+            attr = ctypes.create_string_buffer(
+                struct.pack("<IIII", cg, prog, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI).ljust(128, b"\0"), 128
+            )
             _bpf(BPF_PROG_ATTACH, attr)
         except OSError as e:
-            raise LaunchFailed(f"cannot attach the device filter to {cgroup_dir}: {e.strerror}",
-                               "run as root on a cgroup v2 hierarchy") from e
+            raise LaunchFailed(
+                f"cannot attach the device filter to {cgroup_dir}: {e.strerror}",
+                "run as root on a cgroup v2 hierarchy",
+            ) from e
         finally:
             os.close(cg)
     finally:

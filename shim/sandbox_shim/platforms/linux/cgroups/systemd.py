@@ -48,8 +48,11 @@ def parse_path(cgroups_path: str, sandbox_id: str) -> tuple[str, str]:
         return "system.slice", f"sandbox-shim-{sandbox_id}.scope"
     parts = cgroups_path.split(":")
     if len(parts) != 3:
-        raise refusal(ptr, f'{cgroups_path!r} is not "slice:prefix:name" (needed with --systemd-cgroup)',
-                      'write it as e.g. "system.slice:myprefix:ID", or drop --systemd-cgroup')
+        raise refusal(
+            ptr,
+            f'{cgroups_path!r} is not "slice:prefix:name" (needed with --systemd-cgroup)',
+            'write it as e.g. "system.slice:myprefix:ID", or drop --systemd-cgroup',
+        )
     slc, prefix, name = parts
     slc = slc or "system.slice"
     if name.endswith(".slice"):
@@ -154,17 +157,26 @@ def connect() -> Any:
         return Direct(prep_socket("/run/systemd/private", False, timeout=2.0))
     except Exception as e:  # noqa: BLE001
         errors.append(f"/run/systemd/private: {e}")
-    raise LaunchFailed("cannot reach systemd over D-Bus (" + "; ".join(errors) + ")",
-                       "run systemd as PID 1 with its bus, or drop --systemd-cgroup")
+    raise LaunchFailed(
+        "cannot reach systemd over D-Bus (" + "; ".join(errors) + ")",
+        "run systemd as PID 1 with its bus, or drop --systemd-cgroup",
+    )
 
 
-def call(conn: Any, method: str, signature: str = "", body: tuple[Any, ...] = (), path: str = MANAGER_PATH,
-         iface: str = MANAGER_IFACE) -> tuple[Any, ...]:
+def call(
+    conn: Any,
+    method: str,
+    signature: str = "",
+    body: tuple[Any, ...] = (),
+    path: str = MANAGER_PATH,
+    iface: str = MANAGER_IFACE,
+) -> tuple[Any, ...]:
     """One method call to systemd; the reply body.  Raises LaunchFailed with systemd's error text."""
     from jeepney import DBusAddress, MessageType, new_method_call
 
-    msg = new_method_call(DBusAddress(path, bus_name=SYSTEMD, interface=iface), method, signature or None,
-                          body)
+    msg = new_method_call(
+        DBusAddress(path, bus_name=SYSTEMD, interface=iface), method, signature or None, body
+    )
     reply = conn.send_and_get_reply(msg, timeout=10)
     if reply.header.message_type == MessageType.error:
         name = reply.header.fields.get(4, "error")  # HeaderFields.error_name
@@ -180,8 +192,14 @@ def unit_state(conn: Any, unit: str) -> str:
     except LaunchFailed:
         return "gone"
     try:
-        (value,) = call(conn, "Get", "ss", ("org.freedesktop.systemd1.Unit", "ActiveState"), path=path,
-                        iface="org.freedesktop.DBus.Properties")
+        (value,) = call(
+            conn,
+            "Get",
+            "ss",
+            ("org.freedesktop.systemd1.Unit", "ActiveState"),
+            path=path,
+            iface="org.freedesktop.DBus.Properties",
+        )
     except LaunchFailed:
         return "gone"
     return str(value[1])
@@ -232,11 +250,17 @@ class SystemdManager(V2Manager):
         if missing:
             raise LaunchFailed(f"cgroup v2 controller(s) not available: {', '.join(missing)}")
         self._holder = _placeholder()
-        props = [("Description", ("s", f"sandbox-shim container {self.unit}")), ("Slice", ("s", self.slice)),
-                 ("Delegate", ("b", True)), ("DefaultDependencies", ("b", False)),
-                 ("PIDs", ("au", [self._holder])), ("MemoryAccounting", ("b", True)),
-                 ("CPUAccounting", ("b", True)), ("IOAccounting", ("b", True)),
-                 ("TasksAccounting", ("b", True))]
+        props = [
+            ("Description", ("s", f"sandbox-shim container {self.unit}")),
+            ("Slice", ("s", self.slice)),
+            ("Delegate", ("b", True)),
+            ("DefaultDependencies", ("b", False)),
+            ("PIDs", ("au", [self._holder])),
+            ("MemoryAccounting", ("b", True)),
+            ("CPUAccounting", ("b", True)),
+            ("IOAccounting", ("b", True)),
+            ("TasksAccounting", ("b", True)),
+        ]
         conn = connect()
         try:
             call(conn, "StartTransientUnit", "ssa(sv)a(sa(sv))", (self.unit, "fail", props, []))
@@ -252,8 +276,10 @@ class SystemdManager(V2Manager):
             conn.close()
         if not os.path.isdir(self.dir):
             self.placed()
-            raise LaunchFailed(f"systemd started {self.unit} but {self.dir} does not exist",
-                               "is systemd using the unified cgroup hierarchy?")
+            raise LaunchFailed(
+                f"systemd started {self.unit} but {self.dir} does not exist",
+                "is systemd using the unified cgroup hierarchy?",
+            )
         return []  # systemd owns the directories: StopUnit removes them
 
     def apply(self, limits: Limits) -> None:

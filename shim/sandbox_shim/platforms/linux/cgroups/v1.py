@@ -57,8 +57,10 @@ class V1Manager(CgroupManager):
         controllers = [V1_NAME.get(c, c) for c in controllers]
         missing = [c for c in controllers if c not in self.mounts]
         if missing:
-            raise LaunchFailed(f"cgroup v1 controller(s) not mounted: {', '.join(missing)}",
-                               "mount their hierarchies, or remove the limits that need them")
+            raise LaunchFailed(
+                f"cgroup v1 controller(s) not mounted: {', '.join(missing)}",
+                "mount their hierarchies, or remove the limits that need them",
+            )
         wanted = [c for c in ALWAYS if c in self.mounts] + [c for c in controllers if c not in ALWAYS]
         self.joined = wanted
         created: list[str] = []
@@ -114,8 +116,11 @@ class V1Manager(CgroupManager):
         check_common(limits)
         m, c, b = "/linux/resources/memory", "/linux/resources/cpu", "/linux/resources/blockIO"
         if limits.unified:
-            raise refusal("/linux/resources/unified", "names cgroup v2 files; this host uses cgroup v1",
-                          "remove it, or run on a cgroup v2 host")
+            raise refusal(
+                "/linux/resources/unified",
+                "names cgroup v2 files; this host uses cgroup v1",
+                "remove it, or run on a cgroup v2 host",
+            )
         if limits.memory_swap:
             self._need(f"{m}/swap", "memory", "memory.memsw.limit_in_bytes")
         if limits.memory_kernel_tcp:
@@ -123,11 +128,15 @@ class V1Manager(CgroupManager):
         if limits.memory_swappiness is not None:
             self._need(f"{m}/swappiness", "memory", "memory.swappiness")
         if limits.memory_use_hierarchy is False:
-            raise refusal(f"{m}/useHierarchy", "this kernel is always hierarchical",
-                          "set it to true or remove it")
-        for key, field, name in (("burst", "cpu_burst", "cpu.cfs_burst_us"), ("idle", "cpu_idle", "cpu.idle"),
-                                 ("realtimeRuntime", "cpu_realtime_runtime", "cpu.rt_runtime_us"),
-                                 ("realtimePeriod", "cpu_realtime_period", "cpu.rt_period_us")):
+            raise refusal(
+                f"{m}/useHierarchy", "this kernel is always hierarchical", "set it to true or remove it"
+            )
+        for key, field, name in (
+            ("burst", "cpu_burst", "cpu.cfs_burst_us"),
+            ("idle", "cpu_idle", "cpu.idle"),
+            ("realtimeRuntime", "cpu_realtime_runtime", "cpu.rt_runtime_us"),
+            ("realtimePeriod", "cpu_realtime_period", "cpu.rt_period_us"),
+        ):
             if getattr(limits, field) is not None:
                 self._need(f"{c}/{key}", "cpu", name)
         if limits.blkio_weight or any(d[2] for d in limits.blkio_weight_device or []):
@@ -138,8 +147,9 @@ class V1Manager(CgroupManager):
         for key in limits.blkio_throttle or {}:
             self._need(f"{b}/{key}", "blkio", THROTTLE[key][0])
         for i, (size, _) in enumerate(limits.hugepage_limits or []):
-            self._need(f"/linux/resources/hugepageLimits/{i}/pageSize", "hugetlb",
-                       f"hugetlb.{size}.limit_in_bytes")
+            self._need(
+                f"/linux/resources/hugepageLimits/{i}/pageSize", "hugetlb", f"hugetlb.{size}.limit_in_bytes"
+            )
         if limits.devices is not None:
             from .devices import validate
 
@@ -156,15 +166,25 @@ class V1Manager(CgroupManager):
         if limits.memory_check_before_update and limits.memory_limit:
             cur = read_int(mem("memory.usage_in_bytes"))
             if cur is not None and limits.memory_limit < cur:
-                raise refusal("/linux/resources/memory/limit", f"{limits.memory_limit} is below the "
-                              f"{cur} bytes in use (checkBeforeUpdate)", "raise the limit")
+                raise refusal(
+                    "/linux/resources/memory/limit",
+                    f"{limits.memory_limit} is below the {cur} bytes in use (checkBeforeUpdate)",
+                    "raise the limit",
+                )
         if limits.memory_limit and limits.memory_swap:
             # the kernel keeps memsw >= limit at every step: raise memsw first when growing, else the limit
             old = read_int(mem("memory.memsw.limit_in_bytes")) or 0
-            order = ([("memory.memsw.limit_in_bytes", limits.memory_swap), ("memory.limit_in_bytes",
-                     limits.memory_limit)] if limits.memory_swap > old else
-                     [("memory.limit_in_bytes", limits.memory_limit), ("memory.memsw.limit_in_bytes",
-                                                                     limits.memory_swap)])
+            order = (
+                [
+                    ("memory.memsw.limit_in_bytes", limits.memory_swap),
+                    ("memory.limit_in_bytes", limits.memory_limit),
+                ]
+                if limits.memory_swap > old
+                else [
+                    ("memory.limit_in_bytes", limits.memory_limit),
+                    ("memory.memsw.limit_in_bytes", limits.memory_swap),
+                ]
+            )
             for name, val in order:
                 write(mem(name), str(val))
         elif limits.memory_limit:
@@ -182,10 +202,15 @@ class V1Manager(CgroupManager):
         if limits.pids_limit:
             write(self._file("pids", "pids.max"), str(limits.pids_limit))
         cpu = lambda name: self._file("cpu", name)  # noqa: E731
-        for field, name in (("cpu_shares", "cpu.shares"), ("cpu_period", "cpu.cfs_period_us"),
-                            ("cpu_quota", "cpu.cfs_quota_us"), ("cpu_burst", "cpu.cfs_burst_us"),
-                            ("cpu_realtime_period", "cpu.rt_period_us"),
-                            ("cpu_realtime_runtime", "cpu.rt_runtime_us"), ("cpu_idle", "cpu.idle")):
+        for field, name in (
+            ("cpu_shares", "cpu.shares"),
+            ("cpu_period", "cpu.cfs_period_us"),
+            ("cpu_quota", "cpu.cfs_quota_us"),
+            ("cpu_burst", "cpu.cfs_burst_us"),
+            ("cpu_realtime_period", "cpu.rt_period_us"),
+            ("cpu_realtime_runtime", "cpu.rt_runtime_us"),
+            ("cpu_idle", "cpu.idle"),
+        ):
             val = getattr(limits, field)
             if val is not None:
                 write(cpu(name), str(val))

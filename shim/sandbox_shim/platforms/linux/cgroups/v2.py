@@ -53,15 +53,21 @@ class V2Manager(CgroupManager):
         available = self.available()
         missing = [c for c in controllers if c not in available and c != "devices"]
         if missing:
-            raise LaunchFailed(f"cgroup v2 controller(s) not available: {', '.join(missing)}",
-                               f"enable them in {self.mount}/cgroup.subtree_control")
+            raise LaunchFailed(
+                f"cgroup v2 controller(s) not available: {', '.join(missing)}",
+                f"enable them in {self.mount}/cgroup.subtree_control",
+            )
         enable = [c for c in ENABLE if c in available]
         made: list[str] = []
         parent = os.path.dirname(self.dir)
         for _ in range(3):  # a parent may vanish under us when the last sibling's delete removes it
             try:
-                make_parents(self.mount, os.path.relpath(parent, self.mount), made,
-                             before=lambda p: self._enable(p, enable))
+                make_parents(
+                    self.mount,
+                    os.path.relpath(parent, self.mount),
+                    made,
+                    before=lambda p: self._enable(p, enable),
+                )
                 self._enable(parent, enable)
             except LaunchFailed:
                 self.remove(made)
@@ -73,8 +79,10 @@ class V2Manager(CgroupManager):
                 continue
             except FileExistsError as e:
                 self.remove(made)
-                raise LaunchFailed(f"cgroup {self.dir} already exists",
-                                   "another container uses this cgroupsPath; pick another") from e
+                raise LaunchFailed(
+                    f"cgroup {self.dir} already exists",
+                    "another container uses this cgroupsPath; pick another",
+                ) from e
             except OSError as e:
                 self.remove(made)
                 raise LaunchFailed(f"cannot create cgroup {self.dir}: {e.strerror}") from e
@@ -100,20 +108,27 @@ class V2Manager(CgroupManager):
         check_common(limits)
         m = "/linux/resources/memory"
         if limits.memory_kernel_tcp:
-            raise refusal(f"{m}/kernelTCP", "cgroup v2 has no separate TCP memory limit",
-                          "remove it (memory.max covers TCP buffers on v2)")
+            raise refusal(
+                f"{m}/kernelTCP",
+                "cgroup v2 has no separate TCP memory limit",
+                "remove it (memory.max covers TCP buffers on v2)",
+            )
         if limits.memory_swappiness is not None:
             raise refusal(f"{m}/swappiness", "cgroup v2 has no per-cgroup swappiness")
         if limits.memory_disable_oom_killer:
             raise refusal(f"{m}/disableOOMKiller", "cgroup v2 cannot disable the OOM killer for a cgroup")
         if limits.memory_use_hierarchy is False:
-            raise refusal(f"{m}/useHierarchy", "cgroup v2 is always hierarchical",
-                          "set it to true or remove it")
+            raise refusal(
+                f"{m}/useHierarchy", "cgroup v2 is always hierarchical", "set it to true or remove it"
+            )
         if limits.memory_swap and not limits.memory_limit:
             raise refusal(f"{m}/swap", "a swap limit needs memory.limit on cgroup v2", "set memory.limit too")
         if limits.memory_swap and limits.memory_limit and not self._has("memory.swap.max"):
-            raise refusal(f"{m}/swap", "this kernel has no swap accounting (memory.swap.max)",
-                          "boot with swapaccount=1 or remove the field")
+            raise refusal(
+                f"{m}/swap",
+                "this kernel has no swap accounting (memory.swap.max)",
+                "boot with swapaccount=1 or remove the field",
+            )
         if limits.cpu_realtime_runtime or limits.cpu_realtime_period:
             key = "realtimeRuntime" if limits.cpu_realtime_runtime else "realtimePeriod"
             raise refusal(f"/linux/resources/cpu/{key}", "cgroup v2 has no real-time CPU bandwidth")
@@ -123,16 +138,23 @@ class V2Manager(CgroupManager):
         if limits.blkio_leaf_weight or any(d[3] for d in limits.blkio_weight_device or []):
             raise refusal("/linux/resources/blockIO/leafWeight", "cgroup v2 has no leaf weights")
         if (limits.blkio_weight or limits.blkio_weight_device) and not (
-                self._has("io.weight") or self._has("io.bfq.weight")):
-            raise refusal("/linux/resources/blockIO/weight", "no io.weight here (the io controller or an IO "
-                          "scheduler with weights is missing)")
+            self._has("io.weight") or self._has("io.bfq.weight")
+        ):
+            raise refusal(
+                "/linux/resources/blockIO/weight",
+                "no io.weight here (the io controller or an IO scheduler with weights is missing)",
+            )
         if limits.blkio_throttle and not self._has("io.max"):
-            raise refusal(f"/linux/resources/blockIO/{next(iter(limits.blkio_throttle))}",
-                          "no io.max here (the io controller is not enabled)")
+            raise refusal(
+                f"/linux/resources/blockIO/{next(iter(limits.blkio_throttle))}",
+                "no io.max here (the io controller is not enabled)",
+            )
         for i, (size, _) in enumerate(limits.hugepage_limits or []):
             if not self._has(f"hugetlb.{size}.max"):
-                raise refusal(f"/linux/resources/hugepageLimits/{i}/pageSize",
-                              f"no hugetlb.{size}.max here (no such page size, or no hugetlb controller)")
+                raise refusal(
+                    f"/linux/resources/hugepageLimits/{i}/pageSize",
+                    f"no hugetlb.{size}.max here (no such page size, or no hugetlb controller)",
+                )
         for key in limits.unified or {}:
             self._check_unified(key)
         if limits.devices is not None:
@@ -145,8 +167,11 @@ class V2Manager(CgroupManager):
         ctl = key.split(".", 1)[0]
         allowed = (ctl in UNIFIED_CONTROLLERS or key in UNIFIED_CGROUP_FILES) and key not in UNIFIED_REFUSED
         if "/" in key or "\n" in key or key in (".", "..") or not allowed:
-            raise refusal(p, "not a settable cgroup v2 limit file", "use a file of "
-                          f"{', '.join(UNIFIED_CONTROLLERS)} or {', '.join(UNIFIED_CGROUP_FILES)}")
+            raise refusal(
+                p,
+                "not a settable cgroup v2 limit file",
+                f"use a file of {', '.join(UNIFIED_CONTROLLERS)} or {', '.join(UNIFIED_CGROUP_FILES)}",
+            )
         if not self._has(key):
             raise refusal(p, f"no {key} in this cgroup (its controller is missing or the file is unknown)")
 
@@ -157,8 +182,11 @@ class V2Manager(CgroupManager):
         if limits.memory_check_before_update and limits.memory_limit:
             cur = read_int(os.path.join(d, "memory.current"))
             if cur is not None and limits.memory_limit < cur:
-                raise refusal("/linux/resources/memory/limit", f"{limits.memory_limit} is below the "
-                              f"{cur} bytes in use (checkBeforeUpdate)", "raise the limit")
+                raise refusal(
+                    "/linux/resources/memory/limit",
+                    f"{limits.memory_limit} is below the {cur} bytes in use (checkBeforeUpdate)",
+                    "raise the limit",
+                )
         if limits.memory_limit:
             write(os.path.join(d, "memory.max"), str(limits.memory_limit))
         if limits.memory_swap and limits.memory_limit:
