@@ -52,21 +52,49 @@ def test_usage_errors_are_one_line_with_status_2(tmp_path: Path) -> None:
         assert j.returncode == 2 and json.loads(j.stderr)["error"] == "usage", (args, j.stderr)
 
 
-def test_an_unexpected_error_is_status_70_and_a_traceback_only_with_debug(tmp_path: Path) -> None:
+def test_a_state_root_that_cannot_be_read_is_status_11_in_one_line(tmp_path: Path) -> None:
     root = tmp_path / "afile"
     root.write_text("not a directory")
     r = run_shim(root, "list")
-    assert r.returncode == 70, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and "--debug" in r.stderr and "Traceback" not in r.stderr
-    d = run_shim(root, "--debug", "list")
-    assert d.returncode == 70 and "Traceback" in d.stderr
+    assert r.returncode == 11, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "cannot read state" in r.stderr
+    assert "Traceback" not in r.stderr
     j = subprocess.run(
         [*shim_cmd(root, "list")[:-1], "--log-format", "json", "list"],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert j.returncode == 70 and json.loads(j.stderr)["error"] == "internal"
+    assert j.returncode == 11 and json.loads(j.stderr)["error"] == "state_unreadable"
+
+
+@pytest.mark.parametrize("verb", [["features"], ["list"], ["state", "nope"]])
+def test_output_that_cannot_be_written_is_status_74_and_errors_keep_their_status(
+    tmp_path: Path, verb: list[str]
+) -> None:
+    root = tmp_path / "root"
+    with open("/dev/full", "w") as full:  # control: the same verb to a writable stdout is 0 (or 6)
+        r = subprocess.run(shim_cmd(root, *verb), stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    ok = subprocess.run(shim_cmd(root, *verb), capture_output=True, text=True, timeout=60)
+    if ok.returncode == 0:
+        assert r.returncode == 74 and r.stderr.count("\n") == 1 and "could not write the output" in r.stderr
+    else:  # an error writes no output: its own status, stdout full or closed, stderr closed
+        assert r.returncode == ok.returncode == 6
+        closed = subprocess.run(
+            shim_cmd(root, *verb),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=60,
+            close_fds=True,
+            preexec_fn=lambda: os.close(2),
+        )
+        assert closed.returncode == 6
+    closed_out = subprocess.run(
+        shim_cmd(root, *verb), stderr=subprocess.PIPE, text=True, timeout=60, preexec_fn=lambda: os.close(1)
+    )
+    assert closed_out.returncode == (74 if ok.returncode == 0 else 6), closed_out.stderr
 
 
 @contextlib.contextmanager

@@ -272,6 +272,24 @@ class LimitExceeded(ShimError):
         super().__init__(f"limit exceeded: {kind_of_limit}" + (f" ({detail})" if detail else ""))
 
 
+class StateUnreadable(ShimError):
+    """The state root (or a directory in it) could not be read, e.g. another user's root (EACCES).
+
+    Attributes:
+        path: the directory that could not be read; errno: the OS error number.
+    """
+
+    exit_status = 11
+    kind = "state_unreadable"
+
+    def __init__(self, path: str, errno: int, strerror: str) -> None:
+        self.path = path
+        self.errno = errno
+        super().__init__(
+            f"cannot read state {path}: {strerror}", "run as the state root's owner, or give --root"
+        )
+
+
 class StateUnwritable(ShimError):
     """The state root refused a write (no space, read-only, quota): the previous state is kept.
 

@@ -36,6 +36,10 @@ def lost_sandboxes(mechanism: Mechanism, store: StateStore, known: set[str]) -> 
         recorded = {n for n in os.listdir(index) if not n.startswith(".")}
     except FileNotFoundError:
         recorded = set()
+    except OSError as e:
+        from .errors import StateUnreadable
+
+        raise StateUnreadable(index, e.errno or 0, e.strerror or str(e)) from e
     # the cgroup tree itself (the root's tagged parent), for a loss that took ROOT/.cgroups too
     shown = getattr(mechanism, "observed_cgroups", None)
     seen: dict[str, dict[str, object]] = shown(store.root) if shown is not None else {}

@@ -378,11 +378,14 @@ class StateStore:
     def ids(self) -> list[str]:
         """Ids with a state directory, sorted."""
         try:
-            return sorted(
-                e for e in os.listdir(self.root) if not e.startswith(".") and valid_id(e) and self.is_ours(e)
-            )
-        except FileNotFoundError:
+            names = os.listdir(self.root)
+        except FileNotFoundError:  # no root yet: no sandboxes
             return []
+        except OSError as e:
+            from .errors import StateUnreadable
+
+            raise StateUnreadable(self.root, e.errno or 0, e.strerror or str(e)) from e
+        return sorted(e for e in names if not e.startswith(".") and valid_id(e) and self.is_ours(e))
 
     def write_cgroup_index(self, sandbox_id: str, info: dict[str, Any]) -> None:
         """Record ``info`` (what will be made, then what was) for ``delete --force``; durable."""

@@ -18,6 +18,7 @@ left to finalise — state files are written, fsync'd and closed before a verb r
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 
@@ -31,6 +32,7 @@ else:
 
 FAST_VERBS = frozenset({"create", "start", "state", "kill", "delete"})
 INTERNAL_ERROR = 70
+OUTPUT_UNWRITABLE = 74  # sysexits.h EX_IOERR
 INTERRUPTED = 130
 
 
@@ -62,6 +64,7 @@ def _run(args: list[str]) -> tuple[int, bool]:
     """``(status, fast)``: fast when the command was a lifecycle verb (or the global flags were wrong)."""
     from .output import Globals, report
 
+    closed_stdout = _stand_in_for_closed_stdio()
     g = Globals()
     fast = True
     try:
@@ -69,15 +72,55 @@ def _run(args: list[str]) -> tuple[int, bool]:
 
         g, rest = parse_globals(args)
         fast = bool(rest) and rest[0] in FAST_VERBS
-        return _dispatch(g, rest), fast
+        status = _dispatch(g, rest)
     except SystemExit as e:  # a command that ends with a status of its own (run, exec, validate)
-        return _exit_code(e.code), fast
+        status = _exit_code(e.code)
     except KeyboardInterrupt:
         return INTERRUPTED, fast
     except BaseException as e:  # the catch-all: nothing escapes as a bare traceback
         from ..errors import ShimError
 
+        if _is_output_failure(e):
+            return report(g, output_error(str(getattr(e, "strerror", e)))), fast
         return report(g, e if isinstance(e, ShimError) else internal_error(e, g.debug)), fast
+    try:  # the output is part of the answer: one that could not be written is not a success
+        sys.stdout.flush()
+        if closed_stdout is not None and closed_stdout.getvalue():
+            return report(g, output_error("standard output is closed")), fast
+    except (OSError, ValueError) as e:
+        return report(g, output_error(str(getattr(e, "strerror", None) or e))), fast
+    return status, fast
+
+
+def _stand_in_for_closed_stdio() -> io.StringIO | None:
+    """A closed fd 1 or 2 (the interpreter then sets ``sys.stdout``/``sys.stderr`` to None) gets an
+    in-memory stand-in, so no write raises; returns the stdout stand-in, to tell if output was lost."""
+    if sys.stderr is None:
+        sys.stderr = io.StringIO()  # errors are lost, their exit status is not
+    if sys.stdout is None:
+        sys.stdout = out = io.StringIO()
+        return out
+    return None
+
+
+def _is_output_failure(e: BaseException) -> bool:
+    """A write to stdout that failed: a closed pipe, or a full disk behind a redirection (write(2):
+    EPIPE, ENOSPC, EDQUOT; no file name, unlike a failed file operation)."""
+    import errno
+
+    return (
+        isinstance(e, OSError) and e.filename is None and e.errno in (errno.EPIPE, errno.ENOSPC, errno.EDQUOT)
+    )
+
+
+def output_error(why: str) -> ShimError:
+    """The error for output that could not be written: exit status 74 (sysexits.h EX_IOERR)."""
+    from ..errors import ShimError
+
+    err = ShimError(f"could not write the output: {why}", "give sandbox-shim a writable standard output")
+    err.exit_status = OUTPUT_UNWRITABLE
+    err.kind = "output_unwritable"
+    return err
 
 
 def internal_error(e: BaseException, debug: bool) -> ShimError:
