@@ -177,7 +177,16 @@ def _script_bundle(make_bundle: Any, name: str, first_line: str, mode: int = 0o7
 
 
 @pytest.mark.parametrize(
-    ("first_line", "status"), [("#!/nonexistent/interp", 127), ("#!/interp", 126), ("#! /bin/sh", 0)]
+    ("first_line", "status"),
+    [
+        ("#!/nonexistent/interp", 127),
+        ("#!/interp", 126),
+        ("#! /bin/sh", 0),
+        ("#!/bin/sh\r", 127),  # the kernel trims spaces and tabs only: "/bin/sh\r" does not exist
+        ("#!/bin/sh\v", 127),
+        ("#!/nonexist\0/bin/sh", 127),  # the name ends at NUL (fs/binfmt_script.c)
+        ("#!/bin/sh\t-e ", 0),  # control: a tab ends the name, the rest is the argument
+    ],
 )
 def test_a_script_whose_interpreter_cannot_run_is_could_not_run(
     make_bundle: Any, state_root: Path, first_line: str, status: int
@@ -185,7 +194,7 @@ def test_a_script_whose_interpreter_cannot_run_is_could_not_run(
     from sandbox_shim.errors import CouldNotRun
     from sandbox_shim.execution import run_bundle
 
-    bundle = _script_bundle(make_bundle, f"s{status}", first_line, 0o644)
+    bundle = _script_bundle(make_bundle, f"s{status}-{abs(hash(first_line)) % 1000}", first_line, 0o644)
     mech = api.default_mechanism(str(state_root))
     for fmt in ([], ["--log-format", "json"]):
         r = run_shim(state_root, *fmt, "run", "--bundle", str(bundle), f"c{status}")

@@ -125,3 +125,20 @@ def test_a_cwd_through_a_symlink_into_a_masked_path_is_refused(
     )
     assert r.returncode == 3 and "/process/cwd" in r.stderr and "hi" not in r.stdout, r.stderr
     assert len(r.stderr.splitlines()) == 1 and not (root / "m").exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "refused"),
+    [
+        ("/mygroup/sandbox-1", False),  # control: an orchestrator's own path
+        ("machine.slice:libpod:abc", False),  # control: the systemd driver's form
+        ("/sandbox-shim/0958a05052/victim", True),  # another state root's share
+        ("/sandbox-shim/anything", True),
+        ("0958a05052/victim", True),  # relative: joined under /sandbox-shim/
+        ("mygroup/x", False),
+    ],
+)
+def test_a_cgroups_path_cannot_enter_the_runtimes_own_per_root_cgroups(path: str, refused: bool) -> None:
+    cfg = base_config(["true"])
+    cfg["linux"]["cgroupsPath"] = path
+    assert ("/linux/cgroupsPath" in _errors(cfg)) == refused, _errors(cfg)

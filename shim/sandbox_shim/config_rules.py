@@ -148,6 +148,21 @@ def string_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
                     "give a path such as /mygroup/sandbox-1",
                 )
             )
+        # /sandbox-shim/<root tag>/ holds each state root's own sandboxes (found there after a state
+        # loss, and killed by its `delete --force`): no bundle may place itself in another root's share
+        first = parts[1] if cg.startswith("/") and len(parts) > 1 else parts[0]
+        tag_like = len(first) == 10 and all(c in "0123456789abcdef" for c in first)
+        if ":" not in cg and (
+            (cg.startswith("/") and first == "sandbox-shim") or (not cg.startswith("/") and tag_like)
+        ):
+            out.append(
+                BundleProblem(
+                    "/linux/cgroupsPath",
+                    "cgroupsPath names the runtime's own per-state-root cgroups (/sandbox-shim/<root tag>)",
+                    "sandbox-shim cgroup layout (README)",
+                    "leave cgroupsPath out (the runtime picks one) or give another path",
+                )
+            )
     return out
 
 

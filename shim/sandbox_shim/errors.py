@@ -85,10 +85,13 @@ def check_seconds(parameter: str, value: float | None, zero_ok: bool = False) ->
         and value == value
         and value not in (float("inf"), float("-inf"))
         and (value >= 0 if zero_ok else value > 0)
+        and value < 2**53  # a float deadline: an int past that (10**400) cannot be one (OverflowError)
     )
     if not ok:
-        want = "a finite number of seconds >= 0" if zero_ok else "a finite number of seconds > 0"
-        raise InvalidArgument(parameter, f"{value!r} is not {want}", "pass None for no deadline")
+        want = "a finite number of seconds " + (">= 0" if zero_ok else "> 0") + " (below 2**53)"
+        bits = value.bit_length() if isinstance(value, int) else 0  # str() of a huge int may itself fail
+        shown = f"an integer of {bits} bits" if bits > 64 else repr(value)[:40]
+        raise InvalidArgument(parameter, f"{shown} is not {want}", "pass None for no deadline")
 
 
 class BundleProblem(FrozenValue):

@@ -358,10 +358,15 @@ def _check_interpreter(
     finally:
         os.close(fd)
     if head.startswith(b"#!"):
-        words = head[2:].split(b"\n", 1)[0].split()
-        if not words:
+        # as fs/binfmt_script.c reads it: the line up to "\n", spaces and tabs (only those: a "\r"
+        # stays part of the name) trimmed, the name ending at a space, tab or NUL
+        line = head[2:].split(b"\n", 1)[0].strip(b" \t")
+        end = min(
+            (i for i in (line.find(b" "), line.find(b"\t"), line.find(b"\0")) if i >= 0), default=len(line)
+        )
+        if not line[:end]:
             raise CouldNotRun("exec_failed", f'exec: "{shown}"', "empty #! line (ENOEXEC)")
-        interp = os.fsdecode(words[0])
+        interp = os.fsdecode(line[:end])
     elif head.startswith(b"\x7fELF"):
         from ...hardening.readset import elf_dynamic
 
