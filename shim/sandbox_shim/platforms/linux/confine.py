@@ -52,8 +52,11 @@ EGRESS_TCP = False
 
 
 def bwrap_path(bwrap: str | None) -> str:
-    """``bwrap``, else ``$SANDBOX_SHIM_BWRAP``, else ``/usr/bin/bwrap``."""
-    return bwrap or os.environ.get(BWRAP_ENV) or DEFAULT_BWRAP
+    """``bwrap``, else the one the sandboxes use (``locate.bwrap_path``: ``$SANDBOX_SHIM_BWRAP``, PATH,
+    ``/usr/bin/bwrap``), else ``/usr/bin/bwrap`` (whose absence the capability report then names)."""
+    from .locate import bwrap_path as found
+
+    return bwrap or found() or DEFAULT_BWRAP
 
 
 def native_helper() -> str | None:
