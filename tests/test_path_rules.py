@@ -142,3 +142,25 @@ def test_a_cgroups_path_cannot_enter_the_runtimes_own_per_root_cgroups(path: str
     cfg = base_config(["true"])
     cfg["linux"]["cgroupsPath"] = path
     assert ("/linux/cgroupsPath" in _errors(cfg)) == refused, _errors(cfg)
+
+
+@pytest.mark.parametrize(
+    ("resources", "pointer"),
+    [
+        ({"cpu": {"cpus": "0-1,3"}}, None),  # controls: the kernel's list format, empty, swap >= limit
+        ({"cpu": {"mems": ""}}, None),
+        ({"memory": {"limit": 64 << 20, "swap": 128 << 20}}, None),
+        ({"memory": {"limit": 64 << 20, "swap": -1}}, None),
+        ({"memory": {"limit": 64 << 20, "swap": 0}}, None),
+        ({"cpu": {"cpus": "0-999999x"}}, "/linux/resources/cpu/cpus"),
+        ({"cpu": {"mems": "abc"}}, "/linux/resources/cpu/mems"),
+        ({"memory": {"limit": 64 << 20, "swap": 1 << 20}}, "/linux/resources/memory/swap"),
+    ],
+)
+def test_resource_values_the_kernel_would_refuse_are_refused_at_validation(
+    resources: dict[str, Any], pointer: str | None
+) -> None:
+    cfg = base_config(["true"])
+    cfg["linux"]["resources"] = resources
+    errs = _errors(cfg)
+    assert (pointer in errs) if pointer else not [p for p in errs if p.startswith("/linux/resources")], errs

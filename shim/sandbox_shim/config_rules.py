@@ -230,6 +230,49 @@ def _path_fields(cfg: dict[str, Any]) -> list[BundleProblem]:
     return out + length_problems([(p, v) for p, v in fields + loose + arg0 if _ptr(p) not in bad])
 
 
+_CPU_LIST = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
+
+
+def resource_value_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """Values of linux.resources whose form the kernel would refuse at create: ``cpu.cpus`` and
+    ``cpu.mems`` in the kernel's list format ("0-3,5", cpuset(7) "List format"; empty: inherit), and
+    ``memory.swap`` (memory + swap) not below ``memory.limit`` (runtime-spec config-linux.md Memory;
+    -1: unlimited)."""
+    res = _obj(_obj(cfg, "linux"), "resources")
+    out: list[BundleProblem] = []
+    cpu = _obj(res, "cpu")
+    for key in ("cpus", "mems"):
+        v = cpu.get(key)
+        if isinstance(v, str) and v.strip() and not _CPU_LIST.match(v.strip()):
+            out.append(
+                BundleProblem(
+                    f"/linux/resources/cpu/{key}",
+                    f"cpu.{key} {v[:40]!r} is not a list such as 0-3,5",
+                    "cpuset(7) List format",
+                    "give numbers and ranges separated by commas",
+                )
+            )
+    mem = _obj(res, "memory")
+    limit, swap = mem.get("limit"), mem.get("swap")
+    if (
+        isinstance(limit, int)
+        and isinstance(swap, int)
+        and not isinstance(limit, bool)
+        and not isinstance(swap, bool)
+        and limit > 0
+        and 0 < swap < limit  # 0: not set, as runc reads it
+    ):
+        out.append(
+            BundleProblem(
+                "/linux/resources/memory/swap",
+                f"memory.swap {swap} (memory + swap) is below memory.limit {limit}",
+                "runtime-spec config-linux.md Memory",
+                "give swap >= limit, or -1 for unlimited swap",
+            )
+        )
+    return out
+
+
 def number_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     """Ranges past the schema: rlimit soft <= hard (setrlimit(2) EINVAL); sandbox settings' numbers."""
     out: list[BundleProblem] = []
@@ -551,6 +594,7 @@ def problems(
     if errors or not schema_valid:
         return errors, []
     errors += number_problems(cfg) + unapplied_problems(cfg) + cwd_problems(cfg) + hidden_problems(cfg)
+    errors += resource_value_problems(cfg)
     linux = _obj(cfg, "linux")
     count = sum(
         len(x)
