@@ -275,38 +275,32 @@ class LimitExceeded(ShimError):
         super().__init__(f"limit exceeded: {kind_of_limit}" + (f" ({detail})" if detail else ""))
 
 
-class StateUnreadable(ShimError):
-    """The state root (or a directory in it) could not be read, e.g. another user's root (EACCES).
+class _StateIOError(ShimError):
+    """The state root refused an I/O (``StateUnreadable``, ``StateUnwritable``): exit status 11.
 
     Attributes:
-        path: the directory that could not be read; errno: the OS error number.
+        path: the file or directory concerned; errno: the OS error number.
     """
 
     exit_status = 11
+    verb, hint, kept = "", "", ""
+
+    def __init__(self, path: str, errno: int, strerror: str) -> None:
+        self.path = path
+        self.errno = errno
+        super().__init__(f"cannot {self.verb} state {path}: {strerror}{self.kept}", self.hint)
+
+
+class StateUnreadable(_StateIOError):
+    """The state root (or a directory in it) could not be read, e.g. another user's root (EACCES)."""
+
     kind = "state_unreadable"
-
-    def __init__(self, path: str, errno: int, strerror: str) -> None:
-        self.path = path
-        self.errno = errno
-        super().__init__(
-            f"cannot read state {path}: {strerror}", "run as the state root's owner, or give --root"
-        )
+    verb, hint = "read", "run as the state root's owner, or give --root"
 
 
-class StateUnwritable(ShimError):
-    """The state root refused a write (no space, read-only, quota): the previous state is kept.
+class StateUnwritable(_StateIOError):
+    """The state root refused a write (no space, read-only, quota): the previous state is kept."""
 
-    Attributes:
-        path: the file that could not be written; errno: the OS error number.
-    """
-
-    exit_status = 11
     kind = "state_unwritable"
-
-    def __init__(self, path: str, errno: int, strerror: str) -> None:
-        self.path = path
-        self.errno = errno
-        super().__init__(
-            f"cannot write state {path}: {strerror}; the previous state is kept",
-            "free space on (or remount read-write) the state root, then retry",
-        )
+    verb, kept = "write", "; the previous state is kept"
+    hint = "free space on (or remount read-write) the state root, then retry"
