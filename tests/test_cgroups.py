@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import base_config, cgroup_dirs, run_shim
 from sandbox_shim import control
-from sandbox_shim.errors import LaunchFailed
+from sandbox_shim.errors import BundleInvalid, LaunchFailed
 from sandbox_shim.platforms.linux.cgroups import Limits, devices
 from sandbox_shim.platforms.linux.cgroups.detect import Layout, detect, manager
 from sandbox_shim.platforms.linux.cgroups.limits import blkio_to_io_weight, shares_to_weight
@@ -427,11 +427,63 @@ def test_systemd_paths_expand_as_runc() -> None:
         "x.scope:p:n",
         "s.slice:p:n/../x",
         "s.slice:p:y.slice",
+        "s.slice:p:",  # no name: "p-.scope" would be one unit for every sandbox given that path
+        "::",
     ):
-        with pytest.raises(LaunchFailed, match="^/linux/cgroupsPath:"):
+        with pytest.raises(BundleInvalid) as e:  # a bundle problem (exit 3), with its pointer
             parse_path(bad, "x")
+        assert e.value.problems[0].pointer == "/linux/cgroupsPath", bad
     assert cpuset_bits("0-3,9") == bytes([0x0F, 0x02]) and cpuset_bits("0") == b"\x01"
     assert quota_per_sec(50000, 100000) == 500000 and quota_per_sec(12345, 100000) == 130000
+
+
+def test_systemd_unit_properties_carry_what_systemd_rewrites() -> None:
+    """Every file systemd writes when it realizes a unit is set as the unit's property too (runc's
+    list), so a daemon-reload or a later property change cannot undo it: the blkio weight as
+    IOWeight (runc's linear conversion), and the unified memory/pids/cpu files ("max" = infinity)."""
+    from sandbox_shim.platforms.linux.cgroups.systemd import unit_properties
+
+    props = dict(
+        unit_properties(
+            Limits(
+                memory_limit=64 * MiB,
+                blkio_weight=500,
+                unified={"memory.high": "48000000", "pids.max": "max", "memory.oom.group": "1"},
+            )
+        )
+    )
+    assert props["MemoryMax"] == ("t", 64 * MiB)
+    assert props["IOWeight"] == ("t", 4950)
+    assert props["MemoryHigh"] == ("t", 48000000)
+    assert props["TasksMax"] == ("t", (1 << 64) - 1)
+    assert "memory.oom.group" not in str(props)  # not a systemd property: written to the file only
+
+
+def test_a_systemd_record_stops_the_scope_and_owns_no_slice(tmp_path: Path) -> None:
+    """What create records before the scope exists says "systemd" (delete --force after a kill -9 then
+    stops the unit through systemd, never only rmdirs it) and lists no parent: slices are systemd's."""
+    from sandbox_shim.platforms.linux.cgroups.systemd import SystemdManager
+    from sandbox_shim.platforms.linux.residue import planned
+
+    cg = SystemdManager(str(tmp_path), "kubepods-besteffort-pod9.slice:cri-containerd:k1")
+    rec = planned(cg, "kubepods-besteffort-pod9.slice:cri-containerd:k1")
+    assert rec["systemd"] is True and rec["parents"] == []
+    pod = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod9.slice"
+    assert rec["planned"] == [str(tmp_path / pod / "cri-containerd-k1.scope")]
+    control_rec = planned(V2Manager(str(tmp_path), "/a/b/c"), "/a/b/c")  # cgroupfs: the parents are ours
+    assert control_rec["systemd"] is False
+
+
+def test_a_device_line_the_kernel_refuses_names_its_field(fake_v2: Path) -> None:
+    """A per-device weight or throttle the kernel refuses (a device whose scheduler keeps no per-device
+    weight: EOPNOTSUPP) is refused with the config field's pointer, not a bare file error."""
+    cg = V2Manager(str(fake_v2), "/w")
+    cg.create(["io"])
+    kernel_files(fake_v2 / "w", "io.max")
+    (fake_v2 / "w" / "io.weight").mkdir()  # a write there fails, as the kernel's refusal would
+    with pytest.raises(LaunchFailed, match=r"^/linux/resources/blockIO/weightDevice/1: ") as e:
+        cg.apply(Limits(blkio_weight_device=[(8, 0, None, None), (8, 16, 500, None)]))
+    assert "8:16" in str(e.value)
 
 
 def _systemd_probe() -> tuple[bool, str]:
@@ -498,6 +550,85 @@ def test_systemd_scope_holds_the_sandbox_and_goes_at_delete(make_bundle, state_r
         d = run_shim(state_root, "delete", "--force", sid)
     assert d.returncode == 0, d.stderr
     assert not scope.exists()
+
+
+def _unit(name: str, prop: str = "ActiveState", iface: str = "org.freedesktop.systemd1.Unit") -> object:
+    """A property of unit ``name`` as systemd reports it, or "gone" when systemd has no such unit."""
+    from sandbox_shim.platforms.linux.cgroups.systemd import call, connect
+
+    conn = connect()
+    try:
+        try:
+            (path,) = call(conn, "GetUnit", "s", (name,))
+        except LaunchFailed:
+            return "gone"
+        (val,) = call(conn, "Get", "ss", (iface, prop), path=path, iface="org.freedesktop.DBus.Properties")
+        return val[1]
+    finally:
+        conn.close()
+
+
+@pytest.mark.skipif(not (linux_root and SYSTEMD_OK), reason=f"needs systemd as PID 1: {SYSTEMD_WHY}")
+def test_kill_9_of_a_systemd_create_leaves_no_unit(make_bundle, state_root: Path) -> None:
+    """create killed (SIGKILL) at each step from the D-Bus connection on: delete --force stops the scope
+    through systemd (no unit left, active or not), removes no slice, and the id and path are reusable.
+    Control: the uninterrupted create made the scope."""
+    cfg = base_config(["sleep", "30"])
+    sid = f"sdk-{uuid.uuid4().hex[:6]}"
+    cfg["linux"]["cgroupsPath"] = f"sandboxshimtest-k.slice:sbx:{sid}"
+    cfg["linux"]["resources"] = {"memory": {"limit": 64 * MiB}}
+    bundle = make_bundle(cfg)
+    unit, slice_dir = f"sbx-{sid}.scope", Path(LAYOUT.v2_mount) / "sandboxshimtest.slice"
+    r = run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), sid)
+    assert r.returncode == 0, r.stderr
+    assert _unit(unit) == "active"  # the control: create made the scope
+    assert run_shim(state_root, "delete", "--force", sid).returncode == 0 and _unit(unit) != "active"
+    count = state_root.parent / "count"  # counted with the capability report cached, as the loop runs
+    env = dict(os.environ, SANDBOX_SHIM_CRASH_AT="1000000", SANDBOX_SHIM_CRASH_COUNT=str(count))
+    r = run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), sid, env=env)
+    assert r.returncode == 0, r.stderr
+    assert run_shim(state_root, "delete", "--force", sid).returncode == 0
+    events = count.read_text().splitlines()
+    first = next(i for i, e in enumerate(events) if e.startswith("socket.connect"))
+    for k in range(first + 1, min(len(events), first + 12) + 1):
+        env = dict(os.environ, SANDBOX_SHIM_CRASH_AT=str(k))
+        r = run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), sid, env=env)
+        assert r.returncode == -9, (k, r.returncode, r.stderr)
+        d = run_shim(state_root, "delete", "--force", sid)
+        assert d.returncode == 0, (k, d.stderr)
+        assert _unit(unit) in ("gone", "inactive"), (k, _unit(unit))
+        assert not (slice_dir / "sandboxshimtest-k.slice" / unit).exists(), k
+    assert slice_dir.is_dir()  # the slice is systemd's: never removed by us
+    r = run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), sid)
+    assert r.returncode == 0, r.stderr
+    assert run_shim(state_root, "delete", "--force", sid).returncode == 0
+
+
+@pytest.mark.skipif(not (linux_root and SYSTEMD_OK), reason=f"needs systemd as PID 1: {SYSTEMD_WHY}")
+def test_systemd_scope_oom_is_a_limit_and_io_weight_is_a_property(make_bundle, state_root: Path) -> None:
+    """run under --systemd-cgroup: a program the OOM killer stopped is LimitExceeded(memory) (exit 10)
+    although systemd may drop the emptied scope with its counters; control: the same bundle under the
+    cgroupfs driver.  The blkio weight is the unit's IOWeight (systemd rewrites io.weight from it)."""
+    cfg = base_config(["dd", "if=/dev/zero", "of=/dev/null", "bs=100M", "count=1"])
+    cfg["linux"]["resources"] = {"memory": {"limit": 32 * MiB}}
+    sid = f"sdo-{uuid.uuid4().hex[:6]}"
+    cfg["linux"]["cgroupsPath"] = f"/sandboxshimtest-oom/{sid}"
+    r = run_shim(state_root, "run", "--bundle", str(make_bundle(cfg, name="c")), sid, timeout=120)
+    assert r.returncode == 10 and "memory" in r.stderr, (r.returncode, r.stderr)  # control: cgroupfs
+    cfg["linux"]["cgroupsPath"] = f"sandboxshimtest-o.slice:sbx:{sid}"
+    r = run_shim(
+        state_root, "--systemd-cgroup", "run", "--bundle", str(make_bundle(cfg, name="s")), sid, timeout=120
+    )
+    assert r.returncode == 10 and "memory" in r.stderr, (r.returncode, r.stderr)
+    cfg = base_config(["sleep", "30"])
+    cfg["linux"]["cgroupsPath"] = f"sandboxshimtest-o.slice:sbx:{sid}"
+    cfg["linux"]["resources"] = {"blockIO": {"weight": 500}}
+    r = run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(make_bundle(cfg, name="w")), sid)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert _unit(f"sbx-{sid}.scope", "IOWeight", "org.freedesktop.systemd1.Scope") == 4950
+    finally:
+        assert run_shim(state_root, "delete", "--force", sid).returncode == 0
 
 
 @pytest.mark.skipif(

@@ -34,7 +34,7 @@ from . import api
 from .capture import MAX_OUTPUT, Collected, collect
 from .control import Facts, facts
 from .errors import CouldNotRun, LimitExceeded, check_seconds
-from .mechanism import Completion, Sandbox, Usage
+from .mechanism import CgroupControl, Completion, Sandbox, Usage
 from .spawn import Started, spawn
 
 if TYPE_CHECKING:
@@ -190,8 +190,54 @@ _instrument()
 # -- a bundle's own process ---------------------------------------------------------------------------
 
 
-def _wait_exit(mechanism: Mechanism, sb: Sandbox, pid: int, deadline: float | None) -> int | None:
-    """Wait until the container process ``pid`` exits or ``deadline`` (monotonic) passes.
+class _Watch:
+    """The cgroup's counters as last seen while the program ran.
+
+    A cgroup can vanish with its counters the moment its last process exits (systemd stops an emptied
+    transient scope and removes its directory), so a limit that killed the program would go unreported
+    if the counters were read only afterwards.  ``CgroupControl.events_fd`` (v2: ``memory.events``, which
+    signals every change, cgroup-v2.rst) wakes the wait; the counters are read then, while the cgroup
+    still exists, and ``final()`` prefers what can still be read after the exit."""
+
+    def __init__(self, cg: CgroupControl | None, first: Facts) -> None:
+        self.cg, self.last = cg, first
+        self.fd = cg.events_fd() if cg is not None else None
+
+    def changed(self) -> None:
+        if self.cg is None or self.fd is None:
+            return
+        try:
+            os.pread(self.fd, 4096, 0)  # re-arms the notification (kernfs: a read takes the event)
+        except OSError:  # ENODEV: the cgroup is gone; the last reading stands
+            self.close()
+            return
+        self._read()
+
+    def final(self) -> Facts:
+        """The counters now if the cgroup still exists, else the last ones read while it did."""
+        self._read()
+        return self.last
+
+    def _read(self) -> None:
+        """Read the counters; kept only if the cgroup still existed after the reading (files that
+        vanished midway read as zeros, which must not replace a real count)."""
+        if self.cg is None:
+            return
+        now = facts(self.cg)
+        if any(os.path.isdir(d) for d in self.cg.dirs()):
+            self.last = now
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _wait_exit(
+    mechanism: Mechanism, sb: Sandbox, pid: int, deadline: float | None, watch: _Watch | None = None
+) -> int | None:
+    """Wait until the container process ``pid`` exits or ``deadline`` (monotonic) passes; with
+    ``watch``, its counters are read again whenever the cgroup signals a change.
 
     Returns its exit status (128+n for a signal) as the mechanism learns it (on Linux: reaped by this
     process, its subreaper, and recorded), 255 if it is gone with no status known, None on timeout.
@@ -212,7 +258,10 @@ def _wait_exit(mechanism: Mechanism, sb: Sandbox, pid: int, deadline: float | No
             if deadline is not None and left == 0.0:
                 return None
             if pidfd >= 0:
-                select.select([pidfd], [], [], left)
+                events = [watch.fd] if watch is not None and watch.fd is not None else []
+                _, _, changed = select.select([pidfd], [], events, left)
+                if changed and watch is not None:
+                    watch.changed()
             else:
                 time.sleep(0.02)
     finally:
@@ -300,20 +349,24 @@ def run_bundle(
             wall = (rec.private.get("plan") or {}).get("wall_clock")
             limit = min((t for t in (timeout, wall) if t), default=None)
             before = facts(cg) if cg else Facts()
-            api.start(mechanism, sandbox_id)
-            t0 = time.monotonic()
-            if on_start is not None:
-                on_start(sandbox_id)
-            code = _wait_exit(mechanism, sb, rec.pid, None if limit is None else t0 + limit)
-            timed_out = code is None
-            if timed_out:
-                api.stop(mechanism, sandbox_id, grace=0)
-                code = _wait_exit(mechanism, sb, rec.pid, time.monotonic() + 10)
-            duration = time.monotonic() - t0
-            # exit 137 is not SIGKILL: ask for the wait(2) status where the mechanism keeps it
-            term = getattr(mechanism, "termination", None)
-            ended = term(sb) if term is not None and not timed_out else None
-            after = facts(cg) if cg else Facts()
+            watch = _Watch(cg, before)
+            try:
+                api.start(mechanism, sandbox_id)
+                t0 = time.monotonic()
+                if on_start is not None:
+                    on_start(sandbox_id)
+                code = _wait_exit(mechanism, sb, rec.pid, None if limit is None else t0 + limit, watch)
+                timed_out = code is None
+                if timed_out:
+                    api.stop(mechanism, sandbox_id, grace=0)
+                    code = _wait_exit(mechanism, sb, rec.pid, time.monotonic() + 10, watch)
+                duration = time.monotonic() - t0
+                # exit 137 is not SIGKILL: ask for the wait(2) status where the mechanism keeps it
+                term = getattr(mechanism, "termination", None)
+                ended = term(sb) if term is not None and not timed_out else None
+                after = watch.final()
+            finally:
+                watch.close()
         finally:
             if not keep:
                 api.destroy(mechanism, sandbox_id, force=True)

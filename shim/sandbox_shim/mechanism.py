@@ -245,6 +245,12 @@ class CgroupControl(Protocol):
 
     def facts(self) -> Facts: ...
 
+    def events_fd(self) -> int | None:
+        """A new fd that select(2) reports as an exceptional condition whenever the cgroup's event
+        counters change (v2 ``memory.events``: "a value change in this file generates a file modified
+        event", cgroup-v2.rst); the caller closes it.  None where the platform signals nothing."""
+        ...
+
 
 @runtime_checkable
 class Mechanism(Protocol):

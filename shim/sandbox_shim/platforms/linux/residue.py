@@ -130,11 +130,17 @@ def _mounts() -> list[str]:
 
 
 def planned(cg: CgroupManager, path: str) -> dict[str, Any]:
-    """The record of what ``cg.create`` may make: ``{"version", "path", "planned": [leaf dirs],
-    "parents": [ancestors missing now], "created": []}``."""
+    """The record of what ``cg.create`` may make: ``{"version", "path", "systemd", "planned": [leaf
+    dirs], "parents": [ancestors missing now], "created": []}``.
+
+    Under the systemd driver (``systemd``: true) the leaf is the transient scope, which ``remove``
+    stops through systemd (a kill -9 between StartTransientUnit and the record of what was created
+    leaves an active unit that only StopUnit ends), and no parent is ever ours: the slices above a
+    scope are systemd's units, made and kept by systemd (systemd.slice(5))."""
     mounts = _mounts()
+    driver = bool(getattr(cg, "systemd", False))
     parents: list[str] = []
-    for d in cg.dirs():
+    for d in [] if driver else cg.dirs():
         mount = next((m for m in mounts if d.startswith(m.rstrip("/") + "/")), None)
         if mount is None:
             continue
@@ -147,6 +153,7 @@ def planned(cg: CgroupManager, path: str) -> dict[str, Any]:
     return {
         "version": cg.version,
         "path": path,
+        "systemd": driver,
         "planned": [d for d in cg.dirs() if not os.path.lexists(d)],
         "parents": sorted(set(parents)),
         "created": [],
@@ -198,19 +205,23 @@ def remove(store: StateStore, sandbox_id: str) -> list[str]:
 
 
 def _remove_cgroups(store: StateStore, info: dict[str, Any]) -> list[str]:
-    from ...errors import LaunchFailed
+    from ...errors import ShimError
     from .cgroups import manager
 
     problems: list[str] = []
+    systemd = bool(info.get("systemd"))
     try:
-        cg = manager(info["path"], info.get("version"))
-    except (LaunchFailed, KeyError, TypeError) as e:
+        cg = manager(info["path"], info.get("version"), systemd=systemd)
+    except (ShimError, KeyError, TypeError) as e:
         return [f"cgroups: {e}"]
-    leaves = [d for d in {*info.get("planned", []), *info.get("created", [])} if os.path.isdir(d)]
+    recorded = {*info.get("planned", []), *info.get("created", [])}
+    leaves = [d for d in recorded if os.path.isdir(d)]
     try:
-        if leaves:
+        # a scope recorded as ours is stopped through systemd even when its directory is gone already
+        # (systemd keeps the unit; StopUnit of a unit it has dropped is a no-op)
+        if leaves or (systemd and recorded):
             cg.remove(leaves)
-    except (LaunchFailed, OSError) as e:
+    except (ShimError, OSError) as e:
         problems.append(f"cgroups: {e}")
     with store.cgroup_lock():
         shared = set(store.read_cgroup_parents()) | set(info.get("parents", []))

@@ -220,6 +220,11 @@ class CgroupManager(ABC):
     def oom_killed(self) -> bool:
         """True if the kernel's OOM killer acted inside this cgroup."""
 
+    def events_fd(self) -> int | None:
+        """``CgroupControl.events_fd``: None here (cgroup v1 signals OOM only through an eventfd
+        registered on memory.oom_control, and v1 cgroups stay until delete removes them)."""
+        return None
+
     def join_files(self) -> list[str]:
         """The files a single-threaded process about to execve(2) writes ``0`` into to place itself in
         this cgroup (every existing directory of ``dirs()``): ``cgroup.procs`` here, which moves the

@@ -22,8 +22,8 @@ import re
 import signal
 import time
 
-from ....errors import LaunchFailed
-from .limits import Limits, refusal
+from ....errors import BundleInvalid, BundleProblem, LaunchFailed
+from .limits import Limits
 from .v2 import V2Manager
 
 TYPE_CHECKING = False
@@ -41,28 +41,38 @@ def parse_path(cgroups_path: str, sandbox_id: str) -> tuple[str, str]:
     ``sandbox-shim-<id>.scope``.
 
     Raises:
-        LaunchFailed: not three colon-separated parts, a name systemd would refuse, or a ``.slice`` name.
+        BundleInvalid: at ``/linux/cgroupsPath``: not three colon-separated parts, an empty name, a name
+            systemd would refuse, or a ``.slice`` name.
     """
-    ptr = "/linux/cgroupsPath"
     if not cgroups_path:
         return "system.slice", f"sandbox-shim-{sandbox_id}.scope"
     parts = cgroups_path.split(":")
     if len(parts) != 3:
-        raise refusal(
-            ptr,
+        raise _invalid(
             f'{cgroups_path!r} is not "slice:prefix:name" (needed with --systemd-cgroup)',
             'write it as e.g. "system.slice:myprefix:ID", or drop --systemd-cgroup',
         )
     slc, prefix, name = parts
     slc = slc or "system.slice"
+    if not name:  # "prefix-.scope" would be one unit for every sandbox given that path
+        raise _invalid(
+            f"{cgroups_path!r} has an empty name part", 'give each container its own "slice:prefix:NAME"'
+        )
     if name.endswith(".slice"):
-        raise refusal(ptr, "a container cannot be a slice unit here", "name a scope (no .slice suffix)")
+        raise _invalid("a container cannot be a slice unit here", "name a scope (no .slice suffix)")
     unit = f"{prefix}-{name}.scope" if prefix else f"{name}.scope"
     for what in (slc, unit):
         if not _NAME.match(what) or len(what) > 255:
-            raise refusal(ptr, f"{what!r} is not a valid systemd unit name", "use letters, digits, : _ . -")
+            raise _invalid(f"{what!r} is not a valid systemd unit name", "use letters, digits, : _ . -")
     expand_slice(slc)
     return slc, unit
+
+
+def _invalid(why: str, fix: str) -> BundleInvalid:
+    """A ``cgroupsPath`` the systemd driver cannot name a unit after: a bundle problem (exit status 3)."""
+    return BundleInvalid(
+        [BundleProblem("/linux/cgroupsPath", why, "runc systemd cgroupsPath slice:prefix:name", fix)]
+    )
 
 
 def expand_slice(slc: str) -> str:
@@ -70,17 +80,16 @@ def expand_slice(slc: str) -> str:
     ``-.slice`` (the root slice) → ``""``.
 
     Raises:
-        LaunchFailed: not a ``.slice``, or an empty dash-separated part (leading, trailing or double dash).
+        BundleInvalid: not a ``.slice``, or an empty dash-separated part (leading, trailing or double dash).
     """
-    ptr = "/linux/cgroupsPath"
     if not slc.endswith(".slice") or "/" in slc:
-        raise refusal(ptr, f"{slc!r} is not a slice unit name", 'end it in ".slice"')
+        raise _invalid(f"{slc!r} is not a slice unit name", 'end it in ".slice"')
     base = slc[: -len(".slice")]
     if base == "-":
         return ""
     words = base.split("-")
     if not all(words):
-        raise refusal(ptr, f"{slc!r}: a slice name has no empty part between dashes")
+        raise _invalid(f"{slc!r}: a slice name has no empty part between dashes", "drop the extra dash")
     return "".join("/" + "-".join(words[: i + 1]) + ".slice" for i in range(len(words)))
 
 
@@ -105,7 +114,7 @@ def quota_per_sec(quota: int, period: int) -> int:
 
 def unit_properties(limits: Limits) -> list[tuple[str, tuple[str, Any]]]:
     """The unit properties (name, (D-Bus signature, value)) for ``limits``, as runc sets them."""
-    from .limits import shares_to_weight
+    from .limits import blkio_to_io_weight, shares_to_weight
 
     props: list[tuple[str, tuple[str, Any]]] = []
     if limits.memory_limit:
@@ -127,7 +136,35 @@ def unit_properties(limits: Limits) -> list[tuple[str, tuple[str, Any]]]:
         props.append(("AllowedCPUs", ("ay", cpuset_bits(limits.cpu_cpus))))
     if limits.cpu_mems:
         props.append(("AllowedMemoryNodes", ("ay", cpuset_bits(limits.cpu_mems))))
+    if limits.blkio_weight:  # systemd rewrites io.weight from IOWeight whenever it realizes the unit
+        props.append(("IOWeight", ("t", blkio_to_io_weight(limits.blkio_weight))))
+    for key, value in (limits.unified or {}).items():  # runc: unifiedResToSystemdProps
+        prop = _UNIFIED_PROPS.get(key)
+        number = _unified_number(value)
+        if prop is not None and number is not None:
+            props.append((prop, ("t", number)))
     return props
+
+
+#: ``unified`` files systemd owns in a unit it realizes (it writes them from these properties, so a value
+#: written only to the file would be undone at the next daemon-reload or property change)
+_UNIFIED_PROPS = {
+    "memory.high": "MemoryHigh",
+    "memory.low": "MemoryLow",
+    "memory.min": "MemoryMin",
+    "memory.max": "MemoryMax",
+    "memory.swap.max": "MemorySwapMax",
+    "pids.max": "TasksMax",
+    "cpu.weight": "CPUWeight",
+}
+
+
+def _unified_number(value: object) -> int | None:
+    """A ``unified`` value as systemd's ``t`` property: ``max`` is infinity (2^64 - 1)."""
+    text = str(value).strip()
+    if text == "max":
+        return (1 << 64) - 1
+    return int(text) if text.isdigit() else None
 
 
 def connect() -> Any:

@@ -228,15 +228,15 @@ class V2Manager(CgroupManager):
                 write(os.path.join(d, "io.bfq.weight"), str(limits.blkio_weight))
             else:
                 write(os.path.join(d, "io.weight"), f"default {blkio_to_io_weight(limits.blkio_weight)}")
-        for major, minor, weight, _ in limits.blkio_weight_device or []:
+        for n, (major, minor, weight, _) in enumerate(limits.blkio_weight_device or []):
             if weight:
-                if bfq:
-                    write(os.path.join(d, "io.bfq.weight"), f"{major}:{minor} {weight}")
-                else:
-                    write(os.path.join(d, "io.weight"), f"{major}:{minor} {blkio_to_io_weight(weight)}")
+                name, value = ("io.bfq.weight", weight) if bfq else ("io.weight", blkio_to_io_weight(weight))
+                # a device whose scheduler keeps no per-device weight refuses the line (EOPNOTSUPP)
+                _device_write(os.path.join(d, name), f"{major}:{minor} {value}", f"weightDevice/{n}")
         for key, entries in (limits.blkio_throttle or {}).items():
-            for major, minor, rate in entries:
-                write(os.path.join(d, "io.max"), f"{major}:{minor} {THROTTLE[key][1]}={rate or 'max'}")
+            for n, (major, minor, rate) in enumerate(entries):
+                line = f"{major}:{minor} {THROTTLE[key][1]}={rate or 'max'}"
+                _device_write(os.path.join(d, "io.max"), line, f"{key}/{n}")
 
     def add(self, pid: int) -> None:
         write(os.path.join(self.dir, "cgroup.procs"), str(pid))
@@ -284,6 +284,20 @@ class V2Manager(CgroupManager):
             io_write_bytes=io.get("wbytes") if io else None,
         )
 
+    def events_fd(self) -> int | None:
+        """``memory.events``, read once so its next change is what select(2) reports (kernfs keeps
+        the event count seen per open file; a read takes it).  None without the memory controller."""
+        try:
+            fd = os.open(os.path.join(self.dir, "memory.events"), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            os.pread(fd, 4096, 0)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
+
     def memory_events(self) -> dict[str, int]:
         """``memory.events`` as ints (max, oom, oom_kill, oom_group_kill, ...)."""
         return keyed(read(os.path.join(self.dir, "memory.events")))
@@ -329,3 +343,16 @@ def io_totals(text: str | None) -> dict[str, int]:
             if v.isdigit():
                 out[k] = out.get(k, 0) + int(v)
     return out
+
+
+def _device_write(path: str, line: str, field: str) -> None:
+    """Write one per-device io line; a refusal by the kernel (no such device, a scheduler without
+    per-device weights) names the config field, ``/linux/resources/blockIO/FIELD``."""
+    try:
+        write(path, line)
+    except LaunchFailed as e:
+        raise refusal(
+            f"/linux/resources/blockIO/{field}",
+            f"the kernel refused {line!r} in {os.path.basename(path)}: {e.args[0].rsplit(': ', 1)[-1]}",
+            "name a block device this host has, whose IO scheduler takes the setting",
+        ) from e
