@@ -50,8 +50,8 @@ def journal_dir(env: Mapping[str, str]) -> str | None:
 
 def start_time(pid: int) -> str | None:
     """Field 22 of ``/proc/PID/stat`` (clock ticks since boot) as text, or None when ``pid`` is gone
-    (read by ``state.proc_start_time``, the one reader of that file)."""
-    from ..state import proc_start_time
+    (read by ``procstat.proc_start_time``, the one reader of that file)."""
+    from ..procstat import proc_start_time
 
     ticks = proc_start_time(pid)
     return None if ticks is None else str(ticks)
