@@ -23,6 +23,7 @@ from sandbox_shim.errors import CannotEnforce
 from sandbox_shim.hardening import confinement
 from sandbox_shim.hardening.confinement import confine, resolve_executable
 from sandbox_shim.platforms.linux import landlock
+from sandbox_shim.platforms.linux.locate import BWRAP_ENV
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
@@ -358,7 +359,7 @@ def test_no_bwrap_raises_cannot_enforce_and_launches_nothing(
     with pytest.raises(CannotEnforce):  # a bwrap that exists but cannot build the namespaces
         confine(("touch", [str(witness)]), permit_path=str(tree["a"]), bwrap="/bin/false")
     # the CLI, with the documented environment knob: exit 5, and the command never ran
-    env = {**os.environ, confinement.BWRAP_ENV: str(tmp_path / "no-bwrap")}
+    env = {**os.environ, BWRAP_ENV: str(tmp_path / "no-bwrap")}
     r = subprocess.run(
         [
             sys.executable,

@@ -159,3 +159,40 @@ def test_the_probe_rootfs_is_built_from_the_host_without_a_checkout(tmp_path: Pa
     rootfs.fill(str(tmp_path / "r"))
     assert (tmp_path / "r" / "bin" / "busybox").is_file()
     assert os.readlink(tmp_path / "r" / "bin" / "sh") == "busybox"
+
+
+NEW_GROUP = """
+from sandbox_shim.conformance.helpers import PASS, Outcome, check
+
+
+@check("Trivial", "a group that exists only as a module of the checks folder")
+def _trivial(target):
+    return Outcome("ok", "stopped", PASS, "trivial")
+"""
+
+
+@linux_root
+def test_a_new_group_module_is_selectable_by_name(tmp_path: Path) -> None:
+    """The group list has one source, the checks folder: a module dropped there is a ``--group``."""
+    extra = tmp_path / "checks"
+    extra.mkdir()
+    (extra / "trivial.py").write_text(NEW_GROUP)
+    code = (
+        "import sys; from sandbox_shim.conformance import checks; checks.__path__.append(sys.argv.pop(1)); "
+        "from sandbox_shim.cli import main; main(['conformance', *sys.argv[1:]])"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO / "tests"))
+    leaky = ["--mechanism", "test_conformance_proofs:LeakyTarget", "--format", "json"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-c", code, str(extra), *leaky, *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+
+    p = run("--group", "Trivial")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert [(r["group"], r["verdict"]) for r in json.loads(p.stdout)["results"]] == [("Trivial", "pass")]
+    known = run("--group", "ResourceLimits", "-k", "memory")  # the control: a group of the package
+    assert known.returncode == 1 and json.loads(known.stdout)["results"][0]["group"] == "ResourceLimits"
+    bad = run("--group", "Nope")
+    assert bad.returncode == 2 and "no conformance group 'Nope'" in bad.stderr, bad.stderr
+    assert "Trivial" in bad.stderr and len(bad.stderr.splitlines()) == 1

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -25,7 +27,7 @@ from sandbox_shim.mechanism import Sandbox
 from sandbox_shim.platforms.linux.cgroups import Limits
 from sandbox_shim.platforms.linux.cgroups.detect import Layout, manager
 from sandbox_shim.platforms.linux.cgroups.v2 import V2Manager
-from test_execute import cli
+from test_execute import CLI, cli
 
 linux_root = pytest.mark.skipif(
     not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs Linux, root, bwrap and cgroups"
@@ -183,6 +185,38 @@ def test_events_stream_ends_when_the_sandbox_stops(make_bundle: Any, state_root:
         assert {e["type"] for e in lines} == {"stats"}
     finally:
         api.destroy(mech, "ev", force=True)
+
+
+@linux_root
+@pytest.mark.parametrize("how", ["reader-closes", "ctrl-c"])
+def test_events_stream_ends_at_the_boundary_with_its_documented_status(
+    make_bundle: Any, state_root: Path, how: str
+) -> None:
+    """A reader that goes away is status 74 ("could not write the output"), Ctrl-C is 130; one line
+    at most on stderr, no traceback.  The control: the stream's first event arrives."""
+    mech = api.default_mechanism(str(state_root))
+    sid = f"evb-{uuid.uuid4().hex[:6]}"
+    api.provision(mech, Sandbox(sid, str(make_bundle(base_config(["sleep", "60"])))))
+    try:
+        api.start(mech, sid)
+        argv = [sys.executable, "-c", CLI, "--root", str(state_root), "events", "--interval", "100ms", sid]
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert p.stdout is not None and p.stderr is not None
+        assert json.loads(p.stdout.readline())["type"] == "stats"  # the control
+        if how == "reader-closes":
+            p.stdout.close()
+            want = 74
+        else:
+            p.send_signal(signal.SIGINT)
+            want = 130
+        status = p.wait(timeout=30)
+        err = p.stderr.read()
+        assert status == want, err
+        assert "Traceback" not in err and len(err.splitlines()) <= 1, err
+        if want == 74:
+            assert "could not write the output" in err, err
+    finally:
+        api.destroy(mech, sid, force=True)
 
 
 @linux_root

@@ -170,3 +170,25 @@ def test_an_error_on_a_verbs_path_loads_no_json_either(tmp_path: Path, state_roo
     mods = set(out.read_text().split("\n"))
     assert sorted(m for m in mods if m in ("json", "re", "enum", "signal", "click")) == []
     assert "sandbox_shim.cli.output" in mods
+
+
+#: records at the exec, in the process that execs (not in the child that outlives it)
+CONFINE_WRAPPER = WRAPPER.replace(
+    "os._exit = fast_exit\n",
+    "real_execve = os.execve\ndef execve(*a):\n    record()\n    real_execve(*a)\nos.execve = execve\n",
+).replace("atexit.register(record)\n", "")
+
+
+def test_confine_loads_nothing_heavy_on_its_way_to_the_exec(tmp_path: Path) -> None:
+    """confine runs once per confined command: the library it calls (``hardening/confine_launch``)
+    loads no click, jsonschema, json, enum, re or typing before it execs."""
+    out = tmp_path / "modules.txt"
+    work = tmp_path / "work"
+    work.mkdir()
+    argv = [sys.executable, "-c", CONFINE_WRAPPER, str(out), "confine", "--permit-path", str(work)]
+    argv += ["--", "true"]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stderr
+    mods = set(out.read_text().split("\n"))
+    assert "sandbox_shim.hardening.confine_launch" in mods  # the control: the wrapper saw the exec
+    assert sorted(m for m in mods if m.split(".")[0] in (*HEAVY, "json", "re", "enum", "typing")) == []

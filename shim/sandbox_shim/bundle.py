@@ -229,6 +229,35 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
     return Spec(bundle, rootfs, cfg, Settings.from_annotations(cfg.get("annotations") or {}), warnings)
 
 
+@dataclass
+class Verdict:
+    """What ``validate`` answers: the bundle's problems (none when it is valid) and warnings.
+
+    Attributes:
+        bundle: the bundle directory, as given (canonical when it loaded).
+        error: the ``BundleInvalid`` holding every problem, or None when the bundle is valid.
+        warnings: non-fatal problems (unknown keys, repeated env names, facts of another host).
+    """
+
+    bundle: str
+    error: BundleInvalid | None
+    warnings: list[BundleProblem] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[BundleProblem]:
+        return self.error.problems if self.error is not None else []
+
+
+def validate(bundle_dir: str, cwd: str | None = None) -> Verdict:
+    """Check the bundle as ``load(launch=False)`` does, and return the answer instead of raising it:
+    an invalid bundle is what ``sandbox-shim validate`` exists to report (every problem, then status 3)."""
+    try:
+        s = load(bundle_dir, cwd, launch=False)
+    except BundleInvalid as e:
+        return Verdict(bundle_dir, e)
+    return Verdict(s.bundle, None, s.warnings)
+
+
 def _requires_problems(settings: Settings) -> list[BundleProblem]:
     """``sandbox-shim.requires`` names every probe it lists (``capability.PROBES``, imported only when
     the annotation is set)."""

@@ -1,7 +1,8 @@
 """Controlling a sandbox that runs: pause, resume, update, ps, stats and the events stream.
 
 The library side of ``sandbox-shim pause|resume|update|ps|events``; the CLI (``cli/control.py``) only
-parses and renders.  Everything is read from or written to the sandbox's control group through
+parses and renders (``update_limits`` takes ``update``'s flags as they come).  Everything is read
+from or written to the sandbox's control group through
 ``Mechanism.cgroup`` (a ``mechanism.CgroupControl``; on Linux the ``platforms/linux/cgroups`` managers):
 ``freeze()`` for pause/resume, ``apply()`` for update, ``pids()`` for ps.  ``facts()`` gives the
 counters a limit leaves behind (OOM kills, failcnt, pids.max hits; the platform reads its own files,
@@ -131,6 +132,41 @@ def update(mechanism: Mechanism, sandbox_id: str, resources: dict[str, Any]) -> 
         if now not in st.ACTIVE:
             raise InvalidState(sandbox_id, now, "update", "created, running or paused")
         _cgroup(mechanism, sandbox_of(rec, store)).apply(Limits.from_oci(resources))
+
+
+def update_limits(
+    mechanism: Mechanism,
+    sandbox_id: str,
+    resources_file: str | None = None,
+    *,
+    memory: int | None = None,
+    pids_limit: int | None = None,
+    cpu_quota: int | None = None,
+    cpu_period: int | None = None,
+    cpu_shares: int | None = None,
+) -> None:
+    """``update`` from runc's flags: the OCI ``linux.resources`` object in ``resources_file`` (``-``:
+    standard input; read under ``jsonguard``'s limits), with each given flag set over it.
+
+    Raises: UsageError: the file holds no JSON object, or nothing is to be changed; and as ``update``.
+    """
+    from .jsonguard import read_file
+
+    res: dict[str, Any] = read_file(resources_file) if resources_file else {}
+    if not isinstance(res, dict):
+        raise UsageError("--resources must hold a JSON object")
+    for section, key, val in (
+        ("memory", "limit", memory),
+        ("pids", "limit", pids_limit),
+        ("cpu", "quota", cpu_quota),
+        ("cpu", "period", cpu_period),
+        ("cpu", "shares", cpu_shares),
+    ):
+        if val is not None:
+            res.setdefault(section, {})[key] = val
+    if not res:
+        raise UsageError("nothing to update", "give --resources FILE or a limit flag")
+    update(mechanism, sandbox_id, res)
 
 
 def ps(mechanism: Mechanism, sandbox_id: str) -> list[int]:

@@ -4,13 +4,12 @@ bwrap's ``--bind``/``--ro-bind`` are recursive (``MS_BIND | MS_REC``, bwrap.c ``
 ``/`` or ``/run`` shows every mount below it, the host's ``/proc`` and ``/sys`` included.  A bind source
 is refused when it lies in, or has below it, a mount of a kernel file system that exposes the host
 (its processes, kernel settings, devices, namespaces).  The list is read from ``/proc/self/mountinfo``
-(proc(5), "/proc/pid/mountinfo").
+(proc(5), "/proc/pid/mountinfo") by ``mountinfo.py``.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 #: file system types that show the host's kernel state (proc(5), sysfs(5), kernel Documentation/filesystems)
@@ -39,29 +38,14 @@ HOST_KERNEL_FS = frozenset(
     }
 )
 
-_ESCAPE = re.compile(r"\\([0-7]{3})")
-
-
-def _unescape(field: str) -> str:
-    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
-
 
 def mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, str]] | None:
-    """(mount point, file system type) of every mount of this mount namespace, or None where the
-    file cannot be read (not Linux, no /proc)."""
-    try:
-        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    out = []
-    for line in lines:
-        fields = line.split(" ")
-        if "-" not in fields[6:] or len(fields) < 5:
-            continue
-        fs = fields[fields.index("-", 6) + 1]
-        out.append((_unescape(fields[4]), fs))
-    return out
+    """(mount point, file system type) of every mount of this mount namespace (``mountinfo.read``,
+    escapes decoded), or None where the file cannot be read (not Linux, no /proc)."""
+    from .mountinfo import read
+
+    table = read(mountinfo)
+    return None if table is None else [(m.mount_point, m.fstype) for m in table]
 
 
 def _under(path: str, top: str) -> bool:

@@ -30,6 +30,9 @@ from .durable import MARKER, write_atomic
 from .durable import fsync_dir as _fsync_dir
 from .durable import rmtree as _rmtree
 from .errors import InvalidState, SandboxExists, SandboxNotFound, StateCorrupt, StateUnwritable, UsageError
+from .procstat import proc_start_time as proc_start_time  # the one reader of /proc/PID/stat, re-exported
+from .procstat import proc_stat as proc_stat
+from .procstat import proc_state as proc_state
 from .values import Value
 
 __all__ = ["MARKER", "Record", "StateStore", "write_atomic"]
@@ -109,34 +112,6 @@ def check_id(sandbox_id: str) -> None:
             f"invalid container id {shown!r}",
             "use 1 to 200 letters, digits, and _ . + - (not starting with a symbol)",
         )
-
-
-def proc_stat(pid: int) -> list[bytes] | None:
-    """The fields of /proc/PID/stat after ``comm`` (proc(5): index 0 is field 3 ``state``, index 19 is
-    field 22 ``starttime``), or None when ``pid`` is gone.  The one reader of that file in the package
-    (``platforms/linux/enter.py`` runs standalone and keeps its own): ``comm`` may hold spaces and
-    parentheses, so the split starts after the *last* ``)``.  Not psutil: the lifecycle verbs read
-    this and psutil costs each ~40 ms to import, and its create_time is rounded seconds, not ticks."""
-    if pid <= 0:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    return data[data.rfind(b")") + 2 :].split()
-
-
-def proc_start_time(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (proc(5) field 22), or None if gone."""
-    fields = proc_stat(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else None
-
-
-def proc_state(pid: int) -> str | None:
-    """One-letter process state (R, S, Z, ...) from /proc/PID/stat, or None if gone."""
-    fields = proc_stat(pid)
-    return fields[0].decode() if fields else None
 
 
 def same_process(pid: int, start: int | None) -> bool:

@@ -8,7 +8,11 @@ loopback), no capabilities, ``noNewPrivileges``, a read-only rootfs, ``storage/`
 from __future__ import annotations
 
 import copy
+import json
+import os
 from typing import Any
+
+from .errors import UsageError
 
 OCI_VERSION = "1.0.2"
 
@@ -72,3 +76,23 @@ _DEFAULT: dict[str, Any] = {
 def default_config() -> dict[str, Any]:
     """A fresh copy of the default tenant config.json (a dict; safe to mutate)."""
     return copy.deepcopy(_DEFAULT)
+
+
+def write_spec(bundle: str, force: bool = False) -> str:
+    """Write ``default_config()`` as ``bundle/config.json`` (the directory made if missing), as
+    ``sandbox-shim spec`` does; returns the file's path.
+
+    Raises:
+        UsageError: the file exists and ``force`` is not given; or it cannot be written (the OS's reason).
+    """
+    path = os.path.join(bundle, "config.json")
+    if os.path.exists(path) and not force:
+        raise UsageError(f"{path} already exists", "pass --force to overwrite it")
+    try:
+        os.makedirs(bundle, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(default_config(), fh, indent=2)
+            fh.write("\n")
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror}", "give a bundle directory you can write") from e
+    return path

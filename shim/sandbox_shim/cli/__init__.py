@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import signal as _signal
 
     from ..errors import ShimError
+    from .output import Globals
 else:
     import _signal  # the C module: ``signal`` would load enum (its Signals is an IntEnum)
 
@@ -75,14 +76,8 @@ def _run(args: list[str]) -> tuple[int, bool]:
         status = _dispatch(g, rest)
     except SystemExit as e:  # a command that ends with a status of its own (run, exec, validate)
         status = _exit_code(e.code)
-    except KeyboardInterrupt:
-        return INTERRUPTED, fast
     except BaseException as e:  # the catch-all: nothing escapes as a bare traceback
-        from ..errors import ShimError
-
-        if _is_output_failure(e):
-            return report(g, output_error(str(getattr(e, "strerror", e)))), fast
-        return report(g, e if isinstance(e, ShimError) else internal_error(e, g.debug)), fast
+        return status_of(g, e), fast
     try:  # the output is part of the answer: one that could not be written is not a success
         sys.stdout.flush()
         if closed_stdout is not None and closed_stdout.getvalue():
@@ -90,6 +85,20 @@ def _run(args: list[str]) -> tuple[int, bool]:
     except (OSError, ValueError) as e:
         return report(g, output_error(str(getattr(e, "strerror", None) or e))), fast
     return status, fast
+
+
+def status_of(g: Globals, e: BaseException) -> int:
+    """The boundary's answer to what a command raised: its documented exit status, after one line
+    on stderr (``output.report``).  Ctrl-C is 130 (no line); output that could not be written is 74;
+    a ``ShimError`` its own status; anything else 70 (the traceback with ``--debug``)."""
+    from ..errors import ShimError
+    from .output import report
+
+    if isinstance(e, KeyboardInterrupt):
+        return INTERRUPTED
+    if _is_output_failure(e):
+        return report(g, output_error(str(getattr(e, "strerror", e))))
+    return report(g, e if isinstance(e, ShimError) else internal_error(e, g.debug))
 
 
 def _stand_in_for_closed_stdio() -> io.StringIO | None:
@@ -170,7 +179,7 @@ def _dispatch(g: object, rest: list[str]) -> int:
     if verb == "confine":  # once per confined command: no click either
         from . import confine_run
 
-        return confine_run.run(rest[1:], g)
+        return confine_run.run(rest[1:])
     if verb in FAST_VERBS:
         from . import lifecycle
 

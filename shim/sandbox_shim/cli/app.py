@@ -62,11 +62,14 @@ def run_click(g: Globals, args: list[str]) -> int:
     """Run the click commands with the already-parsed global flags ``g``; return the exit status.
 
     Click's own usage errors become ``UsageError`` (one line, status 2); everything else propagates
-    to the boundary in ``cli.main``."""
+    to the boundary in ``cli.main``.  The group is run with ``make_context``/``invoke``, not
+    ``cli.main``: that one would answer a closed pipe (EPIPE) with status 1 and turn Ctrl-C into
+    ``Abort``, where the boundary gives the documented 74 and 130."""
     from ..errors import UsageError
 
     try:
-        cli.main(args=args, prog_name="sandbox-shim", standalone_mode=False, obj=g)
+        with cli.make_context("sandbox-shim", list(args), obj=g) as ctx:
+            cli.invoke(ctx)
     except click.exceptions.NoArgsIsHelpError as e:  # click >= 8.2: a bare group prints its help
         click.echo(e.ctx.get_help() if e.ctx else "")
         return 0

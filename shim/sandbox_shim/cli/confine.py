@@ -1,7 +1,9 @@
 """``sandbox-shim confine`` in the click group (for ``--help`` listings and ``CliRunner``).
 
 The command line is parsed by ``cli/confine_run.py`` (no click: ``cli/__init__.py`` sends ``confine``
-there directly, since it runs once per confined command); this only hands the arguments over.
+there directly, since it runs once per confined command); this only hands the arguments over, and,
+when it is called on its own rather than through ``cli.main``, turns what it raises into a status with
+the boundary's ``status_of``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import sys
 
 import click
 
+from . import status_of
 from .confine_run import run
 from .output import Globals
 
@@ -33,4 +36,8 @@ def command(ctx: click.Context, argv: tuple[str, ...]) -> None:
     the platform's files) is out of reach.  See `sandbox-shim confine --help`.
     """
     g = ctx.obj if isinstance(ctx.obj, Globals) else Globals()
-    sys.exit(run(list(argv), g))
+    try:
+        status = run(list(argv))
+    except Exception as e:  # called on its own (CliRunner, a script): the boundary's own mapping
+        status = status_of(g, e)
+    sys.exit(status)

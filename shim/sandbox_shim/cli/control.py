@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 import click
 
@@ -82,8 +81,9 @@ def ps_cmd(g: Globals, fmt: str, container_id: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(process_list.pids(mech, container_id)))
         return
+    rows = process_list.processes(mech, container_id)  # the library first: an error prints no header
     click.echo(f"{'PID':>8} CMD")
-    for pid, cmd in process_list.processes(mech, container_id):
+    for pid, cmd in rows:
         click.echo(f"{pid:>8} {cmd}")
 
 
@@ -134,23 +134,17 @@ def update_cmd(
 ) -> None:
     """Change the resource limits of sandbox ID while it runs."""
     from .. import api, control
-    from ..jsonguard import read_file
 
-    res: dict[str, Any] = read_file(resources_file) if resources_file else {}
-    if not isinstance(res, dict):
-        raise UsageError("--resources must hold a JSON object")
-    for section, key, val in (
-        ("memory", "limit", memory),
-        ("pids", "limit", pids_limit),
-        ("cpu", "quota", cpu_quota),
-        ("cpu", "period", cpu_period),
-        ("cpu", "shares", cpu_shares),
-    ):
-        if val is not None:
-            res.setdefault(section, {})[key] = val
-    if not res:
-        raise UsageError("nothing to update", "give --resources FILE or a limit flag")
-    control.update(api.default_mechanism(g.root), container_id, res)
+    control.update_limits(
+        api.default_mechanism(g.root),
+        container_id,
+        resources_file,
+        memory=memory,
+        pids_limit=pids_limit,
+        cpu_quota=cpu_quota,
+        cpu_period=cpu_period,
+        cpu_shares=cpu_shares,
+    )
 
 
 def _seconds(text: str) -> float:
@@ -177,16 +171,16 @@ def _seconds(text: str) -> float:
 @click.argument("container_id")
 @click.pass_obj
 def events_cmd(g: Globals, stats: bool, interval: str, container_id: str) -> None:
-    """Stats of sandbox ID as runc's JSON events (one per line), until it stops; --stats: one."""
+    """Stats of sandbox ID as runc's JSON events (one per line), until it stops; --stats: one.
+
+    Exits 0 when the sandbox stops, 130 on Ctrl-C, 74 when the reader goes away (a closed pipe)."""
     from .. import api, control
 
     mech = api.default_mechanism(g.root)
     if stats:
         emit_json(control.stats(mech, container_id))
         return
-    try:
-        for ev in control.events(mech, container_id, _seconds(interval)):
-            sys.stdout.write(json.dumps(ev) + "\n")
-            sys.stdout.flush()
-    except (KeyboardInterrupt, BrokenPipeError):
-        pass  # the reader went away or asked to stop: the stream ends
+    # a reader that went away is status 74, Ctrl-C 130: both at the boundary (cli/__init__.py)
+    for ev in control.events(mech, container_id, _seconds(interval)):
+        sys.stdout.write(json.dumps(ev) + "\n")
+        sys.stdout.flush()

@@ -17,7 +17,7 @@ from ..values import Value
 
 TYPE_CHECKING = False  # no typing (nor dataclasses) at run time: every lifecycle verb loads this module
 if TYPE_CHECKING:
-    from typing import Any, NoReturn
+    from typing import Any
 
 DEFAULT_ROOT = "/run/sandbox-shim"
 
@@ -63,11 +63,6 @@ def log(g: Globals, level: str, msg: str, **fields: Any) -> None:
                 fh.write(f"{rfc3339_now()} {level}: {msg}{(' ' + extra) if extra else ''}\n")
     except OSError:
         pass  # a log we cannot write must not turn success into failure
-
-
-def fail(g: Globals, err: ShimError) -> NoReturn:
-    """Report ``err`` (``report``) and exit with its status."""
-    sys.exit(report(g, err))
 
 
 def report(g: Globals, err: ShimError) -> int:

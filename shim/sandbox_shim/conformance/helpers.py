@@ -30,7 +30,6 @@ from typing import Any
 from .target import COMPLETED, ConformanceTarget, ProbeResult, ToolMissing
 
 PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
-GROUPS = ["Lifecycle", "Isolation", "ResourceLimits", "Execution"]  # a new group is appended by ``check``
 
 #: the line every breach probe prints first: proof that the probe ran
 STARTED = "STARTED"
@@ -107,9 +106,8 @@ CheckFunc = Callable[[ConformanceTarget], "Outcome"]
 
 
 def check(group: str, name: str) -> Callable[[CheckFunc], CheckFunc]:
-    """Decorator: register ``func(target) -> Outcome`` as check ``name`` of ``group``."""
-    if group not in GROUPS:  # a new group module needs no other edit: it runs after the known ones
-        GROUPS.append(group)
+    """Decorator: register ``func(target) -> Outcome`` as check ``name`` of ``group``; a group exists
+    because a check names it (a new group module needs no other edit)."""
 
     def deco(fn: CheckFunc) -> CheckFunc:
         REGISTRY.append(Check(group, name, fn))
@@ -118,9 +116,9 @@ def check(group: str, name: str) -> Callable[[CheckFunc], CheckFunc]:
     return deco
 
 
-def all_checks() -> list[Check]:
-    """Every check, in group order: imports every module of ``conformance/checks/`` (each registers
-    its checks on import with ``check``), in name order, so a new group module needs no other edit."""
+def _load_checks() -> None:
+    """Import every module of ``conformance/checks/`` (each registers its checks on import with
+    ``check``), in name order."""
     import importlib
     import pkgutil
 
@@ -128,7 +126,23 @@ def all_checks() -> list[Check]:
 
     for info in pkgutil.iter_modules(checks.__path__):
         importlib.import_module(f"{checks.__name__}.{info.name}")
-    return sorted(REGISTRY, key=lambda c: GROUPS.index(c.group))
+
+
+def all_checks() -> list[Check]:
+    """Every check, in group order (``groups``): a new group module needs no other edit."""
+    order = groups()
+    return sorted(REGISTRY, key=lambda c: order.index(c.group))
+
+
+def groups() -> list[str]:
+    """Every group that has a check in ``conformance/checks/`` (the one source of the list), in
+    ``checks.ORDER`` (the order the report shows), a group not named there after those, by name."""
+    from . import checks
+
+    _load_checks()
+    found = {c.group for c in REGISTRY}
+    known = [g for g in checks.ORDER if g in found]
+    return known + sorted(found - set(known))
 
 
 def marker() -> str:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .helpers import ERROR, FAIL, SKIP, CheckResult, all_checks
+from .helpers import groups as known_groups
 from .target import ConformanceTarget
 
 DEFAULT_TARGET = "sandbox_shim.conformance.api_target:ApiTarget"
@@ -23,16 +24,24 @@ def load_target(spec: str | None = None) -> ConformanceTarget:
     """Instantiate the target named ``module:attr`` (default: ``ApiTarget``, this host's mechanism).
 
     Raises:
-        ValueError: ``spec`` is not ``module:attr``; ImportError / AttributeError as importing raises;
-        TypeError: the attribute does not make a ``ConformanceTarget``.
+        UsageError (status 2): ``spec`` is not ``module:attr``, importing it fails, the attribute is
+        missing, or it does not make a ``ConformanceTarget``; the cause is chained.
     """
-    mod, sep, attr = (spec or DEFAULT_TARGET).partition(":")
-    if not sep or not mod or not attr:
-        raise ValueError(f"--sandbox-mechanism wants module:Class, got {spec!r}")
-    obj: Any = getattr(importlib.import_module(mod), attr)
-    target = obj() if callable(obj) else obj
-    if not isinstance(target, ConformanceTarget):
-        raise TypeError(f"{spec} made {type(target).__name__}, not a conformance.ConformanceTarget")
+    from ..errors import UsageError
+
+    try:
+        mod, sep, attr = (spec or DEFAULT_TARGET).partition(":")
+        if not sep or not mod or not attr:
+            raise ValueError(f"--sandbox-mechanism wants module:Class, got {spec!r}")
+        obj: Any = getattr(importlib.import_module(mod), attr)
+        target = obj() if callable(obj) else obj
+        if not isinstance(target, ConformanceTarget):
+            raise TypeError(f"{spec} made {type(target).__name__}, not a conformance.ConformanceTarget")
+    except (ValueError, ImportError, AttributeError, TypeError) as e:
+        raise UsageError(
+            f"cannot load the conformance target: {e}",
+            "give --mechanism MODULE:CLASS naming a ConformanceTarget",
+        ) from e
     return target
 
 
@@ -42,10 +51,19 @@ def run_suite(
     name_contains: str | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
 ) -> list[CheckResult]:
-    """Run the checks (all, or those of ``groups`` / whose name contains ``name_contains``) on ``target``."""
+    """Run the checks (all, or those of ``groups`` / whose name contains ``name_contains``) on ``target``.
+
+    Raises: UsageError (status 2): a group in ``groups`` has no check (``helpers.groups`` lists them).
+    """
     wanted = set(groups or [])
+    checks = all_checks()
+    unknown = sorted(wanted - set(known_groups()))
+    if unknown:
+        from ..errors import UsageError
+
+        raise UsageError(f"no conformance group {unknown[0]!r}", f"choose from: {', '.join(known_groups())}")
     out = []
-    for c in all_checks():
+    for c in checks:
         if (wanted and c.group not in wanted) or (name_contains and name_contains not in c.name):
             continue
         r = c.run(target)

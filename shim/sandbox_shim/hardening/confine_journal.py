@@ -49,13 +49,12 @@ def journal_dir(env: Mapping[str, str]) -> str | None:
 
 
 def start_time(pid: int) -> str | None:
-    """Field 22 of ``/proc/PID/stat`` (clock ticks since boot), or None when ``pid`` is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    return stat[stat.rfind(b")") + 2 :].split()[19].decode()
+    """Field 22 of ``/proc/PID/stat`` (clock ticks since boot) as text, or None when ``pid`` is gone
+    (read by ``procstat.proc_start_time``, the one reader of that file)."""
+    from ..procstat import proc_start_time
+
+    ticks = proc_start_time(pid)
+    return None if ticks is None else str(ticks)
 
 
 def record(directory: str, paths: Sequence[str], owner: int) -> str:

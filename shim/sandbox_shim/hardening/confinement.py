@@ -21,7 +21,8 @@ This module is platform-neutral: it reaches the renderer for this OS through
 ``platforms/select.py`` (``confine_backend``) only.
 
 ``confine`` returns a launch spec or raises ``CannotEnforce``; never a spec without the confinement.
-Environment knob: ``SANDBOX_SHIM_BWRAP`` names the bwrap binary (default ``/usr/bin/bwrap``).
+Linux runs the bwrap the sandboxes run (``platforms/linux/locate.py``: ``$SANDBOX_SHIM_BWRAP``, else
+``bwrap`` on ``PATH``, else ``/usr/bin/bwrap``) unless ``confine(bwrap=...)`` names one.
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ __all__ = [
     "caller_environ",
 ]
 
-BWRAP_ENV = "SANDBOX_SHIM_BWRAP"  # read by platforms/linux/confine.py
 PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
@@ -256,7 +256,8 @@ def confine(
         report: a JSON-lines file (outside the read-write paths) for what was denied and observed.
         protect: hold ``PROTECTED`` names in each read-write path read-only (default True).
         settings_file: the settings file these options came from; held read-only when inside.
-        bwrap: bwrap binary (default ``$SANDBOX_SHIM_BWRAP`` or ``/usr/bin/bwrap``), Linux only.
+        bwrap: bwrap binary (default: ``$SANDBOX_SHIM_BWRAP``, else ``bwrap`` on ``PATH``, else
+            ``/usr/bin/bwrap``: ``platforms/linux/locate.bwrap_path``), Linux only.
         landlock: True requires the Landlock layer, False leaves it out, None (default) uses it
             where the kernel has it.  Linux only.
         trial: run the bwrap trial first (default); False lets the launch itself be the trial

@@ -16,6 +16,7 @@ import sys
 from .. import fastjson as json  # start reads the cache on every call: no json, re, enum
 from ..capability import Capability
 from .proc import read as _read
+from .proc import status_fields
 
 #: bump when a probe's meaning changes, so old caches are not trusted
 PROBES_VERSION = "2"
@@ -56,7 +57,7 @@ def cache_key() -> dict[str, str]:
 
     key.update(cache_facts())  # bwrap's identity and the cgroup layout (platforms/linux/hostkey.py)
     key["euid"] = f"{os.geteuid() if hasattr(os, 'geteuid') else ''};userns={_ns_inode('user')}"
-    status = _status_fields(("Seccomp", "NoNewPrivs", "CapEff", "CapBnd"))
+    status = status_fields(("Seccomp", "NoNewPrivs", "CapEff", "CapBnd"))
     key["confinement"] = ";".join(f"{k}={v}" for k, v in status.items())
     key["sysctls"] = ";".join(
         f"{p}={_read('/proc/sys/' + p)}"
@@ -68,16 +69,6 @@ def cache_key() -> dict[str, str]:
     )
     key["probes_version"] = PROBES_VERSION
     return key
-
-
-def _status_fields(names: tuple[str, ...]) -> dict[str, str | None]:
-    """Fields of /proc/self/status (proc(5)), read once."""
-    found: dict[str, str | None] = dict.fromkeys(names)
-    for line in (_read("/proc/self/status") or "").splitlines():
-        k, _, v = line.partition(":")
-        if k in found:
-            found[k] = v.strip()
-    return found
 
 
 def _load(path: str, key: dict[str, str]) -> dict[str, dict[str, object]]:

@@ -16,13 +16,21 @@ def read(path: str) -> str | None:
         return None
 
 
+def status_fields(names: tuple[str, ...], text: str | None = None) -> dict[str, str | None]:
+    """Fields of /proc/self/status (proc(5): ``Name:<tab>value`` lines), read once: ``{name: value}``,
+    None for a field the file does not show (or when it cannot be read).  ``text`` parses that text
+    instead of the file.  The one parser of that file in the package."""
+    found: dict[str, str | None] = dict.fromkeys(names)
+    for line in ((read("/proc/self/status") if text is None else text) or "").splitlines():
+        key, _, value = line.partition(":")
+        if key in found:
+            found[key] = value.strip()
+    return found
+
+
 def status_field(name: str) -> str | None:
     """A field of /proc/self/status (proc(5)), e.g. ``Seccomp`` (0 none, 1 strict, 2 filter)."""
-    for line in (read("/proc/self/status") or "").splitlines():
-        key, _, value = line.partition(":")
-        if key == name:
-            return value.strip()
-    return None
+    return status_fields((name,))[name]
 
 
 def seccomp_note() -> str:

@@ -18,7 +18,8 @@ where it is built; else, and always with an egress allow-list (whose loopback fo
 ``landlock.py`` run as a script by this interpreter (``python -I -S``), which then needs its own tree
 in the read set.  Both fail closed: the program is not run when a layer cannot be applied.
 
-Environment knob: ``SANDBOX_SHIM_BWRAP`` names the bwrap binary (default ``/usr/bin/bwrap``).
+bwrap is the one the sandboxes run (``locate.bwrap_path``: ``$SANDBOX_SHIM_BWRAP``, else ``bwrap`` on
+``PATH``, else ``/usr/bin/bwrap``) unless the caller names one.
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ if TYPE_CHECKING:
     from ...hardening.confine_sets import Sets
     from ...hardening.egress import EgressProxy
 
-DEFAULT_BWRAP = "/usr/bin/bwrap"
-BWRAP_ENV = "SANDBOX_SHIM_BWRAP"
 #: where the helpers are bound (read-only, one file each) inside the sandbox
 HELPER_DIR = "/run/sandbox-shim-confine"
 HELPER_PATH = HELPER_DIR + "/landlock.py"
@@ -54,6 +53,7 @@ EGRESS_TCP = False
 def bwrap_path(bwrap: str | None) -> str:
     """``bwrap``, else the one the sandboxes use (``locate.bwrap_path``: ``$SANDBOX_SHIM_BWRAP``, PATH,
     ``/usr/bin/bwrap``), else ``/usr/bin/bwrap`` (whose absence the capability report then names)."""
+    from .locate import DEFAULT_BWRAP
     from .locate import bwrap_path as found
 
     return bwrap or found() or DEFAULT_BWRAP
@@ -91,7 +91,7 @@ def probe_bwrap(bwrap: str | None = None) -> Capability:
 
     measured = f"{path} --unshare-pid --unshare-ipc --cap-drop ALL --ro-bind / / --proc /proc true"
     cap: Capability | None = None
-    if bwrap is None and BWRAP_ENV not in os.environ:
+    if bwrap is None:  # the bwrap the shared probe measured (locate.bwrap_path): its verdict holds
         try:
             from ... import capability
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 
-#: environment variable naming the bwrap binary (overrides the PATH lookup)
+#: environment variable naming the bwrap binary (overrides the PATH lookup); read by ``bwrap_path`` only
 BWRAP_ENV = "SANDBOX_SHIM_BWRAP"
+#: the last place looked (Debian's and Fedora's package put it there)
+DEFAULT_BWRAP = "/usr/bin/bwrap"
 
 
 def _which(name: str) -> str | None:
@@ -28,7 +30,7 @@ def bwrap_path() -> str | None:
     return (
         os.environ.get(BWRAP_ENV)
         or _which("bwrap")
-        or ("/usr/bin/bwrap" if os.path.exists("/usr/bin/bwrap") else None)
+        or (DEFAULT_BWRAP if os.path.exists(DEFAULT_BWRAP) else None)
     )
 
 

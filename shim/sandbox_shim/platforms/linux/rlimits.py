@@ -11,17 +11,16 @@ import os
 import resource
 
 from ...errors import BundleInvalid, BundleProblem, LaunchFailed
+from ...probes.proc import status_field
 
 _CAP_SYS_RESOURCE = 24  # include/uapi/linux/capability.h
 _RULE = "runtime-spec config.md POSIX process rlimits; setrlimit(2)"
 
 
 def _has_sys_resource() -> bool:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("CapEff:"):
-                return bool(int(line.split()[1], 16) >> _CAP_SYS_RESOURCE & 1)
-    return False
+    """CAP_SYS_RESOURCE in this process's effective set (``CapEff`` of /proc/self/status)."""
+    eff = status_field("CapEff")
+    return eff is not None and bool(int(eff, 16) >> _CAP_SYS_RESOURCE & 1)
 
 
 def _nr_open() -> int:

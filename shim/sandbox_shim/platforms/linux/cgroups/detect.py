@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
+from ....mountinfo import MOUNTINFO, Mount, parse
 from ....values import FrozenValue
 from .base import CgroupManager
 
@@ -59,24 +60,24 @@ class Layout(FrozenValue):
         )
 
 
-def parse_mountinfo(text: str) -> Layout:
-    """Build a ``Layout`` from the text of /proc/self/mountinfo (format: proc(5))."""
+def parse_mountinfo(text: str | bytes) -> Layout:
+    """Build a ``Layout`` from the text of /proc/self/mountinfo (format: proc(5); parsed by
+    ``sandbox_shim.mountinfo``, every escape decoded)."""
+    return layout_of(parse(text))
+
+
+def layout_of(table: list[Mount]) -> Layout:
+    """The ``Layout`` of a parsed mount table: the first cgroup2 mount, the first mount of each v1
+    controller."""
     v2_mount: str | None = None
     v1: dict[str, str] = {}
-    for line in text.splitlines():
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        rfields = right.split()
-        if len(fields) < 5 or len(rfields) < 3:
-            continue
-        mount_point = fields[4].replace("\\040", " ")
-        fstype, super_opts = rfields[0], rfields[2]
-        if fstype == "cgroup2" and v2_mount is None:
-            v2_mount = mount_point
-        elif fstype == "cgroup":
-            for opt in super_opts.split(","):
+    for m in table:
+        if m.fstype == "cgroup2" and v2_mount is None:
+            v2_mount = m.mount_point
+        elif m.fstype == "cgroup":
+            for opt in m.super_options.split(","):
                 if opt in V1_CONTROLLERS:
-                    v1.setdefault(opt, mount_point)
+                    v1.setdefault(opt, m.mount_point)
     controllers: frozenset[str] = frozenset()
     if v2_mount:
         try:
@@ -90,7 +91,7 @@ def parse_mountinfo(text: str) -> Layout:
 @lru_cache(maxsize=1)
 def detect() -> Layout:
     """The layout of this host (cached for the process)."""
-    with open("/proc/self/mountinfo") as fh:
+    with open(MOUNTINFO, "rb") as fh:
         return parse_mountinfo(fh.read())
 
 
