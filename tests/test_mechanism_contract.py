@@ -4,6 +4,7 @@ library calls fails mypy (the control: the same file with every member passes)."
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import sys
@@ -24,26 +25,96 @@ def test_every_mechanism_is_a_mechanism_at_run_time() -> None:
         assert isinstance(mech, Mechanism), type(mech).__name__
 
 
+#: the names neutral code gives a mechanism (a parameter, a local, an attribute of ``self``)
+MECHANISM_NAMES = {"mechanism", "mech"}
+
+
+def _neutral_files(package: Path) -> list[Path]:
+    """Every module outside ``platforms/<os>/`` (the platforms from the folder listing)."""
+    plats = {p.parent.name for p in (package / "platforms").glob("*/__init__.py")}
+    depth = len(package.parts)
+    return sorted(
+        p
+        for p in package.rglob("*.py")
+        if not (len(p.parts) > depth + 2 and p.parts[depth] == "platforms" and p.parts[depth + 1] in plats)
+    )
+
+
+def _is_mechanism(node: ast.AST) -> bool:
+    """``mechanism``, ``mech``, ``self.mechanism``, ``self.mech``."""
+    if isinstance(node, ast.Name):
+        return node.id in MECHANISM_NAMES
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr in MECHANISM_NAMES
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    )
+
+
+def mechanism_uses(package: Path) -> tuple[dict[str, set[str]], list[str], list[str]]:
+    """What the neutral code does with a mechanism, read from its source (not a hand-written list).
+
+    Returns ``(members, dodges, untyped)``: each member read on a mechanism with the modules reading
+    it; every ``getattr``/``hasattr`` on one (a member the protocol need not declare); every
+    parameter named like a mechanism left unannotated or typed ``Any``/``object`` (mypy would not check
+    what is called on it)."""
+    members: dict[str, set[str]] = {}
+    dodges: list[str] = []
+    untyped: list[str] = []
+    for path in _neutral_files(package):
+        where = str(path.relative_to(package))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), where)):
+            if isinstance(node, ast.Attribute) and _is_mechanism(node.value):
+                members.setdefault(node.attr, set()).add(where)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr", "setattr")
+                and node.args
+                and _is_mechanism(node.args[0])
+            ):
+                dodges.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+            elif isinstance(node, ast.arg) and node.arg in MECHANISM_NAMES:
+                ann = ast.unparse(node.annotation) if node.annotation else ""
+                if not ann or "Any" in ann or ann == "object":  # (``mechanism: str`` is a name)
+                    untyped.append(f"{where}:{node.lineno}: {node.arg}: {ann or '(none)'}")
+    return members, dodges, untyped
+
+
 def test_the_protocol_declares_what_the_library_calls() -> None:
-    for name in (
-        "make_plan",
-        "require",
-        "provision",
-        "start",
-        "signal",
-        "status",
-        "alive",
-        "paused",
-        "exit_status",
-        "termination",
-        "workload_pid",
-        "usage",
-        "cgroup",
-        "destroy",
-        "remove_residue",
-        "lost_pids",
-    ):
-        assert name in MEMBERS, name
+    """Every member the platform-neutral code reads on a mechanism is declared by the protocol, no
+    code dodges it with getattr/hasattr, and every mechanism parameter is typed ``Mechanism`` (so
+    mypy checks each call against the protocol, for all three platforms: ``platforms.select``)."""
+    members, dodges, untyped = mechanism_uses(PACKAGE)
+    assert {"provision", "start", "status", "termination", "observed_cgroups", "lost_pids"} <= set(members)
+    undeclared = {m: sorted(w) for m, w in members.items() if m not in MEMBERS}
+    assert not undeclared, undeclared
+    assert not dodges, dodges
+    assert not untyped, untyped
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("def _f(mechanism: Mechanism) -> None:\n    mechanism.teleport()\n", "undeclared"),
+        ("def _f(mechanism: Mechanism) -> object:\n    return getattr(mechanism, 'status', None)\n", "dodge"),
+        ("def _f(mechanism: Any) -> None:\n    pass\n", "untyped"),
+        ("def _f(mech) -> None:\n    pass\n", "untyped"),
+    ],
+)
+def test_the_scan_finds_a_planted_use(tmp_path: Path, line: str, kind: str) -> None:
+    pkg = tmp_path / "sandbox_shim"
+    shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(pkg / "reconcile.py", "a", encoding="utf-8") as fh:
+        fh.write("\n\n" + line)
+    members, dodges, untyped = mechanism_uses(pkg)
+    found = {
+        "undeclared": [m for m in members if m not in MEMBERS],
+        "dodge": dodges,
+        "untyped": untyped,
+    }
+    assert all(bool(v) == (k == kind) for k, v in found.items()), found
 
 
 def _module(omit: str | None) -> str:
