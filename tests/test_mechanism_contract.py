@@ -251,3 +251,24 @@ def test_the_package_type_checks_and_the_core_strict(tmp_path: Path, plant: str 
     out, status = _mypy(tmp_path, copy)
     assert status == 1, out
     assert "Function is missing a type annotation" in out and plant in out, out
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("def render(", "def render_sbpl("),  # a member renamed
+        ("def parent_death_signal(sig: int) -> bool:", "def parent_death_signal(sig: str) -> bool:"),
+    ],
+)
+def test_mypy_refuses_a_confinement_renderer_off_the_contract(tmp_path: Path, old: str, new: str) -> None:
+    """The second platform contract, ``hardening.confine_backend.ConfineBackend``, is checked by mypy
+    too (``platforms/select.py``), for the macOS renderer on this Linux host."""
+    copy = tmp_path / "src" / "sandbox_shim"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    path = copy / "platforms" / "darwin" / "confine.py"
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    out, status = _mypy(tmp_path, copy)
+    assert status == 1, out
+    assert "ConfineBackend" in out and "select.py" in out, out
