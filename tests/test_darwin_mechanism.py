@@ -30,6 +30,7 @@ import pytest
 if sys.platform == "win32":
     pytest.skip("sandbox-exec mechanism is POSIX-only (fcntl, resource, setsid)", allow_module_level=True)
 
+from sandbox_shim.bundle import Settings, Spec  # noqa: E402
 from sandbox_shim.capability import Capability  # noqa: E402
 from sandbox_shim.errors import (  # noqa: E402
     BundleInvalid,
@@ -51,11 +52,20 @@ from sandbox_shim.platforms.darwin.plan import (  # noqa: E402
     NOT_ON_MACOS,
     DarwinPlan,
     check_requirements,
-    plan_from_config,
+    plan_from_spec,
 )
 from sandbox_shim.platforms.darwin.seatbelt import SANDBOX_EXEC  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def plan_of(config: dict[str, Any], bundle: str, caller_uid: int | None = None) -> DarwinPlan:
+    """The plan of ``config`` in ``bundle``, through a ``Spec`` as ``make_plan`` gets it (the settings
+    parsed once, by ``bundle.Settings``)."""
+    spec = Spec(bundle, "", config, Settings.from_annotations(config.get("annotations") or {}))
+    return plan_from_spec(spec, caller_uid=caller_uid)
+
+
 UPDATE = os.environ.get("SANDBOX_SHIM_UPDATE_GOLDEN") == "1"
 ON_MAC = sys.platform == "darwin"
 darwin_only = pytest.mark.skipif(not ON_MAC, reason=f"needs macOS sandbox-exec; this host is {sys.platform}")
@@ -242,16 +252,16 @@ def bundle(tmp_path: Path) -> Path:
 
 def test_args0_resolved_inside_the_rootfs(bundle: Path) -> None:
     rootfs = os.path.realpath(bundle / "rootfs")
-    plan = plan_from_config(darwin_config(["app", "a b", "/etc/hosts"]), str(bundle))
+    plan = plan_of(darwin_config(["app", "a b", "/etc/hosts"]), str(bundle))
     assert plan.program == rootfs + "/bin/app"  # via PATH, inside the rootfs
     assert plan.args == (plan.program, "a b", "/etc/hosts")  # args[1:] unchanged
     assert plan.cwd == rootfs
     # an absolute symlink restarts at the rootfs, not at the host's /
-    assert plan_from_config(darwin_config(["/bin/link"]), str(bundle)).program == rootfs + "/bin/app"
+    assert plan_of(darwin_config(["/bin/link"]), str(bundle)).program == rootfs + "/bin/app"
     # relative args[0] against cwd (sandbox terms)
     cfg = darwin_config(["../bin/app"])
     cfg["process"]["cwd"] = "/work"
-    plan = plan_from_config(cfg, str(bundle))
+    plan = plan_of(cfg, str(bundle))
     assert (plan.program, plan.cwd) == (rootfs + "/bin/app", rootfs + "/work")
 
 
@@ -259,25 +269,25 @@ def test_args0_resolved_inside_the_rootfs(bundle: Path) -> None:
 def test_args0_never_falls_back_to_the_host(bundle: Path, arg0: str) -> None:
     assert os.path.exists("/bin/sh")  # control: the host has it; the rootfs does not
     with pytest.raises(CouldNotRun) as e:
-        plan_from_config(darwin_config([arg0]), str(bundle))
+        plan_of(darwin_config([arg0]), str(bundle))
     assert e.value.reason == "not_found" and e.value.exit_status == 127
 
 
 def test_args0_not_executable(bundle: Path) -> None:
     with pytest.raises(CouldNotRun) as e:
-        plan_from_config(darwin_config(["/bin/data"]), str(bundle))
+        plan_of(darwin_config(["/bin/data"]), str(bundle))
     assert e.value.reason == "permission_denied"
 
 
 def test_cwd_and_storage_mapping(bundle: Path) -> None:
     cfg = darwin_config(["/bin/app"])
     cfg["process"]["cwd"] = "/storage/sub"
-    plan = plan_from_config(cfg, str(bundle))
+    plan = plan_of(cfg, str(bundle))
     assert plan.cwd == os.path.realpath(bundle / "storage" / "sub")
     assert plan.storage == os.path.realpath(bundle / "storage") and not plan.storage_readonly
     cfg["process"]["cwd"] = "/nope"
     with pytest.raises(BundleInvalid) as e:
-        plan_from_config(cfg, str(bundle))
+        plan_of(cfg, str(bundle))
     assert e.value.problems[0].pointer == "/process/cwd"
 
 
@@ -288,14 +298,14 @@ def test_mounts_other_binds_refused_others_ignored(bundle: Path) -> None:
         {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"},
         {"destination": "/storage", "type": "bind", "source": "storage", "options": ["rbind", "ro"]},
     ]
-    plan = plan_from_config(cfg, str(bundle))
+    plan = plan_of(cfg, str(bundle))
     assert plan.storage_readonly
     assert [w.split(":")[0] for w in plan.warnings] == ["/mounts/0", "/mounts/1"]
     cfg["mounts"].append(
         {"destination": "/host", "type": "bind", "source": "/etc", "options": ["rbind", "ro"]}
     )
     with pytest.raises(BundleInvalid) as e:
-        plan_from_config(cfg, str(bundle))
+        plan_of(cfg, str(bundle))
     assert [p.pointer for p in e.value.problems] == ["/mounts/3"]
 
 
@@ -311,7 +321,7 @@ def test_rlimit_mapping(bundle: Path) -> None:
         "cpu": {"shares": 512},
     }
     cfg["annotations"] = {"sandbox-shim.cpu-time-seconds": "5", "sandbox-shim.wall-clock-seconds": "2.5"}
-    plan = plan_from_config(cfg, str(bundle))
+    plan = plan_of(cfg, str(bundle))
     assert plan.rlimits == (
         ("RLIMIT_AS", 256 << 20, 256 << 20),
         ("RLIMIT_CPU", 5, 6),
@@ -323,10 +333,10 @@ def test_rlimit_mapping(bundle: Path) -> None:
     assert {"rlimit.memory", "rlimit.cpu", "rlimit.nproc"} <= set(plan.requires)
     assert any("cpu/shares" in w for w in plan.warnings)
     cfg["linux"]["resources"]["cpu"] = {"quota": 50000, "period": 100000}
-    assert "cpu.rate" in plan_from_config(cfg, str(bundle)).requires
+    assert "cpu.rate" in plan_of(cfg, str(bundle)).requires
     cfg["process"]["rlimits"].append({"type": "RLIMIT_RTPRIO", "soft": 1, "hard": 1})
     with pytest.raises(BundleInvalid) as e:
-        plan_from_config(cfg, str(bundle))
+        plan_of(cfg, str(bundle))
     assert e.value.problems[0].pointer == "/process/rlimits/2/type"
 
 
@@ -339,7 +349,7 @@ def _mac_reports() -> list[Capability]:
 
 
 def test_namespaces_and_security_fields_become_requirements(bundle: Path) -> None:
-    plan = plan_from_config(darwin_config(["/bin/app"]), str(bundle))
+    plan = plan_of(darwin_config(["/bin/app"]), str(bundle))
     assert plan.requires == ("filesystem.confinement", "network.deny", "seatbelt")
     check_requirements(plan, _mac_reports())  # control: a tenant bundle shaped for macOS is accepted
     from sandbox_shim.template import default_config
@@ -347,7 +357,7 @@ def test_namespaces_and_security_fields_become_requirements(bundle: Path) -> Non
     cfg = default_config()  # pid/ipc/uts/cgroup namespaces, noNewPrivileges, memory limit
     cfg["process"]["args"] = ["/bin/app"]
     cfg["process"]["user"] = {"uid": os.getuid(), "gid": os.getgid()}
-    plan = plan_from_config(cfg, str(bundle))
+    plan = plan_of(cfg, str(bundle))
     with pytest.raises(CapabilityUnavailable) as e:
         check_requirements(plan, _mac_reports())
     assert sorted(r.name for r in e.value.reports) == [
@@ -360,34 +370,32 @@ def test_namespaces_and_security_fields_become_requirements(bundle: Path) -> Non
     ]
     cfg = darwin_config(["/bin/app"])
     cfg["linux"]["seccomp"] = {"defaultAction": "SCMP_ACT_ALLOW"}
-    assert "seccomp" in plan_from_config(cfg, str(bundle)).requires
+    assert "seccomp" in plan_of(cfg, str(bundle)).requires
     # on this (non-macOS) host's real reports, everything is refused
     if not ON_MAC:
         with pytest.raises(CapabilityUnavailable):
-            check_requirements(
-                plan_from_config(darwin_config(["/bin/app"]), str(bundle)), darwin_capabilities()
-            )
+            check_requirements(plan_of(darwin_config(["/bin/app"]), str(bundle)), darwin_capabilities())
 
 
 def test_network_settings(bundle: Path) -> None:
     cfg = darwin_config(["/bin/app"], linux={"namespaces": [{"type": "mount"}]})
     with pytest.raises(BundleInvalid) as e:  # no network namespace and no host annotation
-        plan_from_config(cfg, str(bundle))
+        plan_of(cfg, str(bundle))
     assert e.value.problems[0].pointer == "/linux/namespaces"
     cfg["annotations"] = {"sandbox-shim.network": "host"}
-    plan = plan_from_config(cfg, str(bundle))
+    plan = plan_of(cfg, str(bundle))
     assert plan.network == "host" and "network.deny" not in plan.requires
     iso = darwin_config(["/bin/app"], annotations={"sandbox-shim.network": "isolated"})
-    assert "network.isolated" in plan_from_config(iso, str(bundle)).requires
+    assert "network.isolated" in plan_of(iso, str(bundle)).requires
 
 
 def test_uid_rules(bundle: Path) -> None:
     cfg = darwin_config(["/bin/app"])
     cfg["process"]["user"] = {"uid": 0, "gid": 0}
-    assert any("uid 0" in w for w in plan_from_config(cfg, str(bundle), caller_uid=501).warnings)
+    assert any("uid 0" in w for w in plan_of(cfg, str(bundle), caller_uid=501).warnings)
     cfg["process"]["user"] = {"uid": 1000, "gid": 1000}
     with pytest.raises(BundleInvalid) as e:
-        plan_from_config(cfg, str(bundle), caller_uid=0)
+        plan_of(cfg, str(bundle), caller_uid=0)
     assert e.value.problems[0].pointer == "/process/user/uid"
 
 
@@ -395,7 +403,7 @@ def test_env_credentials_refused_without_echo(bundle: Path) -> None:
     cfg = darwin_config(["/bin/app"])
     cfg["process"]["env"].append("API_TOKEN=hunter2-value")
     with pytest.raises(BundleInvalid) as e:
-        plan_from_config(cfg, str(bundle))
+        plan_of(cfg, str(bundle))
     assert "hunter2" not in json.dumps(e.value.to_dict())
 
 
@@ -514,7 +522,7 @@ def test_lifecycle_created_running_stopped(tmp_path: Path, bundle: Path) -> None
     app.write_text("#!/bin/sh\necho started > ../storage/ran\nexit 3\n")
     mech = _mech(tmp_path)
     sb = _sandbox(tmp_path, bundle)
-    mech.provision(sb, darwin_config(["/bin/app"]))
+    mech.provision(sb, plan_of(darwin_config(["/bin/app"]), sb.bundle))
     assert mech.status(sb).status == "created"
     time.sleep(0.3)
     assert not (bundle / "storage" / "ran").exists()  # held: no user code ran
@@ -534,7 +542,7 @@ def test_wall_clock_kills_the_group_and_usage(tmp_path: Path, bundle: Path) -> N
     cfg = darwin_config(["/bin/app"], annotations={"sandbox-shim.wall-clock-seconds": "1"})
     mech = _mech(tmp_path)
     sb = _sandbox(tmp_path, bundle)
-    mech.provision(sb, cfg)
+    mech.provision(sb, plan_of(cfg, sb.bundle))
     mech.start(sb)
     time.sleep(0.3)
     use = mech.usage(sb)
@@ -557,7 +565,7 @@ def test_kill_workload_then_all(tmp_path: Path, bundle: Path) -> None:
     app.write_text("#!/bin/sh\nexec sleep 30\n")
     mech = _mech(tmp_path)
     sb = _sandbox(tmp_path, bundle)
-    mech.provision(sb, darwin_config(["/bin/app"]))
+    mech.provision(sb, plan_of(darwin_config(["/bin/app"]), sb.bundle))
     mech.start(sb)
     deadline = time.monotonic() + 10
     while mech.workload_pid(sb) == sb.private["pid"] and time.monotonic() < deadline:
@@ -572,7 +580,7 @@ def test_rejected_profile_is_a_setup_failure(tmp_path: Path, bundle: Path) -> No
     mech = _mech(tmp_path, REJECTING)
     sb = _sandbox(tmp_path, bundle)
     with pytest.raises(CannotEnforce) as e:
-        mech.provision(sb, darwin_config(["/bin/app"]))
+        mech.provision(sb, plan_of(darwin_config(["/bin/app"]), sb.bundle))
     assert "bogus-operation" in e.value.detail and "exit 65" in e.value.detail
     assert os.listdir(sb.private["dir"]) == []  # no profile, FIFO or process left
     assert "pid" not in sb.private
@@ -583,7 +591,7 @@ def test_refused_before_anything_is_made(tmp_path: Path, bundle: Path) -> None:
     sb = _sandbox(tmp_path, bundle)
     cfg = darwin_config(["/bin/app"], linux={"namespaces": [{"type": "network"}, {"type": "pid"}]})
     with pytest.raises(CapabilityUnavailable):
-        mech.provision(sb, cfg)
+        mech.provision(sb, plan_of(cfg, sb.bundle))
     assert os.listdir(sb.private["dir"]) == []
 
 
@@ -626,7 +634,8 @@ def _real_run(tmp_path: Path, bundle: Path, sid: str) -> tuple[int | None, str, 
     sb = _sandbox(tmp_path, bundle, sid)
     out, err = tmp_path / f"{sid}.out", tmp_path / f"{sid}.err"
     with open(out, "wb") as o, open(err, "wb") as e:
-        mech.provision(sb, json.loads((bundle / "config.json").read_text()), stdio=(subprocess.DEVNULL, o, e))
+        cfg = json.loads((bundle / "config.json").read_text())
+        mech.provision(sb, plan_of(cfg, sb.bundle), stdio=(subprocess.DEVNULL, o, e))
     assert mech.status(sb).status == "created"
     mech.start(sb)
     code = mech.wait(sb, timeout_s=30)

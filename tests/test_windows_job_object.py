@@ -9,17 +9,29 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import base_config
+from sandbox_shim.bundle import Settings, Spec
 from sandbox_shim.errors import BundleInvalid, CapabilityUnavailable, CouldNotRun, ShimError, UsageError
 from sandbox_shim.mechanism import Mechanism, Sandbox
 from sandbox_shim.platforms.windows import job_object as jo
 from sandbox_shim.platforms.windows.capabilities import windows_capabilities
 from sandbox_shim.platforms.windows.mechanism import WindowsJobMechanism
-from sandbox_shim.platforms.windows.plan import JobPlan, plan_from_config
+from sandbox_shim.platforms.windows.plan import JobPlan, plan_from_spec
 
 ON_WINDOWS = sys.platform == "win32"
+
+
+def plan_of(config: dict[str, Any], host_cpus: int | None = None) -> JobPlan:
+    """The plan of ``config``, through a ``Spec`` as ``make_plan`` gets it (the settings parsed once,
+    by ``bundle.Settings``)."""
+    spec = Spec("b", "", config, Settings.from_annotations(config.get("annotations") or {}))
+    return plan_from_spec(spec, host_cpus)
+
+
 win32 = pytest.mark.win32
 needs_windows = pytest.mark.skipif(
     not ON_WINDOWS, reason="needs Windows (real Job Objects); runs in platforms.yml"
@@ -318,7 +330,7 @@ def test_provision_then_start_call_sequence_and_arguments(fake: FakeKernel32) ->
     sb = Sandbox("t1", "C:\\bundles\\t1")
     cfg = _config(memory={"limit": 64 << 20}, cpu={"maximum": 2500})
     m = _mech()
-    m.provision(sb, cfg)
+    m.provision(sb, plan_of(cfg))
     assert fake.names() == SEQUENCE
     assert fake.args("CreateJobObjectW") == ("Local\\sandbox-shim-t1",)
     ext = jo.JOBOBJECT_EXTENDED_LIMIT_INFORMATION.from_buffer_copy(
@@ -370,7 +382,7 @@ def test_each_failing_call_is_typed_and_leaves_nothing(
     fake.fail, fake.error = call, 1450  # ERROR_NO_SYSTEM_RESOURCES
     sb = Sandbox("t2", "b")
     with pytest.raises(jo.JobObjectError) as ei:
-        _mech().provision(sb, _config(memory={"limit": 1 << 20}))
+        _mech().provision(sb, plan_of(_config(memory={"limit": 1 << 20})))
     assert isinstance(ei.value, ShimError)
     assert (ei.value.function, ei.value.winerror) == (call, 1450)
     assert fake.open == set(), "every handle made before the failure is closed"
@@ -388,7 +400,7 @@ def test_each_failing_call_is_typed_and_leaves_nothing(
 def test_create_process_failure_maps_win32_error(fake: FakeKernel32, code: int, reason: str | None) -> None:
     fake.fail, fake.error = "CreateProcessW", code
     with pytest.raises(ShimError) as ei:
-        _mech().provision(Sandbox("t3", "b"), _config())
+        _mech().provision(Sandbox("t3", "b"), plan_of(_config()))
     err = ei.value
     if reason is None:
         assert isinstance(err, jo.JobObjectError) and err.winerror == 87
@@ -401,7 +413,7 @@ def test_create_process_failure_maps_win32_error(fake: FakeKernel32, code: int, 
 
 def test_resume_failure_terminates_job_and_closes_everything(fake: FakeKernel32) -> None:
     m, sb = _mech(), Sandbox("t4", "b")
-    m.provision(sb, _config())
+    m.provision(sb, plan_of(_config()))
     fake.fail, fake.error = "ResumeThread", 6
     with pytest.raises(jo.JobObjectError) as ei:
         m.start(sb)
@@ -417,7 +429,7 @@ def test_existing_job_name_is_refused_and_closed(fake: FakeKernel32) -> None:
 
     fake.CreateJobObjectW = create  # type: ignore[method-assign]
     with pytest.raises(jo.JobObjectError) as ei:
-        _mech().provision(Sandbox("dup", "b"), _config())
+        _mech().provision(Sandbox("dup", "b"), plan_of(_config()))
     assert ei.value.winerror == jo.ERROR_ALREADY_EXISTS and fake.open == set()
 
 
@@ -425,7 +437,7 @@ def test_tenant_default_is_refused_before_any_win32_call(fake: FakeKernel32) -> 
     cfg = _config()
     del cfg["annotations"]
     with pytest.raises(CapabilityUnavailable) as ei:
-        _mech().provision(Sandbox("t5", "b"), cfg)
+        _mech().provision(Sandbox("t5", "b"), plan_of(cfg))
     assert {r.name for r in ei.value.reports} == {"filesystem.confinement", "network.deny"}
     assert fake.calls == []
 
@@ -433,7 +445,7 @@ def test_tenant_default_is_refused_before_any_win32_call(fake: FakeKernel32) -> 
 def test_reopen_in_new_process_checks_pid_identity(fake: FakeKernel32) -> None:
     sb = Sandbox("t6", "b")
     first = _mech()
-    first.provision(sb, _config())
+    first.provision(sb, plan_of(_config()))
     first.start(sb)
     later = _mech()  # a new shim process: no handles in memory
     assert later.status(sb).status == "running"
@@ -448,7 +460,7 @@ def test_reopen_in_new_process_checks_pid_identity(fake: FakeKernel32) -> None:
 
 def test_signal_other_than_kill_term_is_a_usage_error(fake: FakeKernel32) -> None:
     m, sb = _mech(), Sandbox("t7", "b")
-    m.provision(sb, _config())
+    m.provision(sb, plan_of(_config()))
     with pytest.raises(UsageError):
         m.signal(sb, 1)
     m.signal(sb, 9)
@@ -457,7 +469,7 @@ def test_signal_other_than_kill_term_is_a_usage_error(fake: FakeKernel32) -> Non
 
 def test_usage_converts_ticks_and_reads_accounting(fake: FakeKernel32) -> None:
     m, sb = _mech(), Sandbox("t8", "b")
-    m.provision(sb, _config())
+    m.provision(sb, plan_of(_config()))
     u = m.usage(sb)
     assert (u.cpu_user_us, u.cpu_system_us) == (1_234_567, 99)  # 100-ns ticks // 10
     assert (u.pids, u.io_read_bytes, u.io_write_bytes) == (3, 4096, 512)
@@ -520,7 +532,7 @@ def test_capabilities_off_windows_are_unavailable(monkeypatch: pytest.MonkeyPatc
     ],
 )
 def test_cpu_mapping(cpu: dict[str, int], rate: int | None, weight: int | None) -> None:
-    plan = plan_from_config(_config(cpu=cpu), host_cpus=8)
+    plan = plan_of(_config(cpu=cpu), host_cpus=8)
     assert (plan.limits.cpu_rate, plan.limits.cpu_weight) == (rate, weight)
     assert bool(plan.notes) == ("shares" in cpu and rate is not None)
     assert ("job-object.cpu" in plan.requires) == (rate is not None or weight is not None)
@@ -532,7 +544,7 @@ def test_plan_fields_and_implied_requirements() -> None:
         "sandbox-shim.requires": "job-object.processes",
         "sandbox-shim.windows.active-process-limit": "16",
     }
-    plan = plan_from_config(cfg)
+    plan = plan_of(cfg)
     assert isinstance(plan, JobPlan)
     assert plan.argv[0] == "C:\\tools\\prog.exe" and plan.cwd == "C:\\work"
     assert plan.env == {"PATH": "C:\\bin", "Z": "9"}
@@ -546,7 +558,7 @@ def test_invalid_config_gives_pointers_and_hides_env_values() -> None:
     cfg["process"]["env"] = ["SECRET_TOKEN"]  # no '=': the value must never appear in a message
     cfg["annotations"]["sandbox-shim.requires"] = "job-object.memory,teleport"
     with pytest.raises(BundleInvalid) as ei:
-        plan_from_config(cfg)
+        plan_of(cfg)
     pointers = {p.pointer for p in ei.value.problems}
     assert pointers == {
         "/process/args",
@@ -579,7 +591,7 @@ def test_real_job_runs_and_reports(monkeypatch: pytest.MonkeyPatch) -> None:
         "annotations": {"sandbox-shim.requires": "job-object.memory,job-object.cpu"},
     }
     try:
-        m.provision(sb, cfg)
+        m.provision(sb, plan_of(cfg))
         assert m.status(sb).status == "created"
         m.start(sb)
         assert m.wait(sb, 60) == 7
@@ -607,7 +619,7 @@ def test_real_memory_limit_stops_allocation(monkeypatch: pytest.MonkeyPatch) -> 
         "annotations": {"sandbox-shim.requires": "job-object.memory"},
     }
     try:
-        m.provision(sb, cfg)
+        m.provision(sb, plan_of(cfg))
         m.start(sb)
         assert m.wait(sb, 60) == 3
     finally:
@@ -621,3 +633,40 @@ def test_real_probe_reports_limits_but_no_confinement(monkeypatch: pytest.Monkey
     reports = {r.name: r for r in windows_capabilities()}
     assert reports["job-object.memory"].available and reports["job-object.processes"].available
     assert not reports["filesystem.confinement"].available
+
+
+# --- through the library: api.provision / start / status / destroy ------------------------------------
+
+
+def test_the_library_drives_the_windows_mechanism(fake: FakeKernel32, tmp_path: Path) -> None:
+    """The library's own path (bundle.load -> make_plan -> provision -> the record) with the Windows
+    mechanism over the fake kernel32: the api reads what ``provision`` returns, no Linux key of
+    ``Sandbox.private`` (``init_pid``, ``pid_start``)."""
+    import json
+
+    from sandbox_shim import api
+
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs").mkdir(parents=True)
+    (bundle / "storage").mkdir()
+    cfg = base_config(["/prog.exe", "a"])  # a valid tenant bundle (bundle.load's policy holds on every OS)
+    cfg["windows"] = {"resources": {"memory": {"limit": 64 << 20}}}
+    cfg["annotations"] = {"sandbox-shim.requires": "job-object"}  # the limit adds job-object.memory
+    (bundle / "config.json").write_text(json.dumps(cfg))
+    m = _mech()
+    m.root = str(tmp_path / "state")
+    created = api.provision(m, Sandbox("w1", str(bundle)))
+    assert (created.status, created.pid) == ("created", 4242)
+    made = ["CreateJobObjectW", "SetInformationJobObject", "CreateProcessW", "AssignProcessToJobObject"]
+    assert fake.names()[:4] == made  # the memory limit only: no CPU-rate call
+    rec = api.store_of(m).read("w1")
+    assert (rec.pid, rec.init_pid, rec.pid_start) == (4242, 4242, None)
+    assert rec.private["plan"] == {"hooks": {}, "wall_clock": None, "network": None}
+    assert api.start(m, "w1").status == "running"
+    assert "ResumeThread" in fake.names()
+    assert api.status(m, "w1").status == "running"
+    api.signal(m, "w1", 9)
+    assert api.status(m, "w1").status == "stopped"
+    api.destroy(m, "w1")
+    assert not fake.open  # every handle closed
+    assert api.list_sandboxes(m) == []

@@ -28,7 +28,7 @@ def address(mechanism: Mechanism, sandbox_id: str) -> str | None:
     Raises:
         SandboxNotFound: no sandbox ``sandbox_id`` under the mechanism's state root.
     """
-    root = getattr(mechanism, "root", None)
+    root = mechanism.root
     if root is None:
         return None
     store = StateStore(root)

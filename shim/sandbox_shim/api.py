@@ -38,7 +38,7 @@ def id_of(sandbox: Sandbox | str) -> str:
 
 def store_of(mechanism: Mechanism) -> StateStore:
     """The state store a mechanism keeps its sandboxes in (its ``root``)."""
-    return StateStore(getattr(mechanism, "root", None))
+    return StateStore(mechanism.root)
 
 
 _IDENTITY = ("pid", "pid_start", "init_pid", "init_start")
@@ -109,7 +109,7 @@ def _provision(
     spec = load(sandbox.bundle)
     plan = mechanism.make_plan(spec, sandbox.id)  # the platform's plan; refusal happens in there
     required = list(plan.required)
-    plan_hooks = getattr(plan, "hooks", None) or {}
+    plan_hooks = plan.hooks
     store = store_of(mechanism)
     with store.new(sandbox.id) as d:
         rec = Record(
@@ -128,21 +128,21 @@ def _provision(
         sandbox.private.update(console_socket=console_socket, preserve_fds=preserve_fds, stdio=stdio)
         try:
             store.write(rec)
-            mechanism.provision(sandbox, plan)
+            ident = mechanism.provision(sandbox, plan)
             sandbox.private.pop("on_cgroup", None)
             sandbox.private.pop("stdio", None)
-            init = sandbox.private["init_pid"]
+            init = ident.init_pid
             doc = hooks.state_doc(sandbox.id, "creating", init, spec.bundle, spec.annotations)
             for phase in ("prestart", "createRuntime", "createContainer"):
                 hooks.run(plan_hooks, phase, doc, init, spec.bundle)
             rec.status = "created"
-            rec.pid, rec.pid_start = sandbox.private["pid"], sandbox.private["pid_start"]
-            rec.init_pid, rec.init_start = sandbox.private["init_pid"], sandbox.private["init_start"]
+            rec.pid, rec.pid_start = ident.pid, ident.pid_start
+            rec.init_pid, rec.init_start = ident.init_pid, ident.init_start
             rec.private = {k: v for k, v in sandbox.private.items() if k != "dir" and k not in _IDENTITY}
             rec.private["plan"] = {
                 "hooks": plan_hooks,
-                "wall_clock": getattr(plan, "wall_clock", None),
-                "network": getattr(plan, "network", None),
+                "wall_clock": plan.wall_clock,
+                "network": plan.network,
             }
             store.write(rec)
             if pid_file:
@@ -213,7 +213,7 @@ def observed_status(mechanism: Mechanism, rec: Record, store: StateStore) -> str
         sb = sandbox_of(rec, store)
         if not mechanism.alive(sb):
             return "stopped"
-        if rec.status == "created" and hasattr(mechanism, "status"):
+        if rec.status == "created":
             return str(mechanism.status(sb).status)
         if rec.status == "running" and mechanism.paused(sb):
             return "paused"

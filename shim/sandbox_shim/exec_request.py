@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from .mechanism import Sandbox
+    from .mechanism import Mechanism, Sandbox
 
 
 class ExecRequest(Value):
@@ -121,7 +121,7 @@ def _write_pid(pid_file: str | None, pid: int) -> None:
 
 
 def run(
-    mechanism: Any,
+    mechanism: Mechanism,
     sandbox: Sandbox | str,
     req: ExecRequest,
     *,
@@ -166,7 +166,7 @@ def run(
 
 
 def exec_command(
-    mechanism: Any,
+    mechanism: Mechanism,
     sandbox: Sandbox | str,
     *,
     process_file: str | None = None,

@@ -81,7 +81,7 @@ def _cpu_limit(rlimits: Sequence[Sequence[Any]]) -> int | None:
 
 def execute(
     mechanism: Mechanism,
-    sandbox: Any,
+    sandbox: Sandbox | str,
     command: tuple[str, Sequence[str]],
     timeout: float | None = None,
     env: dict[str, str] | None = None,
@@ -362,8 +362,7 @@ def run_bundle(
                     code = _wait_exit(mechanism, sb, rec.pid, time.monotonic() + 10, watch)
                 duration = time.monotonic() - t0
                 # exit 137 is not SIGKILL: ask for the wait(2) status where the mechanism keeps it
-                term = getattr(mechanism, "termination", None)
-                ended = term(sb) if term is not None and not timed_out else None
+                ended = mechanism.termination(sb) if not timed_out else None
                 after = watch.final()
             finally:
                 watch.close()
@@ -407,7 +406,7 @@ def run_bundle(
 
 
 def run_detached(
-    mechanism: Any,
+    mechanism: Mechanism,
     sandbox_id: str,
     bundle: str | os.PathLike[str],
     *,

@@ -216,16 +216,56 @@ class Status(Value):
         return d
 
 
+class Identity(Value):
+    """The processes a provisioned sandbox is known by: what ``Mechanism.provision`` returns and the
+    library records (``state.Record``), so no key of ``Sandbox.private`` is read outside the mechanism.
+
+    Attributes:
+        pid: the container process (``state.pid``).
+        pid_start: its start time where the host has one (Linux: proc(5) field 22, in ticks; macOS:
+            the monitor's, in seconds), else None.
+        init_pid: the process the hooks' state names (the same as ``pid`` unless the platform holds
+            the workload behind another process).
+        init_start: its start time, or None.
+    """
+
+    __match_args__ = ("pid", "pid_start", "init_pid", "init_start")
+
+    def __init__(
+        self, pid: int, pid_start: float | None = None, init_pid: int = 0, init_start: float | None = None
+    ) -> None:
+        self.pid = pid
+        self.pid_start = pid_start
+        self.init_pid = init_pid
+        self.init_start = init_start
+
+
+#: a sandbox's record of its host objects (``ROOT/.cgroups/ID``, JSON): what the mechanism wrote
+#: through the ``on_cgroup`` hook, read back by the same mechanism (``lost_pids``)
+HostRecord = dict[str, object]
+
+
 class LaunchPlan(Protocol):
     """What the library reads of any platform's plan (``plan.Plan``, ``DarwinPlan``, ``JobPlan``).
 
     ``required``: capability names the plan needs, checked before ``provision`` and again at
-    ``start``.  A plan may also carry ``hooks``, ``wall_clock`` (seconds) and ``network``; the library
-    reads those where present.
+    ``start``.  ``hooks``: the OCI hooks by phase (empty where the platform runs none);
+    ``wall_clock``: seconds, or None; ``network``: the sandbox's network mode (``none``, ``host``,
+    ``isolated``), or None where the platform has no such setting.  The library records the last three
+    with the sandbox.
     """
 
     @property
     def required(self) -> Sequence[str]: ...
+
+    @property
+    def hooks(self) -> dict[str, list[dict[str, Any]]]: ...
+
+    @property
+    def wall_clock(self) -> float | None: ...
+
+    @property
+    def network(self) -> str | None: ...
 
 
 class CgroupControl(Protocol):
@@ -280,9 +320,11 @@ class Mechanism(Protocol):
         """Raise ``CapabilityUnavailable`` for each of ``names`` this host does not provide."""
         ...
 
-    def provision(self, sandbox: Sandbox, plan: LaunchPlan) -> None:
+    def provision(self, sandbox: Sandbox, plan: LaunchPlan) -> Identity:
         """OCI create: resources made, process prepared and held before user code runs.  ``plan`` is
-        what this mechanism's ``make_plan`` returned (another platform's plan: ``LaunchFailed``)."""
+        what this mechanism's ``make_plan`` returned (another platform's plan: ``LaunchFailed``).
+        Returns the processes the sandbox is known by from now on (recorded by the library, and given
+        back in ``sandbox.private`` under their names on every later call)."""
         ...
 
     def start(self, sandbox: Sandbox) -> None:
@@ -335,7 +377,13 @@ class Mechanism(Protocol):
         line each; the record is then kept for another try."""
         ...
 
-    def lost_pids(self, info: dict[str, Any]) -> list[int] | None:
+    def observed_cgroups(self, root: str) -> dict[str, HostRecord]:
+        """The host-object records (as ``ROOT/.cgroups/ID`` holds them) of the sandboxes the host itself
+        shows for the state root ``root``, by id, whatever the store still has (``reconcile``; Linux:
+        the cgroup tree under the root's tagged parent); ``{}`` where the platform leaves none."""
+        ...
+
+    def lost_pids(self, info: HostRecord) -> list[int] | None:
         """Live pids of the host object recorded in ``info`` (``ROOT/.cgroups/ID``) for a sandbox whose
         state is gone, or None when that object no longer exists (``reconcile``)."""
         ...

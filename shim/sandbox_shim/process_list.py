@@ -10,19 +10,17 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
-    from .mechanism import Sandbox
+    from .mechanism import Mechanism, Sandbox
 
 
-def pids(mechanism: Any, sandbox: Sandbox | str) -> list[int]:
+def pids(mechanism: Mechanism, sandbox: Sandbox | str) -> list[int]:
     """Host pids of the sandbox's processes, sorted.  Raises SandboxNotFound."""
     from . import api, control
 
     return control.ps(mechanism, api.id_of(sandbox))
 
 
-def processes(mechanism: Any, sandbox: Sandbox | str) -> list[tuple[int, str]]:
+def processes(mechanism: Mechanism, sandbox: Sandbox | str) -> list[tuple[int, str]]:
     """``[(pid, command line with arguments joined by spaces)]``, sorted by pid.  Raises SandboxNotFound."""
     import psutil
 

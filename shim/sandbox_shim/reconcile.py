@@ -2,8 +2,8 @@
 
 ``observe(mechanism)`` lists every sandbox the state store knows *and* every one it has lost: cgroups
 recorded in ``ROOT/.cgroups/ID`` (kept outside the state dir) whose directories still exist, and
-those the cgroup tree shows under the root's own parent (``Mechanism.observed_cgroups`` where the
-mechanism has one), so a loss of ``ROOT/.cgroups`` too still lists them.  For each,
+those the cgroup tree shows under the root's own parent (``Mechanism.observed_cgroups``; ``{}`` where
+the platform leaves nothing behind), so a loss of ``ROOT/.cgroups`` too still lists them.  For each,
 the processes in its cgroup are reported with their pid and start time (proc(5) field 22), so a caller
 compares them with its own records instead of trusting a pid alone.  What "still exists" means is the
 mechanism's to say (``Mechanism.lost_pids``).
@@ -41,8 +41,7 @@ def lost_sandboxes(mechanism: Mechanism, store: StateStore, known: set[str]) -> 
 
         raise StateUnreadable(index, e.errno or 0, e.strerror or str(e)) from e
     # the cgroup tree itself (the root's tagged parent), for a loss that took ROOT/.cgroups too
-    shown = getattr(mechanism, "observed_cgroups", None)
-    seen: dict[str, dict[str, object]] = shown(store.root) if shown is not None else {}
+    seen = mechanism.observed_cgroups(store.root)
     out = []
     for sid in sorted((recorded | set(seen)) - known):
         info = store.read_cgroup_index(sid) or seen.get(sid)

@@ -114,8 +114,9 @@ def check_id(sandbox_id: str) -> None:
         )
 
 
-def same_process(pid: int, start: int | None) -> bool:
-    """True if ``pid`` is alive (not a zombie) and started at ``start``."""
+def same_process(pid: int, start: float | None) -> bool:
+    """True if ``pid`` is alive (not a zombie) and started at ``start`` (proc(5) field 22, as
+    ``mechanism.Identity`` records it)."""
     if not pid or start is None:
         return False
     return proc_start_time(pid) == start and proc_state(pid) not in (None, "Z", "X")
@@ -148,9 +149,9 @@ class Record(Value):
         bundle: str,
         status: str = "creating",
         pid: int = 0,
-        pid_start: int | None = None,
+        pid_start: float | None = None,
         init_pid: int = 0,
-        init_start: int | None = None,
+        init_start: float | None = None,
         created: str = "",
         annotations: dict[str, str] | None = None,
         mechanism: str = "linux",

@@ -22,6 +22,8 @@ TYPE_CHECKING = False  # typing stays unloaded at run time: every lifecycle verb
 if TYPE_CHECKING:
     from typing import Any, TypeVar
 
+    from .mechanism import Mechanism
+
     F = TypeVar("F", bound=Callable[..., Any])
 
 CALLS = (
@@ -77,11 +79,11 @@ def instrument(call: str) -> Callable[[F], F]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not _handlers:
                 return fn(*args, **kwargs)
-            mech = args[0] if args else kwargs.get("mechanism")
+            mech: Mechanism | None = args[0] if args else kwargs.get("mechanism")
             target = args[1] if len(args) > 1 else kwargs.get("sandbox")
             meta: dict[str, Any] = {
                 "sandbox_id": getattr(target, "id", target),
-                "mechanism": getattr(mech, "name", None),
+                "mechanism": mech.name if mech is not None else None,
             }
             t0 = time.monotonic_ns()
             emit(("sandbox_shim", call, "start"), {"system_time": time.time_ns()}, meta)

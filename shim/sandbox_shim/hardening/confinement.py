@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ..capability import Capability
+    from .confine_backend import ConfineBackend
     from .egress import EgressProxy
 
 __all__ = [
@@ -192,7 +193,7 @@ def resolve_subpath(p: str, permit: str, given: str | None = None, what: str = "
     return norm
 
 
-def _backend() -> Any:
+def _backend() -> ConfineBackend:
     from ..platforms.select import confine_backend
 
     backend = confine_backend()
@@ -204,8 +205,7 @@ def _backend() -> Any:
 def die_with_parent(sig: int) -> bool:
     """Have this process get ``sig`` when its parent ends (the platform's mechanism: Linux
     ``PR_SET_PDEATHSIG``); False where there is none."""
-    fn = getattr(_backend(), "parent_death_signal", None)
-    return bool(fn(sig)) if fn is not None else False
+    return _backend().parent_death_signal(sig)
 
 
 def report(bwrap: str | None = None) -> list[Capability]:
@@ -338,7 +338,7 @@ def confine(
 
 
 def _launch_spec(
-    backend: Any,
+    backend: ConfineBackend,
     exe: str,
     args: Sequence[str],
     env: dict[str, str],

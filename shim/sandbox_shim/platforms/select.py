@@ -16,12 +16,14 @@ import sys
 
 TYPE_CHECKING = False  # typing is not imported at run time: the lifecycle verbs import this module
 if TYPE_CHECKING:
-    from types import ModuleType
     from typing import Any
 
     from ..errors import BundleProblem
+    from ..hardening.confine_backend import ConfineBackend
     from ..mechanism import Mechanism
+    from .darwin import confine as darwin_confine
     from .darwin.mechanism import DarwinSeatbeltMechanism
+    from .linux import confine as linux_confine
     from .linux.mechanism import LinuxMechanism
     from .windows.mechanism import WindowsJobMechanism
 
@@ -32,6 +34,10 @@ if TYPE_CHECKING:
         here, on any OS (the branches of ``mechanism`` below are per-platform, and mypy skips the
         other platforms' branches).  A mechanism missing a member fails ``mypy``."""
         return linux, darwin, windows
+
+    #: never evaluated: mypy checks both confinement renderers against ``ConfineBackend`` here, on
+    #: any OS (``confine_backend``'s branches are per platform); a renderer missing a member fails
+    _CONFINE_CONTRACT: tuple[ConfineBackend, ConfineBackend] = (linux_confine, darwin_confine)
 
 
 def _linux() -> bool:
@@ -133,11 +139,9 @@ def enter_helper() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "linux", "enter.py")
 
 
-def confine_backend() -> ModuleType | None:
+def confine_backend() -> ConfineBackend | None:
     """The control-plane confinement's renderer for this OS (Linux: bwrap + Landlock; macOS: SBPL), or
-    None.  A renderer offers ``render(exe, args, sets, cd, **options) -> (argv, layers, not_enforced)``,
-    ``report(bwrap) -> list[Capability]``, ``helper_interpreters(egress) -> list[str]``, ``EGRESS_TCP``
-    and ``PROXY_PORT`` (``hardening/confinement.py``)."""
+    None.  What a renderer offers is the protocol ``hardening.confine_backend.ConfineBackend``."""
     if sys.platform.startswith("linux"):
         from .linux import confine as linux
 

@@ -27,6 +27,11 @@ def helper_interpreters(egress: bool) -> list[str]:
     return []
 
 
+def parent_death_signal(sig: int) -> bool:
+    """False: macOS has no parent-death signal (``hardening.confine_backend``)."""
+    return False
+
+
 def report(bwrap: str | None = None) -> list[Capability]:
     """``sandbox-exec`` present and executable, as a ``Capability`` report."""
     from ...capability import Capability

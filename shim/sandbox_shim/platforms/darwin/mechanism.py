@@ -28,15 +28,15 @@ from typing import Any
 
 from ...capability import Capability
 from ...errors import CannotEnforce, CapabilityUnavailable, LaunchFailed, LimitExceeded
-from ...mechanism import Sandbox, Status, Usage
+from ...mechanism import Identity, Sandbox, Status, Usage
 from . import launcher
-from .plan import NOT_ON_MACOS, DarwinPlan, check_requirements, plan_from_config, plan_from_spec
+from .plan import NOT_ON_MACOS, DarwinPlan, check_requirements, plan_from_spec
 from .seatbelt import RUNTIME_READ, SANDBOX_EXEC, Profile, build_profile
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ...bundle import Spec
-    from ...mechanism import CgroupControl, LaunchPlan
+    from ...mechanism import CgroupControl, HostRecord, LaunchPlan
     from ...state import StateStore
 
 ENV = "/usr/bin/env"
@@ -204,21 +204,22 @@ class DarwinSeatbeltMechanism:
     def provision(
         self,
         sandbox: Sandbox,
-        plan: LaunchPlan | dict[str, Any],
+        plan: LaunchPlan,
         stdio: tuple[Any, Any, Any] = (None, None, None),
-    ) -> None:
+    ) -> Identity:
         """OCI create: profile written and compile-checked, monitor held on the FIFO.
 
         Args:
             sandbox: ``private["dir"]`` must be an existing private directory (the state dir).
-            plan: a ``DarwinPlan``, or an OCI config dict (planned against ``sandbox.bundle``).
+            plan: the ``DarwinPlan`` ``make_plan`` made from the bundle's ``Spec``.
             stdio: the workload's stdin/stdout/stderr (default: inherit the caller's).
+        Returns:
+            the monitor's pid and start time, as both ``pid`` and ``init_pid`` (the workload exists
+            only after start; see ``workload_pid``).
         Raises:
-            BundleInvalid, CouldNotRun: from planning.  CapabilityUnavailable: before anything is made.
-            CannotEnforce: sandbox-exec rejected the profile.  LaunchFailed: the monitor did not start.
+            CapabilityUnavailable: before anything is made.  CannotEnforce: sandbox-exec rejected the
+            profile.  LaunchFailed: the monitor did not start; ``plan`` is not a ``DarwinPlan``.
         """
-        if isinstance(plan, dict):
-            plan = plan_from_config(plan, sandbox.bundle)
         if not isinstance(plan, DarwinPlan):
             raise LaunchFailed(
                 f"{type(plan).__name__} is not a macOS plan", "plan with this mechanism's make_plan"
@@ -258,6 +259,7 @@ class DarwinSeatbeltMechanism:
             )
             self._procs[sandbox.id] = proc
             undo.pop_all()
+        return Identity(proc.pid, start, proc.pid, start)
 
     def start(self, sandbox: Sandbox) -> None:
         """OCI start: release the gate.  Raises LaunchFailed when the held process is gone."""
@@ -293,7 +295,11 @@ class DarwinSeatbeltMechanism:
         store.drop_cgroup_index(sandbox_id)
         return []
 
-    def lost_pids(self, info: dict[str, Any]) -> list[int] | None:
+    def observed_cgroups(self, root: str) -> dict[str, HostRecord]:
+        """``{}``: no host object outlives a macOS sandbox's state."""
+        return {}
+
+    def lost_pids(self, info: HostRecord) -> list[int] | None:
         """None: no host object outlives a macOS sandbox's state."""
         return None
 

@@ -1,4 +1,4 @@
-"""OCI config dict -> ``DarwinPlan``: how a bundle runs under ``sandbox-exec`` (no mount namespaces).
+"""``Spec`` -> ``DarwinPlan``: how a bundle runs under ``sandbox-exec`` (no mount namespaces).
 
 macOS has no mount, pid, ipc, uts or cgroup namespaces, so a bundle is *interpreted*, not mounted:
 
@@ -58,7 +58,7 @@ from ...paths import canonical, resolve_in_root
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ...bundle import Settings, Spec
+    from ...bundle import Spec
 
 PREFIX = "sandbox-shim."
 _SPEC = "OCI runtime-spec config.md"
@@ -132,6 +132,11 @@ class DarwinPlan:
     def required(self) -> tuple[str, ...]:
         """``requires`` under the name every platform's plan has (``mechanism.LaunchPlan``)."""
         return self.requires
+
+    @property
+    def hooks(self) -> dict[str, list[dict[str, Any]]]:
+        """None run on macOS (``mechanism.LaunchPlan``): empty."""
+        return {}
 
 
 class _Mapper:
@@ -293,20 +298,12 @@ def _linux_section(cfg: dict[str, Any], requires: set[str], warnings: list[str])
 
 
 def plan_from_spec(spec: Spec, *, caller_uid: int | None = None) -> DarwinPlan:
-    """The macOS plan of a loaded bundle: its config, with the sandbox settings the ``Spec`` already
-    parsed (``spec.settings``: network, wall clock, CPU time, requires).  Raises as
-    ``plan_from_config``."""
-    return plan_from_config(spec.config, spec.bundle, caller_uid=caller_uid, settings=spec.settings)
-
-
-def plan_from_config(
-    config: dict[str, Any], bundle: str, *, caller_uid: int | None = None, settings: Settings | None = None
-) -> DarwinPlan:
-    """Interpret an OCI config for ``sandbox-exec`` (rules in the module docstring).
+    """Interpret a loaded bundle (``bundle.load``) for ``sandbox-exec`` (rules in the module
+    docstring): its config, with the sandbox settings the ``Spec`` already parsed (``spec.settings``:
+    network, wall clock, CPU time, requires); nothing here parses them again.
 
     Args:
-        config: the parsed config.json.
-        bundle: the bundle directory (``root.path`` and mount sources resolve against it).
+        spec: the loaded bundle (``root.path`` and mount sources resolve against ``spec.bundle``).
         caller_uid: the uid the workload will run as (default ``os.getuid()``).
     Returns:
         The plan.  It reads the bundle's rootfs (lstat/stat) to resolve ``args[0]`` and ``cwd``.
@@ -314,10 +311,11 @@ def plan_from_config(
         BundleInvalid: every problem, each with its JSON pointer (no ``process.env`` value quoted).
         CouldNotRun: ``args[0]`` is not an executable file inside the rootfs or storage.
     """
+    config, settings = spec.config, spec.settings
     problems: list[BundleProblem] = []
     warnings: list[str] = []
     requires: set[str] = {"seatbelt", "filesystem.confinement"}
-    bundle = canonical(bundle)
+    bundle = canonical(spec.bundle)
     proc = config.get("process") or {}
     args = proc.get("args")
     if not isinstance(args, list) or not args or not all(isinstance(a, str) for a in args) or not args[0]:
@@ -328,15 +326,14 @@ def plan_from_config(
     rootfs = canonical(root, bundle) if isinstance(root, str) and root else ""
     if not rootfs or not os.path.isdir(rootfs):
         problems.append(BundleProblem("/root/path", "root filesystem does not exist", _SPEC + " root.path"))
-    ann = config.get("annotations") or {}
-    network = settings.network if settings is not None else (ann.get(PREFIX + "network") or "none")
+    network = settings.network
     problems += tenant.check_network(config, network)
     if network == "isolated":
         requires.add("network.isolated")
     elif network != "host":
         network = "none"
     storage, dest, storage_ro = _storage(config, bundle, problems, warnings)
-    cpu_s = settings.cpu_time if settings is not None else ann.get(PREFIX + "cpu-time-seconds")
+    cpu_s = settings.cpu_time
     rlimits = _rlimits(config, problems, requires, warnings, cpu_s)
     _linux_section(config, requires, warnings)
     if network == "host":
@@ -360,26 +357,8 @@ def plan_from_config(
             )
     if (proc.get("capabilities") or {}).get("effective"):
         warnings.append("/process/capabilities ignored on macOS (no Linux capabilities; none are granted)")
-    wall_clock = None
-    try:
-        wall_clock = (
-            settings.wall_clock
-            if settings is not None
-            else (float(ann.get(PREFIX + "wall-clock-seconds") or 0) or None)
-        )
-    except ValueError:
-        problems.append(
-            BundleProblem(
-                f"/annotations/{PREFIX}wall-clock-seconds",
-                "must be a number of seconds",
-                "sandbox-shim annotations",
-            )
-        )
-    if wall_clock is not None and wall_clock <= 0:
-        wall_clock = None
-    raw_req = ",".join(settings.requires or ()) if settings is not None else ann.get(PREFIX + "requires")
-    if raw_req:
-        requires |= {n.strip() for n in str(raw_req).split(",") if n.strip()}
+    wall_clock = settings.wall_clock
+    requires |= set(settings.requires or ())
     if problems:
         raise BundleInvalid(problems)
     assert isinstance(args, list)  # checked above: a non-empty list of strings

@@ -24,7 +24,7 @@ import contextlib
 import os
 
 from ...errors import LaunchFailed
-from ...mechanism import Sandbox, Status, Usage
+from ...mechanism import Identity, Sandbox, Status, Usage
 from ...state import proc_start_time, same_process
 from . import process as procs
 from .cgroups import Limits, manager
@@ -90,8 +90,9 @@ class LinuxMechanism:
         require(names, cache_dir=os.path.join(root, ".capabilities") if root else None)
 
     # -- create ---------------------------------------------------------------------------------
-    def provision(self, sandbox: Sandbox, plan: LaunchPlan) -> None:
+    def provision(self, sandbox: Sandbox, plan: LaunchPlan) -> Identity:
         """Launch bwrap held before user code; fill ``sandbox.private`` with pids, cgroup, files.
+        Returns the container process (pid and start time; the init process is the same one).
 
         Raises:
             LaunchFailed: bwrap or a cgroup write failed; everything made so far is undone; ``plan``
@@ -304,6 +305,7 @@ class LinuxMechanism:
             undo.pop_all()
             for fd in (*fds.values(), info_r):
                 os.close(fd)
+        return Identity(child, child_start, child, child_start)
 
     # -- start ----------------------------------------------------------------------------------
     def start(self, sandbox: Sandbox) -> None:

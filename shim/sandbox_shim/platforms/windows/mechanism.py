@@ -19,15 +19,15 @@ from typing import Any
 
 from ...capability import Capability
 from ...errors import CapabilityUnavailable, CouldNotRun, LaunchFailed, UsageError
-from ...mechanism import Sandbox, Status, Usage
+from ...mechanism import Identity, Sandbox, Status, Usage
 from . import job_object as jo
 from .capabilities import windows_capabilities
-from .plan import JobLimits, JobPlan, check_requirements, plan_from_config, plan_from_spec
+from .plan import JobLimits, JobPlan, check_requirements, plan_from_spec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ...bundle import Spec
-    from ...mechanism import CgroupControl, LaunchPlan
+    from ...mechanism import CgroupControl, HostRecord, LaunchPlan
     from ...state import StateStore
 
 SIGKILL = 9  # POSIX numbers; Python's signal module has no SIGKILL on Windows
@@ -130,20 +130,21 @@ class WindowsJobMechanism:
         if missing:
             raise CapabilityUnavailable(missing)
 
-    def provision(self, sandbox: Sandbox, plan: LaunchPlan | dict[str, Any]) -> None:
+    def provision(self, sandbox: Sandbox, plan: LaunchPlan) -> Identity:
         """OCI create: a job with the plan's limits holding the suspended process.
 
         Args:
             sandbox: fills ``sandbox.private`` (``job_name``, ``pid``, ``tid``, ``started``).
-            plan: a ``JobPlan``, or an OCI config dict (passed through ``plan_from_config``).
+            plan: the ``JobPlan`` ``make_plan`` made from the bundle's ``Spec``.
+        Returns:
+            the suspended process's pid, as ``pid`` and ``init_pid`` (no start time: a reused pid is
+            told apart by IsProcessInJob instead).
         Raises:
-            BundleInvalid: a config dict that cannot be planned.
+            LaunchFailed: ``plan`` is not a ``JobPlan``.
             CapabilityUnavailable: a required capability is missing (before any Win32 call).
             CouldNotRun: CreateProcessW could not find or execute the program (cause: JobObjectError).
             JobObjectError: any other failing call; nothing is left behind.
         """
-        if isinstance(plan, dict):
-            plan = plan_from_config(plan)
         if not isinstance(plan, JobPlan):
             raise LaunchFailed(
                 f"{type(plan).__name__} is not a Job Object plan", "plan with this mechanism's make_plan"
@@ -172,7 +173,9 @@ class WindowsJobMechanism:
             jo.keep_alive_in(job, process)
             undo.pop_all()
         self._open[sandbox.id] = _Handles(job, process, thread)
-        sandbox.private.update(job_name=name, pid=int(pi.dwProcessId), tid=int(pi.dwThreadId), started=False)
+        pid = int(pi.dwProcessId)
+        sandbox.private.update(job_name=name, pid=pid, tid=int(pi.dwThreadId), started=False)
+        return Identity(pid, None, pid, None)
 
     def _handles(self, sandbox: Sandbox) -> _Handles:
         """The open handles, reopening them by name/pid in a new shim process.
@@ -287,7 +290,11 @@ class WindowsJobMechanism:
         store.drop_cgroup_index(sandbox_id)
         return []
 
-    def lost_pids(self, info: dict[str, Any]) -> list[int] | None:
+    def observed_cgroups(self, root: str) -> dict[str, HostRecord]:
+        """``{}``: a Job Object does not outlive the process holding its handle."""
+        return {}
+
+    def lost_pids(self, info: HostRecord) -> list[int] | None:
         """None: a Job Object does not outlive the process holding its handle."""
         return None
 

@@ -1,4 +1,4 @@
-"""OCI config dict -> ``JobPlan``: what a Job Object will enforce, and what the bundle requires.
+"""``Spec`` -> ``JobPlan``: what a Job Object will enforce, and what the bundle requires.
 
 Mapping (OCI runtime-spec ``config-windows.md`` -> Win32 ``winnt.h`` job object fields):
 
@@ -107,6 +107,21 @@ class JobPlan:
         """``requires`` under the name every platform's plan has (``mechanism.LaunchPlan``)."""
         return self.requires
 
+    @property
+    def hooks(self) -> dict[str, list[dict[str, Any]]]:
+        """None run with a Job Object (``mechanism.LaunchPlan``): empty."""
+        return {}
+
+    @property
+    def wall_clock(self) -> float | None:
+        """None: a Job Object plan enforces no wall clock (``mechanism.LaunchPlan``)."""
+        return None
+
+    @property
+    def network(self) -> str | None:
+        """None: Job Objects have no network setting (``mechanism.LaunchPlan``)."""
+        return None
+
 
 def _int(
     problems: list[BundleProblem], obj: dict[str, Any], key: str, pointer: str, lo: int, hi: int
@@ -160,17 +175,11 @@ def _limits(
     return JobLimits(job_memory_bytes=mem, active_processes=procs, cpu_rate=rate, cpu_weight=weight)
 
 
-def _requires(
-    config: dict[str, Any], limits: JobLimits, problems: list[BundleProblem], settings: Settings | None = None
-) -> tuple[str, ...]:
-    if settings is not None:  # the Spec's, parsed once by bundle.Settings
-        raw: object = ",".join(settings.requires) if settings.requires else None
-    else:
-        raw = (config.get("annotations") or {}).get(REQUIRES_ANNOTATION)
-    if raw is None:
+def _requires(limits: JobLimits, problems: list[BundleProblem], settings: Settings) -> tuple[str, ...]:
+    if settings.requires is None:  # the Spec's, parsed once by bundle.Settings
         names = set(TENANT_REQUIREMENTS)
     else:
-        names = {n.strip() for n in str(raw).split(",") if n.strip()}
+        names = set(settings.requires)
         unknown = sorted(names - set(KNOWN_CAPABILITIES))
         if unknown:
             problems.append(
@@ -192,26 +201,19 @@ def _requires(
 
 
 def plan_from_spec(spec: Spec, host_cpus: int | None = None) -> JobPlan:
-    """The ``JobPlan`` of a loaded bundle: its config, with the sandbox settings the ``Spec`` already
-    parsed (``spec.settings``: ``requires``).  Raises ``BundleInvalid`` as ``plan_from_config``."""
-    return plan_from_config(spec.config, host_cpus, settings=spec.settings)
-
-
-def plan_from_config(
-    config: dict[str, Any], host_cpus: int | None = None, settings: Settings | None = None
-) -> JobPlan:
-    """Derive a ``JobPlan`` from an OCI config dict (``process.args/cwd/env``, ``windows.resources``).
+    """The ``JobPlan`` of a loaded bundle (``bundle.load``): its config (``process.args/cwd/env``,
+    ``windows.resources``, the Windows-only annotation above), with the sandbox settings the ``Spec``
+    already parsed (``spec.settings``: ``requires``); nothing here parses them again.
 
     Args:
-        config: the parsed config.json.
+        spec: the loaded bundle.
         host_cpus: logical processors on the host (for ``cpu.count``); default ``os.cpu_count()``.
-        settings: the sandbox settings already parsed from the annotations (``plan_from_spec``), or
-            None to read them from ``config``.
     Returns:
         The plan; see the module docstring for each mapping and its source.
     Raises:
         BundleInvalid: with a JSON pointer per problem (no ``process.env`` value is quoted).
     """
+    config, settings = spec.config, spec.settings
     problems: list[BundleProblem] = []
     notes: list[str] = []
     process = config.get("process") or {}
@@ -235,7 +237,7 @@ def plan_from_config(
         name, value = item.split("=", 1)
         env[name] = value
     limits = _limits(config, host_cpus or os.cpu_count() or 1, problems, notes)
-    requires = _requires(config, limits, problems, settings)
+    requires = _requires(limits, problems, settings)
     if problems:
         raise BundleInvalid(problems)
     return JobPlan(tuple(args), cwd, env, limits, requires, tuple(notes))
