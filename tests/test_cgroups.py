@@ -589,7 +589,7 @@ def test_kill_9_of_a_systemd_create_leaves_no_unit(make_bundle, state_root: Path
     assert r.returncode == 0, r.stderr
     assert run_shim(state_root, "delete", "--force", sid).returncode == 0
     events = count.read_text().splitlines()
-    first = next(i for i, e in enumerate(events) if e.startswith("socket.connect"))
+    first = next(i for i, e in enumerate(events) if e.split()[-1] == "socket.connect")
     for k in range(first + 1, min(len(events), first + 12) + 1):
         env = dict(os.environ, SANDBOX_SHIM_CRASH_AT=str(k))
         r = run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), sid, env=env)

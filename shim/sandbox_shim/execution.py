@@ -202,16 +202,23 @@ class _Watch:
     def __init__(self, cg: CgroupControl | None, first: Facts) -> None:
         self.cg, self.last = cg, first
         self.fd = cg.events_fd() if cg is not None else None
+        self.seen = b""
 
     def changed(self) -> None:
+        """Read the counters again if the event file's text changed.  Called on every wake of the
+        wait, the program's exit included: the kernel counts an OOM kill before its victim dies, but
+        the file's notification is rate-limited (20 ms, cgroup_file_notify), so the exit can come
+        first — and the cgroup may be removed right after it."""
         if self.cg is None or self.fd is None:
             return
         try:
-            os.pread(self.fd, 4096, 0)  # re-arms the notification (kernfs: a read takes the event)
+            text = os.pread(self.fd, 4096, 0)  # re-arms the notification (kernfs: a read takes the event)
         except OSError:  # ENODEV: the cgroup is gone; the last reading stands
             self.close()
             return
-        self._read()
+        if text != self.seen:
+            self.seen = text
+            self._read()
 
     def final(self) -> Facts:
         """The counters now if the cgroup still exists, else the last ones read while it did."""
@@ -259,8 +266,8 @@ def _wait_exit(
                 return None
             if pidfd >= 0:
                 events = [watch.fd] if watch is not None and watch.fd is not None else []
-                _, _, changed = select.select([pidfd], [], events, left)
-                if changed and watch is not None:
+                select.select([pidfd], [], events, left)
+                if watch is not None:
                     watch.changed()
             else:
                 time.sleep(0.02)
