@@ -56,12 +56,15 @@ def _default_signals() -> None:
     would then lose the sandbox's exit status (auto-reaped children): start from the defaults.  Windows
     has neither SIGCHLD nor signal masks (nothing is inherited there to undo); a refusal of the OS is
     not ours to report, so this never raises."""
+    if sys.platform == "win32":
+        return
     sigchld = getattr(_signal, "SIGCHLD", None)
+    mask = getattr(_signal, "pthread_sigmask", None)
     try:
         if sigchld is not None:
             _signal.signal(sigchld, _signal.SIG_DFL)
-        if hasattr(_signal, "pthread_sigmask"):
-            _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
+        if mask is not None:
+            mask(_signal.SIG_SETMASK, ())
     except (OSError, ValueError):
         pass
 
