@@ -339,6 +339,32 @@ def test_the_catch_all_turns_an_injected_failure_into_status_70(
     assert lg.returncode == 70 and json.loads(log.read_text())["error"] == "internal"
 
 
+NO_SIGCHLD = """
+import sys, _signal
+del _signal.SIGCHLD, _signal.pthread_sigmask  # as on Windows: neither exists
+from sandbox_shim.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_main_runs_without_sigchld_or_signal_masks(tmp_path: Path) -> None:
+    """On an OS without SIGCHLD and pthread_sigmask (Windows) main() still answers; the reset of the
+    inherited signal state is guarded and inside the boundary."""
+    root = str(tmp_path / "s")
+    control = run_shim(tmp_path / "s", "list")
+    assert control.returncode == 0, control.stderr
+    for verb in (["list"], ["state", "nope"]):
+        r = subprocess.run(
+            [sys.executable, "-c", NO_SIGCHLD, "--root", root, *verb],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+        assert r.returncode == run_shim(tmp_path / "s", *verb).returncode, r.stderr
+        assert "Traceback" not in r.stderr and "AttributeError" not in r.stderr
+
+
 def test_exec_capabilities_as_a_string_are_refused_with_their_pointer(tmp_path: Path) -> None:
     proc = tmp_path / "process.json"
     proc.write_text(

@@ -14,6 +14,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 from conftest import base_config, cgroup_dirs, run_shim, shim_cmd, wait_pid
 from sandbox_shim.platforms.linux.console import receive_master
 
@@ -156,6 +157,26 @@ def test_preserve_fds_passes_fd_3(make_bundle, state_root: Path, tmp_path: Path)
     # control: the same fd without --preserve-fds does not reach the workload
     data, status = _run_with_fd3(state_root, b, "con-p2", tmp_path)
     assert status != 0 and data == ""
+
+
+def test_preserve_fds_of_closed_fds_is_one_check_with_one_status(make_bundle, state_root: Path) -> None:
+    """--preserve-fds is checked once, by the mechanism (the CLI parses the number only): a count
+    reaching a closed fd is the caller's usage error (2) from the CLI and the library alike."""
+    from sandbox_shim.errors import InvalidArgument
+    from sandbox_shim.platforms.linux.launch import preserved_fds
+
+    assert preserved_fds(0) == []  # control
+    with pytest.raises(InvalidArgument) as ei:
+        preserved_fds(900)
+    assert ei.value.exit_status == 2 and "is not open" in str(ei.value)
+    b = make_bundle(name="pfd", args=["true"])
+    r = run_shim(state_root, "create", "--bundle", str(b), "--preserve-fds", "900", "con-pfd")
+    assert r.returncode == 2, r.stderr
+    assert "is not open" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (state_root / "con-pfd").exists()
+    assert (
+        run_shim(state_root, "create", "--bundle", str(b), "--preserve-fds", "x", "con-pfd").returncode == 2
+    )
 
 
 def test_missing_executable_fails_create_with_the_wording(make_bundle, state_root: Path) -> None:

@@ -7,7 +7,10 @@ composition point, ``platforms.select``, picks the mechanism; the platforms neve
 The contracts name platforms with ``platforms.*``, so a platform added later is covered (shown with a
 fourth one planted in a copy); the package root is covered by the protected contract.  An import by
 string (``importlib.import_module``, ``__import__``, ``runpy``), which import-linter cannot see, is
-found by an AST scan of the neutral modules.
+found by an AST scan of the neutral modules, which also refuses any other naming of platform code
+(a string naming the platforms package or a path into it, ``exec``/``eval``, a walk of the package);
+and importing every neutral module in a fresh interpreter, watched by an audit hook, loads no
+platform module, opens or runs no platform file, except through ``platforms.select``.
 """
 
 from __future__ import annotations
@@ -226,3 +229,296 @@ def test_a_string_import_of_a_platform_is_found(tmp_path: Path, module: str, lin
         fh.write("\n\n" + line)
     found = dynamic_platform_imports(pkg)
     assert len(found) == 1 and found[0].startswith(module + ":"), found
+
+
+# -- every other way of naming platform code: strings, exec, walks, lookups -------------------------
+
+#: a string naming the platforms package or a path into it: ``platforms`` as a dotted or path
+#: component (``sandbox_shim.platforms``, ``platforms.linux.mechanism``, ``.../platforms/linux``, the
+#: bare component ``"platforms"`` of a ``Path / "platforms" / "linux"``), except the composition point
+_PLATFORMS_COMPONENT = re.compile(r"(^|[./\\:])platforms([./\\:]|$)(?!select\b)")
+
+#: builtins that run code given as text: ``exec("from sandbox_shim.platforms... import ...")``
+_CODE_RUNNERS = {"exec", "eval", "compile"}
+
+#: walks of a package's modules (``pkgutil.walk_packages(platforms.__path__, ...)``)
+_PACKAGE_WALKS = {"walk_packages", "iter_modules"}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the string constants that are whole statements (docstrings, attribute docs): they
+    are text for readers and never reach the interpreter as a value."""
+    return {
+        id(n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+    }
+
+
+def _folded(node: ast.AST) -> str | None:
+    """The text a ``+``-chain of string constants and f-strings spells (other operands as ``\\0``):
+    ``"sandbox_shim.plat" + "forms.linux"`` is ``sandbox_shim.platforms.linux``."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "\0" for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _folded(node.left), _folded(node.right)
+        if left is None and right is None:
+            return None
+        return (left if left is not None else "\0") + (right if right is not None else "\0")
+    return None
+
+
+def _names_platforms(node: ast.AST, plats: set[str]) -> bool:
+    """``node`` is the platforms package as an expression (``platforms``, ``sandbox_shim.platforms``,
+    ``platforms.linux``)."""
+    if isinstance(node, ast.Name):
+        return node.id == "platforms"
+    if isinstance(node, ast.Attribute):
+        return node.attr == "platforms" or (node.attr in plats and _names_platforms(node.value, plats))
+    return False
+
+
+def platform_references(package: Path) -> list[str]:
+    """``path:line: what`` for each place a neutral module names platform code other than by an
+    ``import`` statement (which import-linter checks): a string (not a docstring) naming the platforms
+    package or a path into it, after folding ``+`` chains (lazy-export tables, module names kept in a
+    variable, ``sys.modules`` keys, ``subprocess``/``runpy`` arguments, ``pkgutil`` prefixes); a
+    builtin that runs code from text (``exec``, ``eval``, ``compile``); a ``pkgutil`` walk of the
+    platforms package; an attribute or ``getattr`` of the platforms package.  One entry per line."""
+    plats = _platform_packages(package)
+    found: dict[tuple[str, int], str] = {}
+    for path in _neutral_modules(package):
+        rel = str(path.relative_to(package))
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            what = ""
+            if isinstance(node, (ast.Constant, ast.JoinedStr, ast.BinOp)) and id(node) not in docs:
+                text = _folded(node)
+                if text is not None and _PLATFORMS_COMPONENT.search(text):
+                    what = f"names platform code: {text!r}"
+            elif isinstance(node, ast.Call):
+                callee = _callee(node)
+                args = [*node.args, *(k.value for k in node.keywords)]
+                if isinstance(node.func, ast.Name) and callee in _CODE_RUNNERS:
+                    what = f"runs code from text: {ast.unparse(node)}"
+                elif callee in _PACKAGE_WALKS and any(
+                    _names_platforms(n, plats) for a in args for n in ast.walk(a)
+                ):
+                    what = f"walks the platforms package: {ast.unparse(node)}"
+                elif callee in {"getattr", "__getattribute__"} and _names_platforms(
+                    node.args[0] if callee == "getattr" and node.args else node.func, plats
+                ):
+                    what = f"reaches into the platforms package: {ast.unparse(node)}"
+            elif (
+                isinstance(node, ast.Attribute) and node.attr in plats and _names_platforms(node.value, plats)
+            ):
+                what = f"reaches into the platforms package: {ast.unparse(node)}"
+            if what:
+                found.setdefault((rel, getattr(node, "lineno", 0)), what)
+    return [f"{rel}:{line}: {what}" for (rel, line), what in sorted(found.items())]
+
+
+def test_no_neutral_module_names_platform_code() -> None:
+    assert platform_references(PACKAGE) == []
+
+
+#: the dodges of the second review of issue 18, each planted in the module it named
+REVIEW_DODGES = [
+    # a lazy-export table entry
+    ("__init__.py", '_X = {"LinuxMechanism": "platforms.linux.mechanism"}\n'),
+    # the module name in a variable, imported later
+    (
+        "api.py",
+        '_N = "sandbox_shim.platforms.linux.bwrap"\n'
+        "def _b() -> None:\n    import importlib\n    importlib.import_module(_N)\n",
+    ),
+    # the name split so no constant holds it
+    (
+        "hooks.py",
+        "def _b() -> None:\n    import importlib\n"
+        '    importlib.import_module("sandbox_shim.plat" + "forms.linux.bwrap")\n',
+    ),
+    # the package imported, the platform reached as an attribute
+    (
+        "state.py",
+        "def _b() -> None:\n    import importlib\n"
+        '    importlib.import_module("sandbox_shim.platforms").__getattribute__("linux")\n',
+    ),
+    # a lookup of a module something else loaded
+    (
+        "plan.py",
+        'def _b() -> None:\n    import sys\n    sys.modules.get("sandbox_shim.platforms.linux.bwrap")\n',
+    ),
+    # an import statement run from text
+    ("control.py", 'def _b() -> None:\n    exec("from sandbox_shim.plat" "forms.linux import bwrap")\n'),
+    # a platform module run as a program
+    (
+        "reconcile.py",
+        "def _b() -> None:\n    import subprocess, sys\n"
+        '    subprocess.run([sys.executable, "-m", "sandbox_shim.platforms.linux.residue"])\n',
+    ),
+    # a walk of the platforms package
+    (
+        "features.py",
+        "def _b() -> None:\n    import pkgutil, importlib\n    from . import platforms\n"
+        '    for m in pkgutil.walk_packages(platforms.__path__, "sandbox_shim.platforms."):\n'
+        "        importlib.import_module(m.name)\n",
+    ),
+    # a platform file run by path
+    (
+        "telemetry.py",
+        "def _b() -> None:\n    import runpy\n    from pathlib import Path\n"
+        '    runpy.run_path(str(Path(__file__).parent / "platforms" / "linux" / "enter.py"))\n',
+    ),
+    # the same walk with no string at all, and the attribute path
+    (
+        "bundle.py",
+        "def _b() -> None:\n    import pkgutil\n    from . import platforms\n"
+        "    list(pkgutil.iter_modules(platforms.__path__))\n",
+    ),
+    (
+        "paths.py",
+        "def _b() -> object:\n    from . import platforms\n    return getattr(platforms, 'linux')\n",
+    ),
+    ("cli/control.py", "def _b() -> object:\n    from .. import platforms\n    return platforms.freebsd\n"),
+    # eval with no platform name visible
+    ("conformance/helpers.py", "def _b(s: str) -> object:\n    return eval(s)\n"),
+]
+
+
+@pytest.mark.parametrize(("module", "code"), REVIEW_DODGES)
+def test_each_dodge_of_the_review_is_found(tmp_path: Path, module: str, code: str) -> None:
+    pkg = tmp_path / "sandbox_shim"
+    shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    _new_platform(pkg)
+    assert platform_references(pkg) == []  # the control: the copy is as clean as the tree
+    with open(pkg / module, "a", encoding="utf-8") as fh:
+        fh.write("\n\n" + code)
+    found = platform_references(pkg)
+    assert found and all(f.startswith(module + ":") for f in found), found
+
+
+# -- at run time: importing the neutral modules loads no platform code but through select -----------
+
+_WATCH = r'''
+import os, re, sys
+pkg_dir, names = sys.argv[1], sys.argv[2:]
+select_file = os.path.join(pkg_dir, "platforms", "select.py")
+plat_dirs = tuple(
+    os.path.join(pkg_dir, "platforms", d) + os.sep
+    for d in os.listdir(os.path.join(pkg_dir, "platforms"))
+    if os.path.isfile(os.path.join(pkg_dir, "platforms", d, "__init__.py"))
+)
+plat_mods = re.compile(r"^sandbox_shim\.platforms\.(?!select$)")
+plat_text = re.compile(r"(^|[./\\:])platforms([./\\:]|$)(?!select\b)")
+loaded = []
+
+def through_select():
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_filename == select_file:
+            return True
+        f = f.f_back
+    return False
+
+def culprit():
+    """The innermost neutral module on the stack, as a path inside the package."""
+    f = sys._getframe(2)
+    while f is not None:
+        name = f.f_code.co_filename
+        if name.startswith(pkg_dir + os.sep) and not name.startswith(plat_dirs):
+            return os.path.relpath(name, pkg_dir)
+        f = f.f_back
+    return current
+
+def hook(event, args):
+    if event == "import":
+        what = args[0] if plat_mods.match(args[0]) else None
+    elif event == "exec":
+        what = args[0].co_filename if args[0].co_filename.startswith(plat_dirs) else None
+    elif event == "open":
+        what = args[0] if isinstance(args[0], str) and args[0].startswith(plat_dirs) else None
+    elif event == "subprocess.Popen":
+        argv = [str(a) for a in (args[1] or ())]
+        what = " ".join(argv) if any(plat_text.search(a) or a.startswith(plat_dirs) for a in argv) else None
+    else:
+        return
+    if what is not None and not through_select():
+        loaded.append(f"{culprit()}: {event} {what}")
+
+current = ""
+sys.addaudithook(hook)
+import importlib
+for current in names:
+    importlib.import_module(current)
+print(len(names))
+for line in loaded:
+    print(line)
+'''
+
+
+def _module_name(package: Path, path: Path) -> str:
+    parts = [package.name, *path.relative_to(package).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def platform_loads_on_import(package: Path) -> tuple[int, list[str]]:
+    """Import every neutral module (``__main__`` aside: importing it runs the CLI) in one fresh
+    interpreter watched by an audit hook; ``(modules imported, "path: event what" for each platform
+    module imported, platform file opened or run, or platform program started with no frame of
+    platforms/select.py on the stack; path: the innermost neutral module on the stack)``."""
+    names = [_module_name(package, p) for p in _neutral_modules(package) if p.name != "__main__.py"]
+    names.append(_module_name(package, package / "platforms" / "select.py"))
+    run = subprocess.run(
+        [sys.executable, "-c", _WATCH, str(package), *names],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=package.parent,
+        env={"PYTHONPATH": str(package.parent), "PATH": "/usr/bin:/bin"},
+    )
+    assert run.returncode == 0, run.stderr
+    count, *loads = run.stdout.splitlines()
+    return int(count), loads
+
+
+def test_importing_the_neutral_modules_loads_no_platform_code() -> None:
+    count, loads = platform_loads_on_import(PACKAGE)
+    assert count >= len(_neutral_modules(PACKAGE)) - 1
+    assert loads == []
+
+
+@pytest.mark.parametrize(
+    ("module", "code"),
+    [
+        # the split name the scan folds, here run at import time
+        (
+            "hooks.py",
+            'import importlib as _il\n_il.import_module("sandbox_shim.plat" + "forms.linux.locate")\n',
+        ),
+        # a name no literal spells
+        (
+            "telemetry.py",
+            "import importlib as _il\n"
+            "_il.import_module('.'.join(['sandbox_shim', 'plat' 'forms', 'linux']))\n",
+        ),
+        # a platform file run by path
+        (
+            "state.py",
+            "import runpy as _r, os as _o\n"
+            "_r.run_path(_o.path.join(_o.path.dirname(__file__), 'plat' 'forms', 'linux', 'locate.py'))\n",
+        ),
+    ],
+)
+def test_a_platform_load_at_import_is_seen(tmp_path: Path, module: str, code: str) -> None:
+    pkg = tmp_path / "sandbox_shim"
+    shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    _, control = platform_loads_on_import(pkg)
+    assert control == []  # the copy loads nothing
+    with open(pkg / module, "a", encoding="utf-8") as fh:
+        fh.write("\n\n" + code)
+    _, loads = platform_loads_on_import(pkg)
+    assert loads and loads[0].startswith(module + ": "), loads

@@ -182,3 +182,30 @@ def test_unsupported_mount_type_is_refused_not_skipped(make_bundle) -> None:
     with pytest.raises(BundleInvalid) as ei:
         load(str(make_bundle(cfg, name="bad")))
     assert [p.pointer for p in ei.value.problems] == [f"/mounts/{len(cfg['mounts']) - 1}/type"]
+
+
+def test_validate_lists_every_problem_create_refuses_with(make_bundle, tmp_path: Path) -> None:
+    """create and validate report the same problems: the bundle's own storage/ missing is one of
+    them (a fact of the bundle, not of another host), listed by validate's text and JSON."""
+    cfg = base_config()
+    i = next(n for n, m in enumerate(cfg["mounts"]) if m.get("source") == "storage")  # the storage bind
+    cfg["process"]["apparmorProfile"] = "x"  # a policy problem, found with the host facts
+    b = make_bundle(cfg)
+    shutil.rmtree(b / "storage", ignore_errors=True)
+    c = run_shim(tmp_path / "st", "--log-format", "json", "create", "--bundle", str(b), "vx")
+    assert c.returncode == 3
+    created = {p["pointer"] for p in json.loads(c.stderr.strip().splitlines()[-1])["problems"]}
+    v = run_shim(tmp_path / "st", "validate", "--bundle", str(b), "--format", "json")
+    assert v.returncode == 3
+    assert {p["pointer"] for p in json.loads(v.stdout)["errors"]} == created
+    assert created == {f"/mounts/{i}/source", "/process/apparmorProfile"}
+    (b / "storage").mkdir()
+    assert run_shim(tmp_path / "st", "validate", "--bundle", str(b)).returncode == 3  # apparmor still
+    del cfg["process"]["apparmorProfile"]
+    (b / "config.json").write_text(json.dumps(cfg))
+    assert run_shim(tmp_path / "st", "validate", "--bundle", str(b)).returncode == 0  # control
+    shutil.rmtree(b / "storage")
+    v2 = run_shim(tmp_path / "st", "validate", "--bundle", str(b), "--format", "json")
+    c2 = run_shim(tmp_path / "st", "create", "--bundle", str(b), "vy")
+    assert v2.returncode == c2.returncode == 3, v2.stdout + c2.stderr
+    assert [e["pointer"] for e in json.loads(v2.stdout)["errors"]] == [f"/mounts/{i}/source"]

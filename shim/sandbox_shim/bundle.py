@@ -222,11 +222,29 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
         host = _host_problems(cfg, bundle)
         if launch:
             problems += host
-        else:
-            warnings += host
+        else:  # a fact of the bundle itself (its own storage/ missing) is a problem on any host
+            problems += [h for h in host if _in_bundle(cfg, bundle, h.pointer)]
+            warnings += [h for h in host if not _in_bundle(cfg, bundle, h.pointer)]
     if problems:
-        raise BundleInvalid(problems)
+        raise _Refusal(problems, warnings)
     return Spec(bundle, rootfs, cfg, Settings.from_annotations(cfg.get("annotations") or {}), warnings)
+
+
+class _Refusal(BundleInvalid):
+    """``BundleInvalid`` carrying the warnings found alongside (``validate`` lists both)."""
+
+    def __init__(self, problems: list[BundleProblem], warnings: list[BundleProblem]) -> None:
+        super().__init__(problems)
+        self.warnings = warnings
+
+
+def _in_bundle(cfg: dict[str, Any], bundle: str, ptr: str) -> bool:
+    """``ptr`` (``/mounts/N/source``) names a bind source inside the bundle directory."""
+    parts = ptr.split("/")
+    if len(parts) != 4 or parts[1] != "mounts" or parts[3] != "source" or not parts[2].isdigit():
+        return False
+    src = (cfg.get("mounts") or [])[int(parts[2])].get("source") or ""
+    return isinstance(src, str) and contains(bundle, canonical(src, bundle))
 
 
 @dataclass
@@ -250,11 +268,15 @@ class Verdict:
 
 def validate(bundle_dir: str, cwd: str | None = None) -> Verdict:
     """Check the bundle as ``load(launch=False)`` does, and return the answer instead of raising it:
-    an invalid bundle is what ``sandbox-shim validate`` exists to report (every problem, then status 3)."""
+    an invalid bundle is what ``sandbox-shim validate`` exists to report (every problem, then status 3).
+    What ``create`` would refuse with is listed: a fact of the bundle (a bind source inside it, such
+    as its ``storage/``, missing) is a problem here too; a fact of this host (an absolute bind source,
+    a namespace file) is a warning, listed whether or not the bundle is valid (a config generated on
+    another host still validates)."""
     try:
         s = load(bundle_dir, cwd, launch=False)
     except BundleInvalid as e:
-        return Verdict(bundle_dir, e)
+        return Verdict(bundle_dir, e, list(getattr(e, "warnings", [])))
     return Verdict(s.bundle, None, s.warnings)
 
 

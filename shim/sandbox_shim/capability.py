@@ -125,6 +125,25 @@ def require(names: Iterable[str], cache_dir: str | None = None) -> None:
         raise CapabilityUnavailable(missing)
 
 
+def document() -> dict[str, Any]:
+    """The capabilities document (``sandbox-shim capabilities``, schemas/capabilities.schema.json):
+    ``{"host": {kernel, arch, platform}, "elapsed_ms": float, "capabilities": [report dicts]}``,
+    every capability probed now (the in-process cache is cleared first: "probe now")."""
+    import time
+
+    from .probes.cache import host_facts
+
+    clear_cache()
+    started = time.perf_counter()
+    reports = report()
+    elapsed = (time.perf_counter() - started) * 1000
+    return {
+        "host": host_facts(),
+        "elapsed_ms": round(elapsed, 1),
+        "capabilities": [c.to_dict() for c in reports],
+    }
+
+
 def clear_cache() -> None:
     """Forget every probe result (tests; a host change within one process)."""
     _cache.clear()

@@ -44,15 +44,29 @@ def main(argv: list[str] | None = None) -> None:
 
         crashpoints.install()
     args = list(sys.argv[1:] if argv is None else argv)
-    # A parent that ignores SIGCHLD or blocks signals passes that on to us and to bwrap, whose monitor
-    # would then lose the sandbox's exit status (auto-reaped children): start from the defaults.
-    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-    _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
-    status, fast = _run(args)
+    status, fast = _run(args, reset_signals=True)
     if fast:
         _flush()
         os._exit(status)
     sys.exit(status)
+
+
+def _default_signals() -> None:
+    """A parent that ignores SIGCHLD or blocks signals passes that on to us and to bwrap, whose monitor
+    would then lose the sandbox's exit status (auto-reaped children): start from the defaults.  Windows
+    has neither SIGCHLD nor signal masks (nothing is inherited there to undo); a refusal of the OS is
+    not ours to report, so this never raises."""
+    if sys.platform == "win32":
+        return
+    sigchld = getattr(_signal, "SIGCHLD", None)
+    mask = getattr(_signal, "pthread_sigmask", None)
+    try:
+        if sigchld is not None:
+            _signal.signal(sigchld, _signal.SIG_DFL)
+        if mask is not None:
+            mask(_signal.SIG_SETMASK, ())
+    except (OSError, ValueError):
+        pass
 
 
 def run(args: list[str]) -> int:
@@ -61,14 +75,18 @@ def run(args: list[str]) -> int:
     return _run(args)[0]
 
 
-def _run(args: list[str]) -> tuple[int, bool]:
-    """``(status, fast)``: fast when the command was a lifecycle verb (or the global flags were wrong)."""
+def _run(args: list[str], reset_signals: bool = False) -> tuple[int, bool]:
+    """``(status, fast)``: fast when the command was a lifecycle verb (or the global flags were wrong).
+    ``reset_signals`` (the process's own CLI, ``main``): SIGCHLD and the signal mask to their defaults
+    first, inside the boundary."""
     from .output import Globals, report
 
     closed_stdout = _stand_in_for_closed_stdio()
     g = Globals()
     fast = True
     try:
+        if reset_signals:
+            _default_signals()
         from .flags import parse_globals
 
         g, rest = parse_globals(args)

@@ -39,7 +39,11 @@ def validate(g: Globals, bundle: str, fmt: str) -> None:
         log(g, "error", e.line(), **{k: w for k, w in e.to_dict().items() if k != "msg"})
     if fmt == "json":
         doc = (
-            {"valid": False, "errors": [p.__dict__ for p in v.problems]}
+            {
+                "valid": False,
+                "errors": [p.__dict__ for p in v.problems],
+                "warnings": [p.__dict__ for p in v.warnings],
+            }
             if e is not None
             else {"valid": True, "warnings": [p.__dict__ for p in v.warnings]}
         )

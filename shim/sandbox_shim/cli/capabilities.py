@@ -7,28 +7,11 @@ features document (runtime-spec features.md) as JSON, as ``runc features`` does.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
 
 from .output import emit_json
-
-
-def capability_document() -> dict[str, Any]:
-    """``{"host": {kernel, arch, platform}, "elapsed_ms": float, "capabilities": [report dicts]}``."""
-    from ..capability import clear_cache, report
-    from ..probes.cache import host_facts
-
-    clear_cache()  # this command means "probe now"
-    started = time.perf_counter()
-    reports = report()
-    elapsed = (time.perf_counter() - started) * 1000
-    return {
-        "host": host_facts(),
-        "elapsed_ms": round(elapsed, 1),
-        "capabilities": [c.to_dict() for c in reports],
-    }
 
 
 def render_table(doc: dict[str, Any]) -> str:
@@ -63,7 +46,9 @@ def render_table(doc: dict[str, Any]) -> str:
 )
 def capabilities_cmd(fmt: str) -> None:
     """Probe what this host can enforce, by trying each thing."""
-    doc = capability_document()
+    from ..capability import document
+
+    doc = document()
     if fmt == "json":
         emit_json(doc)
     else:

@@ -30,7 +30,7 @@ from ...capability import Capability
 from ...errors import CannotEnforce, CapabilityUnavailable, LaunchFailed, LimitExceeded
 from ...mechanism import Identity, Sandbox, Status, Usage
 from . import launcher
-from .plan import NOT_ON_MACOS, DarwinPlan, check_requirements, plan_from_spec
+from .plan import NOT_ON_MACOS, PROBED, DarwinPlan, check_requirements, plan_from_spec
 from .seatbelt import RUNTIME_READ, SANDBOX_EXEC, Profile, build_profile
 
 TYPE_CHECKING = False
@@ -403,8 +403,6 @@ def _unlink(path: str | None) -> None:
 # ---- capability probes: each one tried on this host (a control that must pass, then the breach) ----
 
 _MARK = "sandbox-shim-probe-ok"
-#: the names ``darwin_capabilities`` tries (the ``NOT_ON_MACOS`` names are reported too, unavailable)
-PROBED = ("seatbelt", "filesystem.confinement", "network.deny", "rlimit.memory", "rlimit.cpu", "rlimit.nproc")
 
 
 def _run(argv: Sequence[str], preexec: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from functools import partial
 
 from ...capability import Capability, register
 
@@ -31,3 +32,32 @@ def probe_sandbox_exec() -> Capability:
         "" if ok else f"sandbox-exec failed ({run.returncode}): {run.stderr.strip()[:200]}",
         measured,
     )
+
+
+def _report(name: str) -> Capability:
+    """The report for ``name`` from the macOS trials (``mechanism.darwin_capabilities``, run once per
+    process: one trial run answers every name)."""
+    from .mechanism import darwin_capabilities
+
+    global _reports
+    if _reports is None:
+        _reports = {c.name: c for c in darwin_capabilities()}
+    return _reports.get(name) or Capability(
+        name, False, "sandbox-exec", f"the macOS probes gave no {name} report", "sandbox-exec"
+    )
+
+
+_reports: dict[str, Capability] | None = None
+
+# Where macOS is the platform in use, the registry holds every name its planner requires
+# (``plan.plan_from_spec``: the trials of ``mechanism.PROBED`` and the ``NOT_ON_MACOS`` names), so
+# ``sandbox-shim.requires`` is checked against the one list the planner and the capability report
+# use.  A name another module already registers (``namespace.*``, ``seccomp``, ``no_new_privs``:
+# ``probes/kernel.py``) keeps its probe.
+if sys.platform == "darwin":
+    from ...capability import PROBES
+    from .plan import NOT_ON_MACOS, PROBED
+
+    for _name in (*PROBED, *NOT_ON_MACOS):
+        if _name not in PROBES:
+            register(_name)(partial(_report, _name))

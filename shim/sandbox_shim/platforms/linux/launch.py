@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from ...errors import LaunchFailed
+from ...errors import InvalidArgument, LaunchFailed
 from . import process as procs
 
 TYPE_CHECKING = False  # typing is not loaded at run time
@@ -113,13 +113,20 @@ def spawn_bwrap(
 
 
 def preserved_fds(count: int) -> list[int]:
-    """fds 3 .. 3+count-1 (``--preserve-fds``), checked open; they reach the workload at those numbers."""
+    """fds 3 .. 3+count-1 (``--preserve-fds``), checked open; they reach the workload at those numbers.
+
+    The one check of ``preserve_fds`` (the CLI parses the number only), so the CLI and a library
+    caller get the same answer: ``InvalidArgument`` (status 2, the caller's own fds are wrong)."""
     out = list(range(3, 3 + count))
     for fd in out:
         try:
             os.fstat(fd)
-        except OSError as e:
-            raise LaunchFailed(f"--preserve-fds {count}: fd {fd} is not open", "pass fewer fds") from e
+        except OSError:
+            raise InvalidArgument(
+                "preserve_fds",
+                f"fd {fd} is not open ({count} preserved from fd 3)",
+                "pass as many fds as you preserve",
+            ) from None
     return out
 
 

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 REQUIRES_ANNOTATION = "sandbox-shim.requires"
 PROCESS_LIMIT_ANNOTATION = "sandbox-shim.windows.active-process-limit"
 
-#: Every capability name this layer reports (see ``capabilities.py``).
+#: Every capability name this layer reports (``capabilities.py``) and registers (``probes.py``).
 KNOWN_CAPABILITIES = (
     "job-object",
     "job-object.memory",
@@ -175,21 +175,11 @@ def _limits(
     return JobLimits(job_memory_bytes=mem, active_processes=procs, cpu_rate=rate, cpu_weight=weight)
 
 
-def _requires(limits: JobLimits, problems: list[BundleProblem], settings: Settings) -> tuple[str, ...]:
-    if settings.requires is None:  # the Spec's, parsed once by bundle.Settings
-        names = set(TENANT_REQUIREMENTS)
-    else:
-        names = set(settings.requires)
-        unknown = sorted(names - set(KNOWN_CAPABILITIES))
-        if unknown:
-            problems.append(
-                BundleProblem(
-                    f"/annotations/{REQUIRES_ANNOTATION}",
-                    f"unknown capability names: {', '.join(unknown)}",
-                    "sandbox-shim annotations",
-                    f"use names from: {', '.join(KNOWN_CAPABILITIES)}",
-                )
-            )
+def _requires(limits: JobLimits, settings: Settings) -> tuple[str, ...]:
+    """The bundle's names (``sandbox-shim.requires``, parsed once by ``bundle.Settings`` and checked
+    there against the capability registry, which holds ``KNOWN_CAPABILITIES`` on Windows:
+    ``probes.py``), or the tenant set, plus what each limit needs."""
+    names = set(TENANT_REQUIREMENTS) if settings.requires is None else set(settings.requires)
     names.add("job-object")
     if limits.job_memory_bytes is not None:
         names.add("job-object.memory")
@@ -237,7 +227,7 @@ def plan_from_spec(spec: Spec, host_cpus: int | None = None) -> JobPlan:
         name, value = item.split("=", 1)
         env[name] = value
     limits = _limits(config, host_cpus or os.cpu_count() or 1, problems, notes)
-    requires = _requires(limits, problems, settings)
+    requires = _requires(limits, settings)
     if problems:
         raise BundleInvalid(problems)
     return JobPlan(tuple(args), cwd, env, limits, requires, tuple(notes))

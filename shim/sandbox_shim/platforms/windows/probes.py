@@ -34,8 +34,13 @@ def probe_job_object() -> Capability:
     return _report("job-object")
 
 
-# The limit names are known where Job Objects exist: on Windows ``sandbox-shim.requires`` may name
-# them; elsewhere they are unknown names, refused at validation with their pointer (``bundle.py``).
+# Where Windows is the platform in use, the registry holds every name its planner requires or
+# accepts (``plan.KNOWN_CAPABILITIES``: the limits, and ``filesystem.confinement``/``network.deny``,
+# reported unavailable), so ``sandbox-shim.requires`` is checked against that one list
+# (``bundle.py``); elsewhere the limit names are unknown names, refused with their pointer.
 if sys.platform == "win32":
-    for _name in JOB_NAMES:
-        register(_name)(partial(_report, _name))
+    from .plan import KNOWN_CAPABILITIES
+
+    for _name in KNOWN_CAPABILITIES:
+        if _name != "job-object":
+            register(_name)(partial(_report, _name))
