@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -248,3 +248,25 @@ def events(mechanism: Mechanism, sandbox_id: str, interval: float = 5.0) -> Iter
 def to_json(obj: Any) -> str:
     """One line of JSON for an event or ``Facts``."""
     return json.dumps(asdict(obj) if isinstance(obj, Facts) else obj)
+
+
+def signal_forwarder(mechanism: Mechanism, sandbox_id: str) -> Callable[[str], None]:
+    """An ``on_start`` callback for ``execution.run_bundle``: once the sandbox runs, SIGINT, SIGTERM and
+    SIGHUP sent to this process are passed on to it (``api.signal``), as ``runc run`` forwards them.
+    Installs handlers, so only for the main thread of a process that owns its signals (the CLI)."""
+    import signal as _signal
+
+    from . import api
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            api.signal(mechanism, sandbox_id, signum)
+        except ShimError:  # gone meanwhile: nothing left to signal
+            pass
+
+    def on_start(_sid: str) -> None:
+        for s in (_signal.SIGINT, _signal.SIGTERM, getattr(_signal, "SIGHUP", None)):
+            if s is not None:
+                _signal.signal(s, forward)
+
+    return on_start

@@ -258,3 +258,20 @@ def serve(
         return Forwarder((host, port), upstream, connect_timeout)
     except OSError as e:
         raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}", "choose another port") from e
+
+
+def serve_until_signalled(server: Forwarder) -> None:
+    """Forward on ``server`` until SIGINT or SIGTERM (installed here; the main thread only), then close it.
+    What ``sandbox-shim proxy`` runs after printing the listen address."""
+    import signal
+    import threading
+
+    def stop(_signum: int, _frame: object) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()

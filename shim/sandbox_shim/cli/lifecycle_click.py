@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal as _signal
 import sys
 
 import click
 
-from ..errors import ShimError
 from .output import Globals
 
 
@@ -27,7 +24,7 @@ def run(g: Globals, bundle: str, detach: bool, pid_file: str | None, keep: bool,
     setting and every limit apply exactly as for a library caller.  ``--detach`` is
     ``execution.run_detached`` (a bundle with a wall-clock limit is refused: nothing would wait).
     Signals received while it runs (INT, TERM, HUP) are passed on to the sandbox."""
-    from .. import api
+    from .. import api, control
     from ..execution import run_bundle, run_detached
 
     mech = api.default_mechanism(g.root)
@@ -36,14 +33,7 @@ def run(g: Globals, bundle: str, detach: bool, pid_file: str | None, keep: bool,
         run_detached(mech, container_id, bundle, pid_file=pid_file, stdio=(0, 1, 2))
         return
 
-    def forward(signum: int, _frame: object) -> None:
-        with contextlib.suppress(ShimError):
-            api.signal(mech, container_id, signum)
-
-    def on_start(_sid: str) -> None:
-        for s in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
-            _signal.signal(s, forward)
-
+    on_start = control.signal_forwarder(mech, container_id)
     done = run_bundle(
         mech, container_id, bundle, stdio=(0, 1, 2), pid_file=pid_file, keep=keep, on_start=on_start
     )

@@ -7,9 +7,7 @@ the library, ``proxy.loopback_listen``).
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 
 import click
 
@@ -43,13 +41,4 @@ def command(ctx: click.Context, container_id: str, listen: str, timeout: float) 
     up_host, up_port = server.upstream
     click.echo(f"listening on {host}:{port} -> {up_host}:{up_port}")
     sys.stdout.flush()
-
-    def stop(_signum: int, _frame: object) -> None:
-        threading.Thread(target=server.shutdown, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    try:
-        server.serve_forever(poll_interval=0.2)
-    finally:
-        server.server_close()
+    proxy.serve_until_signalled(server)
