@@ -131,14 +131,6 @@ def bwrap_version() -> str | None:
     return ident[1] if ident else None
 
 
-def enter_helper() -> str:
-    """The path of the Linux exec helper (``platforms/linux/enter.py``), a script run standalone as
-    ``python -I -S PATH SPEC_FD STATUS_FD`` by ``spawn`` (never imported)."""
-    import os
-
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "linux", "enter.py")
-
-
 def confine_backend() -> ConfineBackend | None:
     """The control-plane confinement's renderer for this OS (Linux: bwrap + Landlock; macOS: SBPL), or
     None.  What a renderer offers is the protocol ``hardening.confine_backend.ConfineBackend``."""
