@@ -40,8 +40,15 @@ class Sandbox(Value):
         id: the container id (OCI ``id``).
         bundle: absolute, canonical bundle directory.
         owner_ref: opaque reference of the caller's (e.g. a tenant id); stored, never interpreted.
-        context: free-form caller data kept with the sandbox (JSON-serialisable).
-        private: mechanism-private state (pids, cgroup paths, ...), JSON-serialisable.
+        context: free-form caller data kept with the sandbox (JSON-serialisable; stored, never read).
+        private: JSON-serialisable state.  The library's own keys are ``dir`` (the state dir), the
+            identity (``pid``, ``pid_start``, ``init_pid``, ``init_start``: ``Identity``) and
+            ``plan``; every other key belongs to the mechanism that wrote it and is read only by it
+            (what the library needs of a sandbox it asks through the protocol: ``cpu_limit``,
+            ``network_address``, ``joined_namespaces``, ``workload_pid``, ...).  Typed
+            ``dict[str, Any]``, the one ``Any`` left in these types: each platform reads back nested
+            values of its own record (cgroup paths, job names), and ``dict[str, object]`` would make
+            each of those ~60 reads a cast without checking anything more.
     """
 
     __match_args__ = ("id", "bundle", "owner_ref", "context", "private")
@@ -51,7 +58,7 @@ class Sandbox(Value):
         id: str,
         bundle: str,
         owner_ref: str | None = None,
-        context: dict[str, Any] = _NEW,
+        context: dict[str, object] = _NEW,
         private: dict[str, Any] = _NEW,
     ) -> None:
         self.id = id
@@ -202,9 +209,9 @@ class Status(Value):
         self.source = source
         self.pids = [] if pids is _NEW else pids
 
-    def to_oci(self) -> dict[str, Any]:
+    def to_oci(self) -> dict[str, object]:
         """The OCI state JSON (``ociVersion, id, status, pid, bundle, annotations``)."""
-        d: dict[str, Any] = {
+        d: dict[str, object] = {
             "ociVersion": self.oci_version,
             "id": self.id,
             "status": self.status,
@@ -402,7 +409,7 @@ class LaunchPlan(Protocol):
     def required(self) -> Sequence[str]: ...
 
     @property
-    def hooks(self) -> dict[str, list[dict[str, Any]]]: ...
+    def hooks(self) -> Mapping[str, Sequence[Mapping[str, object]]]: ...
 
     @property
     def wall_clock(self) -> float | None: ...
