@@ -39,7 +39,7 @@ from sandbox_shim.errors import (  # noqa: E402
     CouldNotRun,
     LimitExceeded,
 )
-from sandbox_shim.mechanism import Mechanism, Sandbox  # noqa: E402
+from sandbox_shim.mechanism import Mechanism, ProvisionOptions, Sandbox  # noqa: E402
 from sandbox_shim.platforms.darwin import launcher  # noqa: E402
 from sandbox_shim.platforms.darwin.mechanism import (  # noqa: E402
     DarwinSeatbeltMechanism,
@@ -522,7 +522,7 @@ def test_lifecycle_created_running_stopped(tmp_path: Path, bundle: Path) -> None
     app.write_text("#!/bin/sh\necho started > ../storage/ran\nexit 3\n")
     mech = _mech(tmp_path)
     sb = _sandbox(tmp_path, bundle)
-    mech.provision(sb, plan_of(darwin_config(["/bin/app"]), sb.bundle))
+    mech.provision(sb, plan_of(darwin_config(["/bin/app"]), sb.bundle), ProvisionOptions())
     assert mech.status(sb).status == "created"
     time.sleep(0.3)
     assert not (bundle / "storage" / "ran").exists()  # held: no user code ran
@@ -542,7 +542,7 @@ def test_wall_clock_kills_the_group_and_usage(tmp_path: Path, bundle: Path) -> N
     cfg = darwin_config(["/bin/app"], annotations={"sandbox-shim.wall-clock-seconds": "1"})
     mech = _mech(tmp_path)
     sb = _sandbox(tmp_path, bundle)
-    mech.provision(sb, plan_of(cfg, sb.bundle))
+    mech.provision(sb, plan_of(cfg, sb.bundle), ProvisionOptions())
     mech.start(sb)
     time.sleep(0.3)
     use = mech.usage(sb)
@@ -565,7 +565,7 @@ def test_kill_workload_then_all(tmp_path: Path, bundle: Path) -> None:
     app.write_text("#!/bin/sh\nexec sleep 30\n")
     mech = _mech(tmp_path)
     sb = _sandbox(tmp_path, bundle)
-    mech.provision(sb, plan_of(darwin_config(["/bin/app"]), sb.bundle))
+    mech.provision(sb, plan_of(darwin_config(["/bin/app"]), sb.bundle), ProvisionOptions())
     mech.start(sb)
     deadline = time.monotonic() + 10
     while mech.workload_pid(sb) == sb.private["pid"] and time.monotonic() < deadline:
@@ -580,7 +580,7 @@ def test_rejected_profile_is_a_setup_failure(tmp_path: Path, bundle: Path) -> No
     mech = _mech(tmp_path, REJECTING)
     sb = _sandbox(tmp_path, bundle)
     with pytest.raises(CannotEnforce) as e:
-        mech.provision(sb, plan_of(darwin_config(["/bin/app"]), sb.bundle))
+        mech.provision(sb, plan_of(darwin_config(["/bin/app"]), sb.bundle), ProvisionOptions())
     assert "bogus-operation" in e.value.detail and "exit 65" in e.value.detail
     assert os.listdir(sb.private["dir"]) == []  # no profile, FIFO or process left
     assert "pid" not in sb.private
@@ -591,8 +591,75 @@ def test_refused_before_anything_is_made(tmp_path: Path, bundle: Path) -> None:
     sb = _sandbox(tmp_path, bundle)
     cfg = darwin_config(["/bin/app"], linux={"namespaces": [{"type": "network"}, {"type": "pid"}]})
     with pytest.raises(CapabilityUnavailable):
-        mech.provision(sb, plan_of(cfg, sb.bundle))
+        mech.provision(sb, plan_of(cfg, sb.bundle), ProvisionOptions())
     assert os.listdir(sb.private["dir"]) == []
+
+
+# ---- through the library: api.provision's options reach the launcher; exec is refused ----------
+
+
+def _library_mech(tmp_path: Path, bundle: Path, args: list[str]) -> DarwinSeatbeltMechanism:
+    """The stand-in mechanism with a state root, and ``bundle`` set up to pass ``bundle.load``.
+
+    ``bundle.load``'s tenant policy wants a pid namespace, which the macOS planner turns into a
+    required ``namespace.pid`` that macOS lacks: no tenant bundle passes both on a real Mac today
+    (reported with issue 18).  These tests are about the library's options and ``exec``, so their
+    probe reports ``namespace.pid`` available."""
+    namespaces = [{"type": "network"}, {"type": "mount"}, {"type": "pid"}]
+    (bundle / "config.json").write_text(json.dumps(darwin_config(args, linux={"namespaces": namespaces})))
+
+    def reports() -> list[Capability]:
+        return [
+            r if r.name != "namespace.pid" else Capability(r.name, True, "test", "", "test")
+            for r in _mac_reports()
+        ]
+
+    mech = DarwinSeatbeltMechanism(probe=reports, sandbox_exec=_stand_in(tmp_path, STAND_IN))
+    mech.root = str(tmp_path / "state")
+    return mech
+
+
+def test_the_library_captures_output_through_provision_options(tmp_path: Path, bundle: Path) -> None:
+    """``run_bundle``'s capture path: the stdio ``api.provision`` is given reaches the launcher as
+    ``ProvisionOptions.stdio`` (it was a keyword the library never passed: the caller's streams)."""
+    from sandbox_shim import api
+    from sandbox_shim.execution import run_bundle
+
+    app = bundle / "rootfs" / "bin" / "app"
+    app.write_text("#!/bin/sh\necho out-line\necho err-line >&2\nexit 3\n")
+    mech = _library_mech(tmp_path, bundle, ["/bin/app"])
+    done = run_bundle(mech, "d1", bundle, timeout=20)
+    assert (done.exit_status, done.stdout, done.stderr) == (3, b"out-line\n", b"err-line\n")
+    assert api.list_sandboxes(mech) == []
+
+
+def test_the_library_refuses_what_the_launcher_cannot_pass(tmp_path: Path, bundle: Path) -> None:
+    from sandbox_shim import api
+
+    mech = _library_mech(tmp_path, bundle, ["/bin/app"])
+    with pytest.raises(CapabilityUnavailable) as e:
+        api.provision(mech, Sandbox("d3", str(bundle)), console_socket=str(tmp_path / "console.sock"))
+    assert [r.name for r in e.value.reports] == ["console-socket"]
+    assert api.list_sandboxes(mech) == []  # refused before anything was made
+
+
+def test_exec_is_refused_as_not_available(tmp_path: Path, bundle: Path) -> None:
+    """``exec`` goes through ``Mechanism.exec``: macOS answers "not available" (exit status 4), not a
+    misleading state error."""
+    from sandbox_shim import api
+    from sandbox_shim.execution import execute
+
+    app = bundle / "rootfs" / "bin" / "app"
+    app.write_text("#!/bin/sh\nexec sleep 30\n")
+    mech = _library_mech(tmp_path, bundle, ["/bin/app"])
+    api.provision(mech, Sandbox("d2", str(bundle)))
+    try:
+        assert api.start(mech, "d2").status == "running"
+        with pytest.raises(CapabilityUnavailable) as e:
+            execute(mech, "d2", ("/bin/true", []))
+        assert e.value.exit_status == 4 and [r.name for r in e.value.reports] == ["exec"]
+    finally:
+        api.destroy(mech, "d2", force=True)
 
 
 # ---- real macOS --------------------------------------------------------------------------------
@@ -635,7 +702,9 @@ def _real_run(tmp_path: Path, bundle: Path, sid: str) -> tuple[int | None, str, 
     out, err = tmp_path / f"{sid}.out", tmp_path / f"{sid}.err"
     with open(out, "wb") as o, open(err, "wb") as e:
         cfg = json.loads((bundle / "config.json").read_text())
-        mech.provision(sb, plan_of(cfg, sb.bundle), stdio=(subprocess.DEVNULL, o, e))
+        mech.provision(
+            sb, plan_of(cfg, sb.bundle), ProvisionOptions(stdio=(subprocess.DEVNULL, o.fileno(), e.fileno()))
+        )
     assert mech.status(sb).status == "created"
     mech.start(sb)
     code = mech.wait(sb, timeout_s=30)

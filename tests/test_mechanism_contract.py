@@ -272,3 +272,55 @@ def test_mypy_refuses_a_confinement_renderer_off_the_contract(tmp_path: Path, ol
     out, status = _mypy(tmp_path, copy)
     assert status == 1, out
     assert "ConfineBackend" in out and "select.py" in out, out
+
+
+# --- every platform folder's mechanism is on the contract ------------------------------------------
+
+
+def _mechanism_classes(package: Path) -> set[tuple[str, str]]:
+    """``(platform folder, class)`` for every class under ``platforms/<folder>/`` that defines
+    ``provision`` (what makes a class a mechanism), the folders taken from the file system."""
+    found = set()
+    for folder in sorted(p for p in (package / "platforms").iterdir() if p.is_dir()):
+        if not (folder / "__init__.py").exists():
+            continue
+        for path in sorted(folder.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ClassDef) and any(
+                    isinstance(f, ast.FunctionDef) and f.name == "provision" for f in node.body
+                ):
+                    found.add((folder.name, node.name))
+    return found
+
+
+def _contract_classes(package: Path) -> set[tuple[str, str]]:
+    """``(platform folder, class)`` named by the parameters of ``select._contract`` (mypy checks each
+    against ``Mechanism`` there), resolved through ``select.py``'s own imports."""
+    tree = ast.parse((package / "platforms" / "select.py").read_text())
+    where = {
+        alias.asname or alias.name: (node.module or "").split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 1
+        for alias in node.names
+    }
+    contract = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_contract")
+    names = [a.annotation.id for a in contract.args.args if isinstance(a.annotation, ast.Name)]
+    return {(where.get(n, "?"), n) for n in names}
+
+
+def test_every_platform_folder_has_its_mechanism_on_the_contract() -> None:
+    found = _mechanism_classes(PACKAGE)
+    assert {f for f, _ in found} >= {"linux", "darwin", "windows"}, found
+    assert found - _contract_classes(PACKAGE) == set()
+
+
+def test_a_new_platform_off_the_contract_is_found(tmp_path: Path) -> None:
+    """The control: a ``platforms/freebsd/`` with a mechanism that ``select._contract`` does not name."""
+    copy = tmp_path / "sandbox_shim"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "platforms" / "freebsd").mkdir()
+    (copy / "platforms" / "freebsd" / "__init__.py").write_text("")
+    (copy / "platforms" / "freebsd" / "mechanism.py").write_text(
+        "class JailMechanism:\n    def provision(self, sandbox, plan, options):\n        return None\n"
+    )
+    assert _mechanism_classes(copy) - _contract_classes(copy) == {("freebsd", "JailMechanism")}

@@ -16,7 +16,7 @@ import pytest
 from conftest import base_config
 from sandbox_shim.bundle import Settings, Spec
 from sandbox_shim.errors import BundleInvalid, CapabilityUnavailable, CouldNotRun, ShimError, UsageError
-from sandbox_shim.mechanism import Mechanism, Sandbox
+from sandbox_shim.mechanism import Mechanism, ProvisionOptions, Sandbox
 from sandbox_shim.platforms.windows import job_object as jo
 from sandbox_shim.platforms.windows.capabilities import windows_capabilities
 from sandbox_shim.platforms.windows.mechanism import WindowsJobMechanism
@@ -330,7 +330,7 @@ def test_provision_then_start_call_sequence_and_arguments(fake: FakeKernel32) ->
     sb = Sandbox("t1", "C:\\bundles\\t1")
     cfg = _config(memory={"limit": 64 << 20}, cpu={"maximum": 2500})
     m = _mech()
-    m.provision(sb, plan_of(cfg))
+    m.provision(sb, plan_of(cfg), ProvisionOptions())
     assert fake.names() == SEQUENCE
     assert fake.args("CreateJobObjectW") == ("Local\\sandbox-shim-t1",)
     ext = jo.JOBOBJECT_EXTENDED_LIMIT_INFORMATION.from_buffer_copy(
@@ -382,7 +382,7 @@ def test_each_failing_call_is_typed_and_leaves_nothing(
     fake.fail, fake.error = call, 1450  # ERROR_NO_SYSTEM_RESOURCES
     sb = Sandbox("t2", "b")
     with pytest.raises(jo.JobObjectError) as ei:
-        _mech().provision(sb, plan_of(_config(memory={"limit": 1 << 20})))
+        _mech().provision(sb, plan_of(_config(memory={"limit": 1 << 20})), ProvisionOptions())
     assert isinstance(ei.value, ShimError)
     assert (ei.value.function, ei.value.winerror) == (call, 1450)
     assert fake.open == set(), "every handle made before the failure is closed"
@@ -400,7 +400,7 @@ def test_each_failing_call_is_typed_and_leaves_nothing(
 def test_create_process_failure_maps_win32_error(fake: FakeKernel32, code: int, reason: str | None) -> None:
     fake.fail, fake.error = "CreateProcessW", code
     with pytest.raises(ShimError) as ei:
-        _mech().provision(Sandbox("t3", "b"), plan_of(_config()))
+        _mech().provision(Sandbox("t3", "b"), plan_of(_config()), ProvisionOptions())
     err = ei.value
     if reason is None:
         assert isinstance(err, jo.JobObjectError) and err.winerror == 87
@@ -413,7 +413,7 @@ def test_create_process_failure_maps_win32_error(fake: FakeKernel32, code: int, 
 
 def test_resume_failure_terminates_job_and_closes_everything(fake: FakeKernel32) -> None:
     m, sb = _mech(), Sandbox("t4", "b")
-    m.provision(sb, plan_of(_config()))
+    m.provision(sb, plan_of(_config()), ProvisionOptions())
     fake.fail, fake.error = "ResumeThread", 6
     with pytest.raises(jo.JobObjectError) as ei:
         m.start(sb)
@@ -429,7 +429,7 @@ def test_existing_job_name_is_refused_and_closed(fake: FakeKernel32) -> None:
 
     fake.CreateJobObjectW = create  # type: ignore[method-assign]
     with pytest.raises(jo.JobObjectError) as ei:
-        _mech().provision(Sandbox("dup", "b"), plan_of(_config()))
+        _mech().provision(Sandbox("dup", "b"), plan_of(_config()), ProvisionOptions())
     assert ei.value.winerror == jo.ERROR_ALREADY_EXISTS and fake.open == set()
 
 
@@ -437,7 +437,7 @@ def test_tenant_default_is_refused_before_any_win32_call(fake: FakeKernel32) -> 
     cfg = _config()
     del cfg["annotations"]
     with pytest.raises(CapabilityUnavailable) as ei:
-        _mech().provision(Sandbox("t5", "b"), plan_of(cfg))
+        _mech().provision(Sandbox("t5", "b"), plan_of(cfg), ProvisionOptions())
     assert {r.name for r in ei.value.reports} == {"filesystem.confinement", "network.deny"}
     assert fake.calls == []
 
@@ -445,7 +445,7 @@ def test_tenant_default_is_refused_before_any_win32_call(fake: FakeKernel32) -> 
 def test_reopen_in_new_process_checks_pid_identity(fake: FakeKernel32) -> None:
     sb = Sandbox("t6", "b")
     first = _mech()
-    first.provision(sb, plan_of(_config()))
+    first.provision(sb, plan_of(_config()), ProvisionOptions())
     first.start(sb)
     later = _mech()  # a new shim process: no handles in memory
     assert later.status(sb).status == "running"
@@ -460,7 +460,7 @@ def test_reopen_in_new_process_checks_pid_identity(fake: FakeKernel32) -> None:
 
 def test_signal_other_than_kill_term_is_a_usage_error(fake: FakeKernel32) -> None:
     m, sb = _mech(), Sandbox("t7", "b")
-    m.provision(sb, plan_of(_config()))
+    m.provision(sb, plan_of(_config()), ProvisionOptions())
     with pytest.raises(UsageError):
         m.signal(sb, 1)
     m.signal(sb, 9)
@@ -469,7 +469,7 @@ def test_signal_other_than_kill_term_is_a_usage_error(fake: FakeKernel32) -> Non
 
 def test_usage_converts_ticks_and_reads_accounting(fake: FakeKernel32) -> None:
     m, sb = _mech(), Sandbox("t8", "b")
-    m.provision(sb, plan_of(_config()))
+    m.provision(sb, plan_of(_config()), ProvisionOptions())
     u = m.usage(sb)
     assert (u.cpu_user_us, u.cpu_system_us) == (1_234_567, 99)  # 100-ns ticks // 10
     assert (u.pids, u.io_read_bytes, u.io_write_bytes) == (3, 4096, 512)
@@ -591,7 +591,7 @@ def test_real_job_runs_and_reports(monkeypatch: pytest.MonkeyPatch) -> None:
         "annotations": {"sandbox-shim.requires": "job-object.memory,job-object.cpu"},
     }
     try:
-        m.provision(sb, plan_of(cfg))
+        m.provision(sb, plan_of(cfg), ProvisionOptions())
         assert m.status(sb).status == "created"
         m.start(sb)
         assert m.wait(sb, 60) == 7
@@ -619,7 +619,7 @@ def test_real_memory_limit_stops_allocation(monkeypatch: pytest.MonkeyPatch) -> 
         "annotations": {"sandbox-shim.requires": "job-object.memory"},
     }
     try:
-        m.provision(sb, plan_of(cfg))
+        m.provision(sb, plan_of(cfg), ProvisionOptions())
         m.start(sb)
         assert m.wait(sb, 60) == 3
     finally:
@@ -670,3 +670,52 @@ def test_the_library_drives_the_windows_mechanism(fake: FakeKernel32, tmp_path: 
     api.destroy(m, "w1")
     assert not fake.open  # every handle closed
     assert api.list_sandboxes(m) == []
+
+
+def _library_bundle(tmp_path: Path) -> Path:
+    import json
+
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs").mkdir(parents=True)
+    (bundle / "storage").mkdir()
+    prog = bundle / "rootfs" / "prog.exe"
+    prog.write_text("")
+    prog.chmod(0o755)  # run_bundle's preflight finds the program
+    cfg = base_config(["/prog.exe", "a"])
+    cfg["annotations"] = {"sandbox-shim.requires": "job-object"}  # as the library test above
+    (bundle / "config.json").write_text(json.dumps(cfg))
+    return bundle
+
+
+def test_the_library_refuses_stdio_on_windows(fake: FakeKernel32, tmp_path: Path) -> None:
+    """``ProvisionOptions.stdio``: the Job Object path passes no handles, so stdio given to
+    ``api.provision`` (and ``run_bundle``'s capture path) is refused before any Win32 call, never
+    dropped."""
+    from sandbox_shim import api
+    from sandbox_shim.execution import run_bundle
+
+    bundle = _library_bundle(tmp_path)
+    m = _mech()
+    m.root = str(tmp_path / "state")
+    with pytest.raises(CapabilityUnavailable) as e:
+        api.provision(m, Sandbox("w2", str(bundle)), stdio=(0, 1, 2))
+    assert [r.name for r in e.value.reports] == ["stdio"]
+    with pytest.raises(CapabilityUnavailable) as e:
+        run_bundle(m, "w3", bundle, timeout=5)
+    assert [r.name for r in e.value.reports] == ["stdio"] and e.value.exit_status == 4
+    assert fake.names() == [] and api.list_sandboxes(m) == []
+
+
+def test_exec_is_refused_as_not_available_on_windows(fake: FakeKernel32, tmp_path: Path) -> None:
+    from sandbox_shim import api
+    from sandbox_shim.execution import execute
+
+    m = _mech()
+    m.root = str(tmp_path / "state")
+    api.provision(m, Sandbox("w4", str(_library_bundle(tmp_path))))
+    assert api.start(m, "w4").status == "running"
+    with pytest.raises(CapabilityUnavailable) as e:
+        execute(m, "w4", ("/prog.exe", []))
+    assert e.value.exit_status == 4 and [r.name for r in e.value.reports] == ["exec"]
+    api.destroy(m, "w4", force=True)
+    assert not fake.open

@@ -4,8 +4,8 @@ One shape, None, for both "this mechanism has no addresses" and "this sandbox ha
 network mode ``none`` or ``host``, no ``sandbox-shim.port``, or a sandbox that has stopped.  Only
 mode ``isolated`` (see ``platforms/linux/network.py``) gives a sandbox an address of its own.
 
-Source: the sandbox's stored record, ``StateStore(mechanism.root).read(id).private["network"]``
-(written at create).  Nothing heavy is imported: no pyroute2, no netlink request.
+Source: ``Mechanism.network_address`` over the sandbox's stored record (Linux: what create recorded of
+the network it made).  Nothing heavy is imported: no pyroute2, no netlink request.
 """
 
 from __future__ import annotations
@@ -33,14 +33,9 @@ def address(mechanism: Mechanism, sandbox_id: str) -> str | None:
         return None
     store = StateStore(root)
     rec = store.read(sandbox_id)
-    net = (rec.private or {}).get("network")
-    if not isinstance(net, dict) or net.get("mode") != "isolated":
-        return None
-    ip, port = net.get("address"), net.get("port")
-    if not ip or not port:
-        return None
-    from .api import observed_status
+    from .api import observed_status, sandbox_of
 
-    if observed_status(mechanism, rec, store) not in ACTIVE:
+    where = mechanism.network_address(sandbox_of(rec, store))
+    if where is None or observed_status(mechanism, rec, store) not in ACTIVE:
         return None
-    return f"{ip}:{int(port)}"
+    return where

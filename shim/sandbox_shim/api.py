@@ -13,14 +13,14 @@ import time
 
 from . import state as st
 from .errors import LaunchFailed, ShimError
-from .mechanism import Sandbox, Status, Usage
+from .mechanism import ProvisionOptions, Sandbox, Status, Usage
 from .state import Record, StateStore
 
 TYPE_CHECKING = False  # typing is not loaded at run time: the CLI's lifecycle verbs stay cheap
 if TYPE_CHECKING:
-    from typing import Any
+    from contextlib import AbstractContextManager
 
-    from .mechanism import Mechanism
+    from .mechanism import HostRecord, Mechanism
 
 
 def default_mechanism(root: str | None = None) -> Mechanism:
@@ -77,29 +77,14 @@ def provision(
         stdio: (stdin, stdout, stderr) fds for the sandbox, or None for /dev/null on all three: a
             library caller's own stdio (a service's log file, its terminal) is never the tenant's.
             The CLI's ``create`` passes its own (0, 1, 2): OCI create hands the caller's stdio to
-            the container.
+            the container.  These three and the record hook reach the mechanism as one
+            ``ProvisionOptions``; a mechanism that cannot honour one refuses it
+            (``CapabilityUnavailable``: Windows takes no stdio, macOS no console socket).
     Returns:
         the ``created`` status.
     Raises:
         BundleInvalid, CapabilityUnavailable, SandboxExists, LaunchFailed (``HookFailed``), CouldNotRun.
     """
-    if stdio is None:
-        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-        try:
-            return _provision(mechanism, sandbox, pid_file, console_socket, preserve_fds, (null, null, null))
-        finally:
-            os.close(null)
-    return _provision(mechanism, sandbox, pid_file, console_socket, preserve_fds, stdio)
-
-
-def _provision(
-    mechanism: Mechanism,
-    sandbox: Sandbox,
-    pid_file: str | None,
-    console_socket: str | None,
-    preserve_fds: int,
-    stdio: tuple[int, int, int],
-) -> Status:
     import contextlib
 
     from . import hooks
@@ -124,13 +109,12 @@ def _provision(
         )
         sandbox.bundle = spec.bundle
         sandbox.private["dir"] = d
-        sandbox.private["on_cgroup"] = recorder = _CgroupRecorder(store, sandbox.id)
-        sandbox.private.update(console_socket=console_socket, preserve_fds=preserve_fds, stdio=stdio)
+        recorder = _CgroupRecorder(store, sandbox.id)
+        options = ProvisionOptions(stdio, console_socket, preserve_fds, recorder)
+        ident = None
         try:
             store.write(rec)
-            ident = mechanism.provision(sandbox, plan)
-            sandbox.private.pop("on_cgroup", None)
-            sandbox.private.pop("stdio", None)
+            ident = mechanism.provision(sandbox, plan, options)
             init = ident.init_pid
             doc = hooks.state_doc(sandbox.id, "creating", init, spec.bundle, spec.annotations)
             for phase in ("prestart", "createRuntime", "createContainer"):
@@ -148,10 +132,9 @@ def _provision(
             if pid_file:
                 st.write_atomic(os.path.abspath(pid_file), str(rec.pid), 0o644)
         except BaseException as e:
-            sandbox.private.pop("on_cgroup", None)
             recorder.release()
             with contextlib.suppress(Exception):
-                if sandbox.private.get("pid"):
+                if ident is not None:  # a failed provision undid its own work
                     mechanism.destroy(sandbox)
             with contextlib.suppress(Exception):
                 _drop_cgroups(mechanism, store, sandbox.id)
@@ -168,20 +151,20 @@ def _provision(
 
 
 class _CgroupRecorder:
-    """The ``on_cgroup`` hook given to the mechanism: called with what will be made *before* making it
-    (``created`` empty: the record is written and the state root's cgroup lock taken, so no delete
+    """``ProvisionOptions.on_record``, given to the mechanism: called with what will be made *before*
+    making it (``created`` empty: the record is written and the state root's cgroup lock taken, so no delete
     removes a shared parent meanwhile), then with what was made (record rewritten, lock released)."""
 
     def __init__(self, store: StateStore, sandbox_id: str) -> None:
         self.store, self.id = store, sandbox_id
-        self._lock: Any = None
+        self._lock: AbstractContextManager[None] | None = None
 
-    def __call__(self, info: dict[str, Any]) -> None:
+    def __call__(self, info: HostRecord) -> None:
         if not info.get("created") and self._lock is None:
             self._lock = self.store.cgroup_lock()
             self._lock.__enter__()
-            parents = info.get("parents") or []
-            if parents:
+            parents = info.get("parents")
+            if isinstance(parents, list) and parents:
                 known = self.store.read_cgroup_parents()
                 self.store.write_cgroup_parents(sorted({*known, *parents}))
             self.store.write_cgroup_index(self.id, info)
@@ -230,7 +213,7 @@ def _status(mechanism: Mechanism, rec: Record, store: StateStore) -> Status:
     exit_status = mechanism.exit_status(sandbox_of(rec, store)) if now == "stopped" else None
     annotations = dict(rec.annotations or {})
     annotations.pop(JOINED_ANNOTATION, None)
-    joined = (rec.private or {}).get("joined")
+    joined = mechanism.joined_namespaces(sandbox_of(rec, store))
     if joined:
         annotations[JOINED_ANNOTATION] = ",".join(f"{t}={v}" for t, v in sorted(joined.items()))
     return Status(

@@ -21,7 +21,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from .spawn import Started
+    from .mechanism import Started
 
 MAX_OUTPUT = 16 * 1024 * 1024  # bytes kept per stream by default
 LINGER = 0.25  # seconds of draining after the program exits

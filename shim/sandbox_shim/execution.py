@@ -1,8 +1,9 @@
 """Run a program to its end and report one of three facts: ``Completion``, ``CouldNotRun``, ``LimitExceeded``.
 
-``execute`` runs a program inside a *running* sandbox (started by ``spawn.spawn``): a helper
-(``platforms/linux/enter.py``) joins the workload's namespaces, cgroup, root, credentials,
-capabilities, rlimits and seccomp filters, then execve's.  "Never ran" comes from the kernel (the
+``execute`` runs a program inside a *running* sandbox (started by ``spawn.spawn``, which asks
+``Mechanism.exec``; macOS and Windows refuse it): on Linux a helper (``platforms/linux/enter.py``)
+joins the workload's namespaces, cgroup, root, credentials, capabilities, rlimits and seccomp
+filters, then execve's.  "Never ran" comes from the kernel (the
 errno of the failed execve, through a CLOEXEC pipe), never from an exit status or stderr: a program
 that ran and exited 127 is a ``Completion``.
 
@@ -34,8 +35,8 @@ from . import api
 from .capture import MAX_OUTPUT, Collected, collect
 from .control import Facts, facts
 from .errors import CouldNotRun, LimitExceeded, check_seconds
-from .mechanism import CgroupControl, Completion, Sandbox, Usage
-from .spawn import Started, spawn
+from .mechanism import CgroupControl, Completion, Ended, Sandbox, Started, Usage
+from .spawn import spawn
 
 if TYPE_CHECKING:
     from .mechanism import Mechanism
@@ -44,7 +45,8 @@ __all__ = ["Started", "execute", "preflight", "run_bundle", "run_detached", "spa
 
 
 def _limit_kind(
-    end: dict[str, Any],
+    code: int | None,
+    sig: int | None,
     before: Facts,
     after: Facts,
     cpu_limit: int | None,
@@ -54,8 +56,7 @@ def _limit_kind(
     """Which limit stopped a program, from how it ended and the cgroup counters; None if none did."""
     if timed_out:
         return "wall_clock"
-    sig = end.get("signal")
-    failed = sig is not None or end.get("exit", 0) != 0
+    failed = sig is not None or (code or 0) != 0
     if failed and after.oom_kills > before.oom_kills:
         return "memory"
     if sig == _signal.SIGXCPU or (sig == _signal.SIGKILL and cpu_limit and cpu_used_s >= cpu_limit):
@@ -73,10 +74,6 @@ def _detail(kind: str, after: Facts, cpu_limit: int | None, cpu_used_s: float, w
     if kind == "pids":
         return f"forks refused {after.pids_max_hits} times, limit {after.pids_limit}"
     return f"ran past {wall} s"
-
-
-def _cpu_limit(rlimits: Sequence[Sequence[Any]]) -> int | None:
-    return next((int(r[1]) for r in rlimits if r[0] == "RLIMIT_CPU"), None)
 
 
 def execute(
@@ -119,8 +116,8 @@ def execute(
     cmd, args = command
     sandbox_id = api.id_of(sandbox)
     store = api.store_of(mechanism)
-    rec = store.read(sandbox_id)
-    cg = mechanism.cgroup(api.sandbox_of(rec, store))
+    sb = api.sandbox_of(store.read(sandbox_id), store)
+    cg = mechanism.cgroup(sb)
     before = facts(cg) if cg else Facts()
     pipe = subprocess.PIPE if capture else None
     s = spawn(
@@ -150,15 +147,16 @@ def execute(
     timed_out = got.timed_out
     duration = time.monotonic() - s.started
     end = s.result()
-    ru = end.get("rusage") or {}
+    if end is None:  # no report from the program's end: it was killed with its helper
+        end = Ended(None, _signal.SIGKILL)
     usage = Usage(
-        memory_peak_bytes=ru.get("maxrss_bytes"),
-        cpu_user_us=ru.get("utime_us"),
-        cpu_system_us=ru.get("stime_us"),
+        memory_peak_bytes=end.maxrss_bytes,
+        cpu_user_us=end.cpu_user_us,
+        cpu_system_us=end.cpu_system_us,
     )
     done = Completion(
-        end.get("exit"),
-        end.get("signal"),
+        end.exit_status,
+        end.signal,
         bytes(got.out),
         bytes(got.err),
         duration,
@@ -166,12 +164,10 @@ def execute(
         stdout_dropped=got.dropped["stdout"],
         stderr_dropped=got.dropped["stderr"],
     )
-    if not end:
-        done.signal = _signal.SIGKILL
     after = facts(cg) if cg else Facts()
-    cpu_limit = _cpu_limit((rec.private.get("process") or {}).get("rlimits") or [])
-    cpu_used = ((ru.get("utime_us") or 0) + (ru.get("stime_us") or 0)) / 1e6
-    kind = _limit_kind(end or {"signal": _signal.SIGKILL}, before, after, cpu_limit, cpu_used, timed_out)
+    cpu_limit = mechanism.cpu_limit(sb)
+    cpu_used = ((end.cpu_user_us or 0) + (end.cpu_system_us or 0)) / 1e6
+    kind = _limit_kind(end.exit_status, end.signal, before, after, cpu_limit, cpu_used, timed_out)
     if kind:
         raise LimitExceeded(kind, _detail(kind, after, cpu_limit, cpu_used, timeout), done)
     return done
@@ -403,10 +399,9 @@ def run_bundle(
         stdout_dropped=dropped[0],
         stderr_dropped=dropped[1],
     )
-    cpu_limit = _cpu_limit(rec.private.get("process", {}).get("rlimits") or [])
+    cpu_limit = mechanism.cpu_limit(sb)
     cpu_used = ((after.cpu_total_ns or 0) - (before.cpu_total_ns or 0)) / 1e9
-    end = {"signal": sig} if sig else {"exit": code}
-    kind = _limit_kind(end, before, after, cpu_limit, cpu_used, timed_out)
+    kind = _limit_kind(None if sig else code, sig, before, after, cpu_limit, cpu_used, timed_out)
     if kind:
         raise LimitExceeded(kind, _detail(kind, after, cpu_limit, cpu_used, limit), done)
     return done

@@ -32,6 +32,7 @@ from .errors import LaunchFailed
 
 TYPE_CHECKING = False  # start and delete import this module: typing and subprocess load only to run a hook
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
 REQUIRED = ("prestart", "createRuntime", "createContainer", "startContainer")
@@ -78,7 +79,7 @@ def _ns_options(pid: int, with_mount: bool) -> list[str]:
     return opts
 
 
-def _command(phase: str, hook: dict[str, Any], ns_pid: int) -> tuple[list[str], str | None]:
+def _command(phase: str, hook: Mapping[str, Any], ns_pid: int) -> tuple[list[str], str | None]:
     """(argv, executable) for one hook in ``phase``."""
     path = hook["path"]
     args = list(hook.get("args") or [path])
@@ -99,7 +100,7 @@ def _command(phase: str, hook: dict[str, Any], ns_pid: int) -> tuple[list[str], 
     return [*argv, "--", path, *args[1:]], nsenter
 
 
-def _run_one(phase: str, hook: dict[str, Any], state: dict[str, Any], ns_pid: int, cwd: str) -> str | None:
+def _run_one(phase: str, hook: Mapping[str, Any], state: dict[str, Any], ns_pid: int, cwd: str) -> str | None:
     """Run one hook; return None on success or a one-line description of the failure."""
     import signal
     import subprocess
@@ -150,7 +151,7 @@ def _run_one(phase: str, hook: dict[str, Any], state: dict[str, Any], ns_pid: in
 
 
 def run(
-    hooks: dict[str, list[dict[str, Any]]] | None,
+    hooks: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     phase: str,
     state: dict[str, Any],
     ns_pid: int = 0,

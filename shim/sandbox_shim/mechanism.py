@@ -12,8 +12,9 @@ from .values import Value
 
 TYPE_CHECKING = False  # typing is not imported at run time: every lifecycle verb imports this module
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Any, Protocol, runtime_checkable
+    import subprocess
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import IO, Any, Protocol, runtime_checkable
 
     from .bundle import Spec
     from .capability import Capability
@@ -39,8 +40,15 @@ class Sandbox(Value):
         id: the container id (OCI ``id``).
         bundle: absolute, canonical bundle directory.
         owner_ref: opaque reference of the caller's (e.g. a tenant id); stored, never interpreted.
-        context: free-form caller data kept with the sandbox (JSON-serialisable).
-        private: mechanism-private state (pids, cgroup paths, ...), JSON-serialisable.
+        context: free-form caller data kept with the sandbox (JSON-serialisable; stored, never read).
+        private: JSON-serialisable state.  The library's own keys are ``dir`` (the state dir), the
+            identity (``pid``, ``pid_start``, ``init_pid``, ``init_start``: ``Identity``) and
+            ``plan``; every other key belongs to the mechanism that wrote it and is read only by it
+            (what the library needs of a sandbox it asks through the protocol: ``cpu_limit``,
+            ``network_address``, ``joined_namespaces``, ``workload_pid``, ...).  Typed
+            ``dict[str, Any]``, the one ``Any`` left in these types: each platform reads back nested
+            values of its own record (cgroup paths, job names), and ``dict[str, object]`` would make
+            each of those ~60 reads a cast without checking anything more.
     """
 
     __match_args__ = ("id", "bundle", "owner_ref", "context", "private")
@@ -50,7 +58,7 @@ class Sandbox(Value):
         id: str,
         bundle: str,
         owner_ref: str | None = None,
-        context: dict[str, Any] = _NEW,
+        context: dict[str, object] = _NEW,
         private: dict[str, Any] = _NEW,
     ) -> None:
         self.id = id
@@ -201,9 +209,9 @@ class Status(Value):
         self.source = source
         self.pids = [] if pids is _NEW else pids
 
-    def to_oci(self) -> dict[str, Any]:
+    def to_oci(self) -> dict[str, object]:
         """The OCI state JSON (``ociVersion, id, status, pid, bundle, annotations``)."""
-        d: dict[str, Any] = {
+        d: dict[str, object] = {
             "ociVersion": self.oci_version,
             "id": self.id,
             "status": self.status,
@@ -241,8 +249,150 @@ class Identity(Value):
 
 
 #: a sandbox's record of its host objects (``ROOT/.cgroups/ID``, JSON): what the mechanism wrote
-#: through the ``on_cgroup`` hook, read back by the same mechanism (``lost_pids``)
+#: through ``ProvisionOptions.on_record``, read back by the same mechanism (``lost_pids``)
 HostRecord = dict[str, object]
+
+
+class ProvisionOptions(Value):
+    """What OCI create is given besides the plan: the caller's side of ``Mechanism.provision``.
+
+    Attributes:
+        stdio: (stdin, stdout, stderr) fds the sandbox's process gets, or None: /dev/null on all three
+            (a library caller's own stdio is never the tenant's).  A mechanism that cannot hand fds to
+            its process refuses a tuple (``CapabilityUnavailable``); it never drops it.
+        console_socket: unix socket path the pty master is sent to (``process.terminal``), or None.
+        preserve_fds: how many fds from 3 up the workload inherits (runc ``--preserve-fds``).
+        on_record: called with the sandbox's ``HostRecord`` before each host object outside the state
+            dir is made and again once it is (the library writes ``ROOT/.cgroups/ID``, so ``delete
+            --force`` finds it after a crash); None: nothing is recorded (a mechanism driven directly).
+    """
+
+    __match_args__ = ("stdio", "console_socket", "preserve_fds", "on_record")
+
+    def __init__(
+        self,
+        stdio: tuple[int, int, int] | None = None,
+        console_socket: str | None = None,
+        preserve_fds: int = 0,
+        on_record: Callable[[HostRecord], None] | None = None,
+    ) -> None:
+        self.stdio = stdio
+        self.console_socket = console_socket
+        self.preserve_fds = preserve_fds
+        self.on_record = on_record
+
+
+class ExecSpec(Value):
+    """A program to start inside a running sandbox (``Mechanism.exec``), as the library checked it.
+
+    Attributes:
+        argv: the program and its arguments (non-empty; ``argv[0]`` non-empty).
+        env: variables set over the sandbox process's environment (``replace_env``: the whole
+            environment, as an OCI ``process.env``); names already checked by the tenant profile.
+        cwd: working directory inside the sandbox, or None (the sandbox process's).
+        stdin / stdout / stderr: as for ``subprocess.Popen`` (None: inherit this process's).
+        detach: return once the program runs and leave it to this process's nearest child
+            subreaper (``runc exec -d``).
+        user: ``uid`` / ``gid`` / ``additional_gids`` / ``umask`` asked (absent keys: the sandbox's).
+        capabilities: names asked, at most the sandbox's (None: the sandbox's).
+        console_socket: listening unix socket that receives the master of a new pty, or None.
+    """
+
+    __match_args__ = (
+        "argv",
+        "env",
+        "replace_env",
+        "cwd",
+        "stdin",
+        "stdout",
+        "stderr",
+        "detach",
+        "user",
+        "capabilities",
+        "console_socket",
+    )
+
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        replace_env: bool = False,
+        cwd: str | None = None,
+        stdin: int | IO[bytes] | None = None,
+        stdout: int | IO[bytes] | None = None,
+        stderr: int | IO[bytes] | None = None,
+        detach: bool = False,
+        user: Mapping[str, object] | None = None,
+        capabilities: list[str] | None = None,
+        console_socket: str | None = None,
+    ) -> None:
+        self.argv = argv
+        self.env = {} if env is None else env
+        self.replace_env = replace_env
+        self.cwd = cwd
+        self.stdin = stdin
+        self.stdout = stdout
+        self.stderr = stderr
+        self.detach = detach
+        self.user = user
+        self.capabilities = capabilities
+        self.console_socket = console_socket
+
+
+class Ended(Value):
+    """How a program started by ``Mechanism.exec`` ended (``Started.result``).
+
+    Attributes:
+        exit_status: its exit status, or None if a signal ended it; signal: that signal, or None.
+        cpu_user_us / cpu_system_us: its CPU time (getrusage(2)), microseconds, where reported.
+        maxrss_bytes: its peak resident set, bytes, where reported.
+    """
+
+    __match_args__ = ("exit_status", "signal", "cpu_user_us", "cpu_system_us", "maxrss_bytes")
+
+    def __init__(
+        self,
+        exit_status: int | None,
+        signal: int | None,
+        cpu_user_us: int | None = None,
+        cpu_system_us: int | None = None,
+        maxrss_bytes: int | None = None,
+    ) -> None:
+        self.exit_status = exit_status
+        self.signal = signal
+        self.cpu_user_us = cpu_user_us
+        self.cpu_system_us = cpu_system_us
+        self.maxrss_bytes = maxrss_bytes
+
+
+class Started(Protocol):
+    """A program ``Mechanism.exec`` started inside a sandbox: the handle the library drives.
+
+    Attributes:
+        pid: its host pid.  sandbox_id, argv: what was run.  started: ``time.monotonic()`` when it
+        was released.  helper: the process this one waits on (its stdio pipes are the program's,
+        as asked in ``ExecSpec``; it exits when the program does).
+    """
+
+    pid: int
+    sandbox_id: str
+    argv: list[str]
+    started: float
+
+    @property
+    def helper(self) -> subprocess.Popen[bytes]: ...
+
+    def signal(self, signum: int) -> None:
+        """Deliver ``signum`` to the program."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL the program and what it started."""
+        ...
+
+    def result(self) -> Ended | None:
+        """How it ended (once ``helper`` has exited), or None when nothing was reported."""
+        ...
 
 
 class LaunchPlan(Protocol):
@@ -259,7 +409,7 @@ class LaunchPlan(Protocol):
     def required(self) -> Sequence[str]: ...
 
     @property
-    def hooks(self) -> dict[str, list[dict[str, Any]]]: ...
+    def hooks(self) -> Mapping[str, Sequence[Mapping[str, object]]]: ...
 
     @property
     def wall_clock(self) -> float | None: ...
@@ -274,6 +424,11 @@ class CgroupControl(Protocol):
     managers.  Errors: ``LaunchFailed`` naming the file the kernel refused."""
 
     def dirs(self) -> list[str]: ...
+
+    def join_files(self) -> list[str]:
+        """The files a process is placed in this cgroup through (its pid written to each): the one
+        rule for joining, v1's ``tasks`` or v2's ``cgroup.procs``, in every existing directory."""
+        ...
 
     def apply(self, limits: Limits) -> None: ...
 
@@ -320,11 +475,40 @@ class Mechanism(Protocol):
         """Raise ``CapabilityUnavailable`` for each of ``names`` this host does not provide."""
         ...
 
-    def provision(self, sandbox: Sandbox, plan: LaunchPlan) -> Identity:
+    def provision(self, sandbox: Sandbox, plan: LaunchPlan, options: ProvisionOptions) -> Identity:
         """OCI create: resources made, process prepared and held before user code runs.  ``plan`` is
-        what this mechanism's ``make_plan`` returned (another platform's plan: ``LaunchFailed``).
-        Returns the processes the sandbox is known by from now on (recorded by the library, and given
-        back in ``sandbox.private`` under their names on every later call)."""
+        what this mechanism's ``make_plan`` returned (another platform's plan: ``LaunchFailed``);
+        ``options`` the caller's side (stdio, console socket, preserved fds, the host-object record
+        hook): an option the mechanism cannot honour is refused, never dropped.  Returns the
+        processes the sandbox is known by from now on (recorded by the library, and given back in
+        ``sandbox.private`` under their names on every later call)."""
+        ...
+
+    def exec(self, sandbox: Sandbox, spec: ExecSpec) -> Started:
+        """Start ``spec`` inside the running sandbox (the library holds its lock and has checked it is
+        running); return once the program has exec'd.
+
+        Raises:
+            CapabilityUnavailable: the platform cannot enter a running sandbox (macOS, Windows).
+            CouldNotRun (never ran: ``not_found`` | ``permission_denied`` | ``exec_failed``);
+            BundleInvalid (ids or capabilities beyond the sandbox's); InvalidState (its process is
+            gone); LaunchFailed (could not join, or the console socket cannot be reached).
+        """
+        ...
+
+    def cpu_limit(self, sandbox: Sandbox) -> int | None:
+        """The sandbox process's CPU-time limit in seconds (RLIMIT_CPU's soft value), which also holds
+        for exec'd programs, or None: how ``execution`` tells a ``cpu`` limit from a plain kill."""
+        ...
+
+    def network_address(self, sandbox: Sandbox) -> str | None:
+        """``"ip:port"`` where the host reaches the sandbox's server (network mode ``isolated`` with a
+        ``sandbox-shim.port``), else None, whatever its status (``addresses`` checks that)."""
+        ...
+
+    def joined_namespaces(self, sandbox: Sandbox) -> dict[str, str]:
+        """The namespaces the sandbox joined by path, ``{type: "name:[inode]"}`` (``{}``: none, or a
+        platform without namespaces); the library shows them as a state annotation."""
         ...
 
     def start(self, sandbox: Sandbox) -> None:

@@ -3,7 +3,9 @@
 Everything here picks the implementation for this OS (``sys.platform``) and imports it on first use,
 so importing this module costs nothing.  The layer contract (``[tool.importlinter]`` in pyproject.toml,
 ``tests/test_layers.py``) names this module as the only exception to "the core never imports a
-platform"; a new platform is a new folder under ``platforms/`` plus one branch in ``mechanism``.
+platform"; a new platform is a new folder under ``platforms/`` plus one branch in ``mechanism`` and
+its mechanism class as a parameter of ``_contract`` (``tests/test_mechanism_contract.py`` finds every
+platform folder's mechanism class and fails when ``_contract`` does not name it).
 
 What the core asks of a platform beyond the ``Mechanism`` protocol is host facts that exist before
 any mechanism does: the probes to register, the capability cache's key, config rules that need only
@@ -129,14 +131,6 @@ def bwrap_version() -> str | None:
 
     ident = bwrap_identity()
     return ident[1] if ident else None
-
-
-def enter_helper() -> str:
-    """The path of the Linux exec helper (``platforms/linux/enter.py``), a script run standalone as
-    ``python -I -S PATH SPEC_FD STATUS_FD`` by ``spawn`` (never imported)."""
-    import os
-
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "linux", "enter.py")
 
 
 def confine_backend() -> ConfineBackend | None:

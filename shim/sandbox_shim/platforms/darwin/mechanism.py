@@ -24,11 +24,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from ...capability import Capability
 from ...errors import CannotEnforce, CapabilityUnavailable, LaunchFailed, LimitExceeded
-from ...mechanism import Identity, Sandbox, Status, Usage
+from ...mechanism import Identity, ProvisionOptions, Sandbox, Status, Usage
 from . import launcher
 from .plan import NOT_ON_MACOS, PROBED, DarwinPlan, check_requirements, plan_from_spec
 from .seatbelt import RUNTIME_READ, SANDBOX_EXEC, Profile, build_profile
@@ -36,7 +35,7 @@ from .seatbelt import RUNTIME_READ, SANDBOX_EXEC, Profile, build_profile
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ...bundle import Spec
-    from ...mechanism import CgroupControl, HostRecord, LaunchPlan
+    from ...mechanism import CgroupControl, ExecSpec, HostRecord, LaunchPlan, Started
     from ...state import StateStore
 
 ENV = "/usr/bin/env"
@@ -154,6 +153,36 @@ def compile_check(argv: Sequence[str], timeout: float = COMPILE_TIMEOUT) -> None
         raise CannotEnforce("seatbelt", f"sandbox-exec rejected the profile (exit {r.returncode}): {msg}")
 
 
+#: the report ``exec`` refuses with (exit status 4, "not available")
+EXEC_UNAVAILABLE = Capability(
+    "exec", False, "sandbox-exec", "macOS cannot enter a running Seatbelt sandbox", "not offered"
+)
+
+
+def _refuse_options(options: ProvisionOptions) -> None:
+    """``CapabilityUnavailable`` for what the launcher cannot give the workload: a terminal through a
+    console socket, fds beyond stdio.  Never dropped silently."""
+    missing = []
+    if options.console_socket:
+        missing.append(
+            Capability(
+                "console-socket", False, "sandbox-exec", "no terminal is passed on macOS", "not offered"
+            )
+        )
+    if options.preserve_fds:
+        missing.append(
+            Capability(
+                "preserve-fds",
+                False,
+                "sandbox-exec",
+                "no fds beyond stdio are passed on macOS",
+                "not offered",
+            )
+        )
+    if missing:
+        raise CapabilityUnavailable(missing)
+
+
 class DarwinSeatbeltMechanism:
     """sandbox-exec with a generated deny-default profile (ARCHITECTURE.md section 6, macOS).
 
@@ -201,30 +230,30 @@ class DarwinSeatbeltMechanism:
         if missing:
             raise CapabilityUnavailable(missing)
 
-    def provision(
-        self,
-        sandbox: Sandbox,
-        plan: LaunchPlan,
-        stdio: tuple[Any, Any, Any] = (None, None, None),
-    ) -> Identity:
+    def provision(self, sandbox: Sandbox, plan: LaunchPlan, options: ProvisionOptions) -> Identity:
         """OCI create: profile written and compile-checked, monitor held on the FIFO.
 
         Args:
             sandbox: ``private["dir"]`` must be an existing private directory (the state dir).
             plan: the ``DarwinPlan`` ``make_plan`` made from the bundle's ``Spec``.
-            stdio: the workload's stdin/stdout/stderr (default: inherit the caller's).
+            options: ``stdio`` is the workload's stdin/stdout/stderr (None: /dev/null on all three);
+                a ``console_socket`` or ``preserve_fds`` is refused (no terminal or fd passing here);
+                ``on_record`` is not called (nothing outlives the state dir).
         Returns:
             the monitor's pid and start time, as both ``pid`` and ``init_pid`` (the workload exists
             only after start; see ``workload_pid``).
         Raises:
-            CapabilityUnavailable: before anything is made.  CannotEnforce: sandbox-exec rejected the
-            profile.  LaunchFailed: the monitor did not start; ``plan`` is not a ``DarwinPlan``.
+            CapabilityUnavailable: before anything is made (also for a console socket or preserved
+            fds).  CannotEnforce: sandbox-exec rejected the profile.  LaunchFailed: the monitor did
+            not start; ``plan`` is not a ``DarwinPlan``.
         """
         if not isinstance(plan, DarwinPlan):
             raise LaunchFailed(
                 f"{type(plan).__name__} is not a macOS plan", "plan with this mechanism's make_plan"
             )
         check_requirements(plan, self.capabilities())
+        _refuse_options(options)
+        stdio: tuple[int, int, int] = options.stdio or (subprocess.DEVNULL,) * 3
         d = sandbox.private["dir"]
         profile = tenant_profile(plan)
         with contextlib.ExitStack() as undo:
@@ -256,6 +285,7 @@ class DarwinSeatbeltMechanism:
                 profile=profile_file,
                 started=False,
                 wall_clock=plan.wall_clock,
+                cpu_limit=next((soft for name, soft, _ in plan.rlimits if name == "RLIMIT_CPU"), None),
             )
             self._procs[sandbox.id] = proc
             undo.pop_all()
@@ -285,6 +315,24 @@ class DarwinSeatbeltMechanism:
     def cgroup(self, sandbox: Sandbox) -> CgroupControl | None:
         """None: macOS has no control groups (pause, update and stats refuse)."""
         return None
+
+    def exec(self, sandbox: Sandbox, spec: ExecSpec) -> Started:
+        """Refused: a Seatbelt sandbox cannot be entered by another process (no namespaces to join;
+        a profile applies only to the process sandbox-exec starts and its descendants)."""
+        raise CapabilityUnavailable([EXEC_UNAVAILABLE])
+
+    def cpu_limit(self, sandbox: Sandbox) -> int | None:
+        """RLIMIT_CPU's soft value as set on the workload at create, or None."""
+        limit = sandbox.private.get("cpu_limit")
+        return int(limit) if limit is not None else None
+
+    def network_address(self, sandbox: Sandbox) -> str | None:
+        """None: a Seatbelt sandbox has no network address of its own."""
+        return None
+
+    def joined_namespaces(self, sandbox: Sandbox) -> dict[str, str]:
+        """``{}``: macOS has no namespaces."""
+        return {}
 
     def termination(self, sandbox: Sandbox) -> tuple[int | None, int | None] | None:
         """None: the monitor records a shell status only (``exit_status``)."""

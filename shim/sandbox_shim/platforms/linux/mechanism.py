@@ -24,7 +24,7 @@ import contextlib
 import os
 
 from ...errors import LaunchFailed
-from ...mechanism import Identity, Sandbox, Status, Usage
+from ...mechanism import Identity, ProvisionOptions, Sandbox, Status, Usage
 from ...state import proc_start_time, same_process
 from . import process as procs
 from .cgroups import Limits, manager
@@ -36,10 +36,11 @@ if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load
 
     from ...bundle import Spec
     from ...capability import Capability
-    from ...mechanism import LaunchPlan
+    from ...mechanism import ExecSpec, LaunchPlan
     from ...plan import Plan
     from ...state import StateStore
     from .cgroups.base import CgroupManager
+    from .enter_client import HelperStarted
 
 
 class LinuxMechanism:
@@ -90,9 +91,10 @@ class LinuxMechanism:
         require(names, cache_dir=os.path.join(root, ".capabilities") if root else None)
 
     # -- create ---------------------------------------------------------------------------------
-    def provision(self, sandbox: Sandbox, plan: LaunchPlan) -> Identity:
+    def provision(self, sandbox: Sandbox, plan: LaunchPlan, options: ProvisionOptions) -> Identity:
         """Launch bwrap held before user code; fill ``sandbox.private`` with pids, cgroup, files.
         Returns the container process (pid and start time; the init process is the same one).
+        ``options.stdio`` None gives the process /dev/null on all three streams.
 
         Raises:
             LaunchFailed: bwrap or a cgroup write failed; everything made so far is undone; ``plan``
@@ -123,8 +125,9 @@ class LinuxMechanism:
         from . import rlimits as _rlimits
 
         _rlimits.check(plan.rlimits, plan.oom_score_adj)
-        console_socket = priv.pop("console_socket", None)
-        preserved = preserved_fds(int(priv.pop("preserve_fds", 0) or 0))
+        console_socket = options.console_socket
+        on_record = options.on_record
+        preserved = preserved_fds(options.preserve_fds)
         if plan.terminal and not console_socket:
             raise LaunchFailed(
                 "process.terminal is true but no --console-socket was given",
@@ -138,6 +141,12 @@ class LinuxMechanism:
         with contextlib.ExitStack() as undo:
             import hashlib
 
+            stdio = options.stdio
+            if stdio is None:  # /dev/null on all three: a library caller's stdio is never the tenant's
+                null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+                undo.callback(os.close, null)
+                stdio = (null, null, null)
+
             from ...tree_claims import claim
             from .bwrap import walked_trees
 
@@ -149,16 +158,16 @@ class LinuxMechanism:
             # the device rule list (linux.resources.devices plus the defaults) is the planner's
             limits = Limits.from_oci(plan.resources, devices=(plan.resources or {}).get("devices"))
             cg = manager(plan.cgroups_path, systemd=self.systemd_cgroup)
-            if priv.get("on_cgroup"):  # recorded before it is made: delete --force finds it after a crash
+            if on_record is not None:  # recorded before it is made: delete --force finds it after a crash
                 from .residue import planned
 
                 record = planned(cg, plan.cgroups_path)
-                priv["on_cgroup"](record)
+                on_record(record)
             try:
                 created = cg.create(limits.hierarchies())
             except BaseException:
-                if priv.get("on_cgroup"):  # create removed what it made; what exists now is not ours
-                    priv["on_cgroup"]({**record, "planned": [], "parents": []})
+                if on_record is not None:  # create removed what it made; what exists now is not ours
+                    on_record({**record, "planned": [], "parents": []})
                 raise
             priv["cgroup"] = {
                 "version": cg.version,
@@ -167,8 +176,8 @@ class LinuxMechanism:
                 "systemd": self.systemd_cgroup,
             }
             undo.callback(cg.remove, created)
-            if priv.get("on_cgroup"):
-                priv["on_cgroup"](priv["cgroup"])
+            if on_record is not None:
+                on_record(priv["cgroup"])
             pids_limit, limits.pids_limit = limits.pids_limit, None  # written once bwrap's outer is gone
             cg.apply(limits)
 
@@ -245,7 +254,7 @@ class LinuxMechanism:
                 proc = spawn_bwrap(
                     [bwrap, "--args", str(fds["args"]), *argv[sep:]],
                     [*fds.values(), *preserved],
-                    (pty[1],) * 3 if pty else priv.get("stdio"),
+                    (pty[1],) * 3 if pty else stdio,
                     joins,
                     procs_files,
                     umask=plan.umask,
@@ -280,7 +289,7 @@ class LinuxMechanism:
                 undo.callback(network.teardown, priv["network"])
             namespaces.apply_sysctl(child, plan.sysctl)
             namespaces.check_program(child, plan)
-            if pty:
+            if pty and console_socket:  # a terminal was refused above without a console socket
                 from .console import send_master
 
                 send_master(console_socket, pty[0], os.ttyname(pty[1]))
@@ -305,6 +314,8 @@ class LinuxMechanism:
             undo.pop_all()
             for fd in (*fds.values(), info_r):
                 os.close(fd)
+            if options.stdio is None:
+                os.close(stdio[0])  # the /dev/null opened above: bwrap's child holds its own copies
         return Identity(child, child_start, child, child_start)
 
     # -- start ----------------------------------------------------------------------------------
@@ -403,6 +414,32 @@ class LinuxMechanism:
     def usage(self, sandbox: Sandbox) -> Usage:
         cg = self.cgroup(sandbox)
         return cg.usage() if cg else Usage()
+
+    # -- exec and what the library asks of a running sandbox ------------------------------------
+    def exec(self, sandbox: Sandbox, spec: ExecSpec) -> HelperStarted:
+        """Start ``spec`` in the running sandbox through the helper ``enter.py`` (``enter_client.py``):
+        the workload's namespaces, root, credentials, rlimits and seccomp filters, and the cgroup
+        joined through the manager's ``join_files``."""
+        from .enter_client import exec_in
+
+        return exec_in(sandbox, self.workload_pid(sandbox), self.cgroup(sandbox), spec)
+
+    def cpu_limit(self, sandbox: Sandbox) -> int | None:
+        """RLIMIT_CPU's soft value from ``process.rlimits`` as applied at create, or None."""
+        rlimits = (sandbox.private.get("process") or {}).get("rlimits") or []
+        return next((int(r[1]) for r in rlimits if r[0] == "RLIMIT_CPU"), None)
+
+    def network_address(self, sandbox: Sandbox) -> str | None:
+        """``"10.213.a.c:PORT"`` from the isolated network made at create (``network.setup``), else None."""
+        net = sandbox.private.get("network")
+        if not isinstance(net, dict) or net.get("mode") != "isolated":
+            return None
+        ip, port = net.get("address"), net.get("port")
+        return f"{ip}:{int(port)}" if ip and port else None
+
+    def joined_namespaces(self, sandbox: Sandbox) -> dict[str, str]:
+        """The namespaces joined by path at create (``namespaces.identities``)."""
+        return dict(sandbox.private.get("joined") or {})
 
     # -- signal / destroy -----------------------------------------------------------------------
     def signal(self, sandbox: Sandbox, signum: int, all_processes: bool = False) -> None:

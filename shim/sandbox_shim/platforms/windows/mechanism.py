@@ -19,7 +19,7 @@ from typing import Any
 
 from ...capability import Capability
 from ...errors import CapabilityUnavailable, CouldNotRun, LaunchFailed, UsageError
-from ...mechanism import Identity, Sandbox, Status, Usage
+from ...mechanism import Identity, ProvisionOptions, Sandbox, Status, Usage
 from . import job_object as jo
 from .capabilities import windows_capabilities
 from .plan import JobLimits, JobPlan, check_requirements, plan_from_spec
@@ -27,11 +27,34 @@ from .plan import JobLimits, JobPlan, check_requirements, plan_from_spec
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ...bundle import Spec
-    from ...mechanism import CgroupControl, HostRecord, LaunchPlan
+    from ...mechanism import CgroupControl, ExecSpec, HostRecord, LaunchPlan, Started
     from ...state import StateStore
 
 SIGKILL = 9  # POSIX numbers; Python's signal module has no SIGKILL on Windows
 SIGTERM = 15
+
+
+#: the report ``exec`` refuses with (exit status 4, "not available")
+EXEC_UNAVAILABLE = Capability(
+    "exec",
+    False,
+    "job object",
+    "a running Job Object sandbox cannot be entered by this mechanism",
+    "not offered",
+)
+
+
+def _refuse_options(options: ProvisionOptions) -> None:
+    """``CapabilityUnavailable`` for what ``create_suspended`` cannot give the process (it inherits no
+    handles): stdio fds, a terminal through a console socket, fds beyond stdio.  Never dropped."""
+    asked = (
+        ("stdio", options.stdio is not None, "the process inherits no standard handles of the caller's"),
+        ("console-socket", bool(options.console_socket), "no terminal is passed on Windows"),
+        ("preserve-fds", bool(options.preserve_fds), "no handles beyond stdio are passed on Windows"),
+    )
+    missing = [Capability(n, False, "job object", why, "not offered") for n, given, why in asked if given]
+    if missing:
+        raise CapabilityUnavailable(missing)
 
 
 @dataclass
@@ -130,18 +153,23 @@ class WindowsJobMechanism:
         if missing:
             raise CapabilityUnavailable(missing)
 
-    def provision(self, sandbox: Sandbox, plan: LaunchPlan) -> Identity:
+    def provision(self, sandbox: Sandbox, plan: LaunchPlan, options: ProvisionOptions) -> Identity:
         """OCI create: a job with the plan's limits holding the suspended process.
 
         Args:
             sandbox: fills ``sandbox.private`` (``job_name``, ``pid``, ``tid``, ``started``).
             plan: the ``JobPlan`` ``make_plan`` made from the bundle's ``Spec``.
+            options: only the defaults are accepted: no handles of the caller's are inherited
+                (``create_suspended``), so a ``stdio`` tuple, a ``console_socket`` or ``preserve_fds``
+                is refused (``CapabilityUnavailable``, before any Win32 call), never dropped;
+                ``on_record`` is not called (nothing outlives the job's handles).
         Returns:
             the suspended process's pid, as ``pid`` and ``init_pid`` (no start time: a reused pid is
             told apart by IsProcessInJob instead).
         Raises:
             LaunchFailed: ``plan`` is not a ``JobPlan``.
-            CapabilityUnavailable: a required capability is missing (before any Win32 call).
+            CapabilityUnavailable: a required capability is missing, or an option above was given
+                (before any Win32 call).
             CouldNotRun: CreateProcessW could not find or execute the program (cause: JobObjectError).
             JobObjectError: any other failing call; nothing is left behind.
         """
@@ -150,6 +178,7 @@ class WindowsJobMechanism:
                 f"{type(plan).__name__} is not a Job Object plan", "plan with this mechanism's make_plan"
             )
         check_requirements(plan, self.capabilities())
+        _refuse_options(options)
         name = job_name(sandbox.id)
         with ExitStack() as undo:
             job = jo.create_job(name)
@@ -284,6 +313,23 @@ class WindowsJobMechanism:
     def cgroup(self, sandbox: Sandbox) -> CgroupControl | None:
         """None: Windows has no control groups (pause, update and stats refuse)."""
         return None
+
+    def exec(self, sandbox: Sandbox, spec: ExecSpec) -> Started:
+        """Refused: a process started later is not confined like the job's first one (this mechanism
+        creates it suspended into the job at create only)."""
+        raise CapabilityUnavailable([EXEC_UNAVAILABLE])
+
+    def cpu_limit(self, sandbox: Sandbox) -> int | None:
+        """None: Job Objects have no RLIMIT_CPU (the CPU rate is a share, not a time limit)."""
+        return None
+
+    def network_address(self, sandbox: Sandbox) -> str | None:
+        """None: a Job Object has no network of its own."""
+        return None
+
+    def joined_namespaces(self, sandbox: Sandbox) -> dict[str, str]:
+        """``{}``: Windows has no namespaces."""
+        return {}
 
     def remove_residue(self, store: StateStore, sandbox_id: str) -> list[str]:
         """Nothing outlives the job's handles: drops the (empty) cgroup record.  Returns []."""
