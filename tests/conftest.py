@@ -26,6 +26,19 @@ def base_config(args: list[str] | None = None) -> dict[str, Any]:
     return cfg
 
 
+def windows_config(args: list[str] | None = None) -> dict[str, Any]:
+    """A tenant config a Job Object can honour (``platforms/windows/plan.py``) that ``bundle.load``
+    accepts on any OS: ``base_config`` without what Windows refuses (namespaces, rlimits, mounts,
+    ``linux``, ``noNewPrivileges``) and with ``sandbox-shim.network`` ``host``."""
+    cfg = base_config(args)
+    for key in ("mounts", "linux", "hostname"):
+        cfg.pop(key, None)
+    for key in ("rlimits", "noNewPrivileges"):
+        cfg["process"].pop(key, None)
+    cfg["annotations"] = {"sandbox-shim.network": "host"}
+    return cfg
+
+
 @pytest.fixture(scope="session")
 def rootfs_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A busybox rootfs filled by scripts/make-rootfs, built once per session."""

@@ -399,11 +399,18 @@ def test_uid_rules(bundle: Path) -> None:
     assert e.value.problems[0].pointer == "/process/user/uid"
 
 
-def test_env_credentials_refused_without_echo(bundle: Path) -> None:
+def test_env_credentials_refused_without_echo(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The env rules are the Spec's, applied once by ``bundle.load`` on every OS (the planner reads
+    ``Spec.env`` and parses nothing again)."""
+    from sandbox_shim.bundle import load
+
+    monkeypatch.setattr(sys, "platform", "darwin")
     cfg = darwin_config(["/bin/app"])
     cfg["process"]["env"].append("API_TOKEN=hunter2-value")
+    (bundle / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(BundleInvalid) as e:
-        plan_of(cfg, str(bundle))
+        load(str(bundle))
+    assert "/process/env/2" in {p.pointer for p in e.value.problems}
     assert "hunter2" not in json.dumps(e.value.to_dict())
 
 

@@ -32,6 +32,8 @@ class Settings:
         port: TCP port ``address()`` reports, or None.
         requires: capability names the bundle requires instead of the profile's set, or None.
         allow_nested_userns: whether the sandbox may create user namespaces.
+        active_process_limit: ``sandbox-shim.windows.active-process-limit``, processes (a Job Object's
+            ActiveProcessLimit; refused off Windows: ``_windows_only_problems``), or None.
     """
 
     profile: str = "tenant"
@@ -41,6 +43,7 @@ class Settings:
     port: int | None = None
     requires: tuple[str, ...] | None = None
     allow_nested_userns: bool = False
+    active_process_limit: int | None = None
 
     @classmethod
     def from_annotations(cls, ann: dict[str, Any]) -> Settings:
@@ -52,6 +55,7 @@ class Settings:
         cpu = get("cpu-time-seconds")
         port = get("port")
         req = get("requires")
+        procs = get("windows.active-process-limit")
         return cls(
             profile=get("profile") or "tenant",
             network=get("network") or "none",
@@ -60,6 +64,7 @@ class Settings:
             port=int(port) if port else None,
             requires=tuple(s.strip() for s in req.split(",") if s.strip()) if req else None,
             allow_nested_userns=get("allow-nested-userns") == "true",
+            active_process_limit=int(procs) if procs and procs.isdigit() and int(procs) > 0 else None,
         )
 
 
@@ -84,6 +89,33 @@ class Spec:
     @property
     def process(self) -> dict[str, Any]:
         return self.config.get("process") or {}
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        """``process.args`` as validated by ``load`` (the schema: a non-empty list of strings).  Every
+        platform runs exactly these; an empty ``args[0]`` is no program, ``CouldNotRun`` at launch on
+        every platform (nothing refuses it earlier on one platform only)."""
+        args = self.process.get("args")
+        return tuple(a for a in args if isinstance(a, str)) if isinstance(args, list) else ()
+
+    @property
+    def env(self) -> dict[str, str]:
+        """``process.env`` as ``NAME -> value`` (split at the first ``=``, the last of a repeated name
+        wins: ``hardening.tenant.check_env`` checked the entries).  No defaults added: a platform adds
+        its own (``tenant.build_env`` on POSIX)."""
+        env = self.process.get("env")
+        out: dict[str, str] = {}
+        for entry in env if isinstance(env, list) else ():
+            if isinstance(entry, str):
+                name, _, value = entry.partition("=")
+                out[name] = value
+        return out
+
+    @property
+    def cwd(self) -> str:
+        """``process.cwd`` as validated by ``load`` (absolute, no ``..``), or ``/``."""
+        cwd = self.process.get("cwd")
+        return cwd if isinstance(cwd, str) and cwd else "/"
 
     @property
     def linux(self) -> dict[str, Any]:

@@ -319,6 +319,8 @@ def number_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
         "sandbox-shim.port": (1, 65535),
         "sandbox-shim.cpu-time-seconds": (0, 2**62),
         "sandbox-shim.wall-clock-seconds": (0, 10**9),
+        # a Job Object's ActiveProcessLimit (a DWORD; 0 would mean "no process may run")
+        "sandbox-shim.windows.active-process-limit": (1, 2**32 - 1),
     }
     for key, (lo, hi) in ranges.items():
         v = ann.get(key)

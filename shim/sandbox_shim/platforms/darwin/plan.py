@@ -157,6 +157,8 @@ class _Mapper:
 
 
 def _program(arg0: str, cwd: str, env: dict[str, str], mapper: _Mapper) -> str:
+    if not arg0:  # no program: not found, as execvp(3) and CreateProcessW answer on the other platforms
+        raise CouldNotRun("not_found", arg0, "process.args[0] is empty")
     if "/" in arg0:
         cands = [mapper.host(arg0 if arg0.startswith("/") else os.path.join(cwd, arg0))]
     else:
@@ -274,7 +276,14 @@ def _rlimits(
     elif cpu.get("shares"):
         warnings.append("/linux/resources/cpu/shares ignored on macOS (a preference, not a limit)")
     for key in sorted(set(res) - {"memory", "pids", "cpu"}):
-        warnings.append(f"/linux/resources/{key} ignored on macOS")
+        problems.append(
+            BundleProblem(
+                f"/linux/resources/{key}",
+                f"linux.resources.{key} cannot be enforced on macOS (no cgroups)",
+                _POLICY,
+                "remove it (memory.limit, pids.limit and cpu.shares are what macOS applies)",
+            )
+        )
     names = set(out)
     if names & {"RLIMIT_AS", "RLIMIT_DATA"}:
         requires.add("rlimit.memory")
@@ -285,8 +294,32 @@ def _rlimits(
     return tuple((n, *out[n]) for n in sorted(out))
 
 
-def _linux_section(cfg: dict[str, Any], requires: set[str], warnings: list[str]) -> None:
+#: macOS has neither ``/proc`` nor ``/sys``, and nothing in the sandbox can create them (``/`` is the
+#: sealed, read-only system volume): a masked or read-only path under them holds already
+_NO_SUCH_TREES = ("/proc", "/sys")
+
+
+def _path_rules(linux: dict[str, Any], problems: list[BundleProblem]) -> None:
+    for key in ("maskedPaths", "readonlyPaths"):
+        for i, path in enumerate(linux.get(key) or []):
+            norm = os.path.normpath("/" + str(path).lstrip("/"))
+            if any(norm == t or norm.startswith(t + "/") for t in _NO_SUCH_TREES):
+                continue
+            problems.append(
+                BundleProblem(
+                    f"/linux/{key}/{i}",
+                    f"{path} would stay visible on macOS: the profile has no per-path rule for it",
+                    _POLICY,
+                    f"remove it from linux.{key} (only paths under /proc and /sys hold on macOS)",
+                )
+            )
+
+
+def _linux_section(
+    cfg: dict[str, Any], requires: set[str], warnings: list[str], problems: list[BundleProblem]
+) -> None:
     linux = cfg.get("linux") or {}
+    _path_rules(linux, problems)
     for ns in linux.get("namespaces") or []:
         t = ns.get("type") if isinstance(ns, dict) else None
         if t:
@@ -295,8 +328,8 @@ def _linux_section(cfg: dict[str, Any], requires: set[str], warnings: list[str])
         requires.add("seccomp")
     if (cfg.get("process") or {}).get("noNewPrivileges"):
         requires.add("no_new_privs")
-    for key in sorted(set(linux) - {"namespaces", "seccomp", "resources"}):
-        warnings.append(f"/linux/{key} ignored on macOS")
+    for key in sorted(set(linux) - {"namespaces", "seccomp", "resources", "maskedPaths", "readonlyPaths"}):
+        warnings.append(f"/linux/{key} ignored on macOS (it grants, never restricts)")
     if cfg.get("hostname"):
         warnings.append("/hostname ignored on macOS (no uts namespace)")
 
@@ -320,12 +353,8 @@ def plan_from_spec(spec: Spec, *, caller_uid: int | None = None) -> DarwinPlan:
     warnings: list[str] = []
     requires: set[str] = {"seatbelt", "filesystem.confinement"}
     bundle = canonical(spec.bundle)
-    proc = config.get("process") or {}
-    args = proc.get("args")
-    if not isinstance(args, list) or not args or not all(isinstance(a, str) for a in args) or not args[0]:
-        problems.append(BundleProblem("/process/args", "must be a non-empty list of strings", _SPEC))
-    env_errors, _ = tenant.check_env(proc.get("env"))
-    problems += env_errors
+    proc = spec.process
+    args = spec.args  # the Spec's rules (bundle.load): the same on every platform
     root = (config.get("root") or {}).get("path")
     rootfs = canonical(root, bundle) if isinstance(root, str) and root else ""
     if not rootfs or not os.path.isdir(rootfs):
@@ -339,7 +368,7 @@ def plan_from_spec(spec: Spec, *, caller_uid: int | None = None) -> DarwinPlan:
     storage, dest, storage_ro = _storage(config, bundle, problems, warnings)
     cpu_s = settings.cpu_time
     rlimits = _rlimits(config, problems, requires, warnings, cpu_s)
-    _linux_section(config, requires, warnings)
+    _linux_section(config, requires, warnings, problems)
     if network == "host":
         requires.discard("network.deny")
     else:
@@ -365,10 +394,9 @@ def plan_from_spec(spec: Spec, *, caller_uid: int | None = None) -> DarwinPlan:
     requires |= set(settings.requires or ())
     if problems:
         raise BundleInvalid(problems)
-    assert isinstance(args, list)  # checked above: a non-empty list of strings
-    env = tenant.build_env(proc.get("env"))
+    env = {**tenant.DEFAULT_ENV, **spec.env}  # tenant.build_env, from the Spec's parse
     mapper = _Mapper(rootfs, storage, dest)
-    cwd_in = proc.get("cwd") or "/"
+    cwd_in = spec.cwd
     cwd = mapper.host(cwd_in)
     if not os.path.isdir(cwd):
         raise BundleInvalid(
@@ -381,7 +409,7 @@ def plan_from_spec(spec: Spec, *, caller_uid: int | None = None) -> DarwinPlan:
                 )
             ]
         )
-    program = _program(args[0], cwd_in, env, mapper)
+    program = _program(args[0] if args else "", cwd_in, env, mapper)
     return DarwinPlan(
         bundle,
         rootfs,

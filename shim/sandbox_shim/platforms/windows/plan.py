@@ -14,7 +14,9 @@ Mapping (OCI runtime-spec ``config-windows.md`` -> Win32 ``winnt.h`` job object 
                                        shares 1..10000 -> weight ceil(shares * 9 / 10000), 1..9
                                        (the job default weight 5 ~ shares 5000); 0 means unset.
 annotation ``sandbox-shim.windows.     ActiveProcessLimit (JOB_OBJECT_LIMIT_ACTIVE_PROCESS); the
-active-process-limit``                 runtime-spec has no Windows process-count field.
+active-process-limit``                 runtime-spec has no Windows process-count field.  Parsed
+                                       and range-checked once (``bundle.Settings``,
+                                       ``config_rules``).
 (always)                               JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE.
 =====================================  ==========================================================
 
@@ -28,6 +30,27 @@ it the tenant profile's set applies, which includes ``filesystem.confinement`` a
 Job Objects give neither, so such a bundle is refused on Windows with ``CapabilityUnavailable``.  The
 limits a bundle sets add their own requirements (a memory limit requires ``job-object.memory``), so a
 short list never lets a limit be silently dropped.
+
+Every other field of the ``Spec`` is applied or refused here, never left unapplied (the same rules as
+the macOS planner, ``platforms/darwin/plan.py``):
+
+* ``process.args``/``env``/``cwd``: as the ``Spec`` parsed them (``Spec.args``, ``Spec.env``,
+  ``Spec.cwd``); an empty ``args[0]`` fails at CreateProcessW (``CouldNotRun``), as on every platform.
+* ``sandbox-shim.wall-clock-seconds``: recorded in ``wall_clock``; the waiting shim enforces it
+  (``execution.run_bundle``, as on every platform).
+* ``sandbox-shim.network``: ``host`` is what a job has (recorded in ``network``); ``none`` (the
+  default) requires ``network.deny`` and ``isolated`` ``network.isolated``, which Job Objects lack:
+  ``CapabilityUnavailable``.
+* ``linux.namespaces`` become requirements, as on macOS: ``network`` -> ``network.deny``, ``mount``
+  -> ``filesystem.confinement``, any other type -> ``namespace.<type>``; ``linux.seccomp`` ->
+  ``seccomp``; ``process.noNewPrivileges`` -> ``no_new_privs``.  None is reported available on
+  Windows, so such a bundle is refused with ``CapabilityUnavailable`` naming each.
+* Refused with ``BundleInvalid`` and the field's pointer (fields a Job Object never supports):
+  ``sandbox-shim.cpu-time-seconds`` (this layer sets no per-process time limit), ``process.rlimits``
+  (no POSIX rlimits), every entry of ``mounts`` (a job makes no mounts), ``linux.resources`` (use
+  ``windows.resources``), ``linux.maskedPaths`` and ``linux.readonlyPaths`` (no path rules).
+* Recorded in ``notes`` (they grant, never restrict, so nothing is weakened): ``hostname``,
+  ``process.capabilities`` and the other ``linux`` keys (``sysctl``, ``devices``, ``cgroupsPath``...).
 """
 
 from __future__ import annotations
@@ -40,6 +63,7 @@ from typing import Any
 
 from ...capability import Capability
 from ...errors import BundleInvalid, BundleProblem, CapabilityUnavailable
+from ...hardening import tenant
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,6 +71,7 @@ if TYPE_CHECKING:
 
 REQUIRES_ANNOTATION = "sandbox-shim.requires"
 PROCESS_LIMIT_ANNOTATION = "sandbox-shim.windows.active-process-limit"
+CPU_TIME_ANNOTATION = "sandbox-shim.cpu-time-seconds"
 
 #: Every capability name this layer reports (``capabilities.py``) and registers (``probes.py``).
 KNOWN_CAPABILITIES = (
@@ -63,6 +88,9 @@ KNOWN_CAPABILITIES = (
 TENANT_REQUIREMENTS = ("job-object", "filesystem.confinement", "network.deny")
 
 _RULE_WIN = "OCI runtime-spec config-windows"
+_POLICY = "a security field that cannot be enforced is refused"
+#: OCI namespace type -> the requirement it becomes (as on macOS: ``darwin/plan.py``)
+NAMESPACE_REQUIREMENTS = {"network": "network.deny", "mount": "filesystem.confinement"}
 
 
 @dataclass(frozen=True)
@@ -93,6 +121,9 @@ class JobPlan:
         limits: the job limits.
         requires: capability names this bundle requires, sorted.
         notes: settings adjusted while planning, one line each (never env values).
+        wall_clock: seconds (``sandbox-shim.wall-clock-seconds``), or None; enforced by the waiting
+            shim (``execution.run_bundle``).
+        network: ``host``: a job shares the host's network (any other setting is refused).
     """
 
     argv: tuple[str, ...]
@@ -101,6 +132,8 @@ class JobPlan:
     limits: JobLimits
     requires: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
+    wall_clock: float | None = None
+    network: str | None = "host"
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -111,16 +144,6 @@ class JobPlan:
     def hooks(self) -> dict[str, list[dict[str, Any]]]:
         """None run with a Job Object (``mechanism.LaunchPlan``): empty."""
         return {}
-
-    @property
-    def wall_clock(self) -> float | None:
-        """None: a Job Object plan enforces no wall clock (``mechanism.LaunchPlan``)."""
-        return None
-
-    @property
-    def network(self) -> str | None:
-        """None: Job Objects have no network setting (``mechanism.LaunchPlan``)."""
-        return None
 
 
 def _int(
@@ -136,7 +159,11 @@ def _int(
 
 
 def _limits(
-    config: dict[str, Any], host_cpus: int, problems: list[BundleProblem], notes: list[str]
+    config: dict[str, Any],
+    procs: int | None,
+    host_cpus: int,
+    problems: list[BundleProblem],
+    notes: list[str],
 ) -> JobLimits:
     res = (config.get("windows") or {}).get("resources") or {}
     mem = _int(problems, res.get("memory") or {}, "limit", "/windows/resources/memory", 1, 2**64 - 1)
@@ -158,28 +185,19 @@ def _limits(
         else:
             weight = max(1, min(9, math.ceil(shares * 9 / 10000)))
 
-    annotations = config.get("annotations") or {}
-    procs = None
-    raw = annotations.get(PROCESS_LIMIT_ANNOTATION)
-    if raw is not None:
-        if isinstance(raw, str) and raw.isdigit() and int(raw) >= 1:
-            procs = int(raw)
-        else:
-            problems.append(
-                BundleProblem(
-                    f"/annotations/{PROCESS_LIMIT_ANNOTATION}",
-                    "must be a positive integer as a string",
-                    "sandbox-shim annotations",
-                )
-            )
     return JobLimits(job_memory_bytes=mem, active_processes=procs, cpu_rate=rate, cpu_weight=weight)
 
 
-def _requires(limits: JobLimits, settings: Settings) -> tuple[str, ...]:
+def _requires(limits: JobLimits, settings: Settings, derived: set[str]) -> tuple[str, ...]:
     """The bundle's names (``sandbox-shim.requires``, parsed once by ``bundle.Settings`` and checked
     there against the capability registry, which holds ``KNOWN_CAPABILITIES`` on Windows:
-    ``probes.py``), or the tenant set, plus what each limit needs."""
-    names = set(TENANT_REQUIREMENTS) if settings.requires is None else set(settings.requires)
+    ``probes.py``), or the tenant set (without ``network.deny`` when the network is ``host``), plus
+    what each limit and each field in ``derived`` needs."""
+    if settings.requires is not None:
+        names = set(settings.requires)
+    else:
+        names = set(TENANT_REQUIREMENTS) - ({"network.deny"} if settings.network == "host" else set())
+    names |= derived
     names.add("job-object")
     if limits.job_memory_bytes is not None:
         names.add("job-object.memory")
@@ -190,10 +208,78 @@ def _requires(limits: JobLimits, settings: Settings) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def _refuse(ptr: str, message: str, fix: str) -> BundleProblem:
+    return BundleProblem(ptr, message, _POLICY + " (Windows Job Objects)", fix)
+
+
+def _unsupported(spec: Spec, problems: list[BundleProblem], derived: set[str], notes: list[str]) -> None:
+    """Every field a Job Object cannot apply: a requirement (refused by ``check_requirements`` as
+    ``CapabilityUnavailable``), a ``BundleProblem`` with its pointer, or a note for a field that only
+    grants (module docstring)."""
+    config, settings, proc, linux = spec.config, spec.settings, spec.process, spec.linux
+    if settings.network == "isolated":
+        derived.add("network.isolated")
+    elif settings.network != "host":
+        derived.add("network.deny")
+    for ns in linux.get("namespaces") or []:
+        t = ns.get("type") if isinstance(ns, dict) else None
+        if t:
+            derived.add(NAMESPACE_REQUIREMENTS.get(t, f"namespace.{t}"))
+    if linux.get("seccomp") is not None:
+        derived.add("seccomp")
+    if proc.get("noNewPrivileges"):
+        derived.add("no_new_privs")
+    if settings.cpu_time is not None:
+        problems.append(
+            _refuse(
+                f"/annotations/{CPU_TIME_ANNOTATION}",
+                "a CPU-time limit is not set by this Job Object layer",
+                "remove it; cap the CPU rate with windows.resources.cpu, or use the wall clock",
+            )
+        )
+    for i, _ in enumerate(proc.get("rlimits") or []):
+        problems.append(
+            _refuse(
+                f"/process/rlimits/{i}",
+                "Windows has no POSIX rlimits",
+                "remove it; limit the job with windows.resources",
+            )
+        )
+    for i, _ in enumerate(config.get("mounts") or []):
+        problems.append(
+            _refuse(
+                f"/mounts/{i}",
+                "a Job Object makes no mounts",
+                "remove the mount (Windows runs on the host's files)",
+            )
+        )
+    for key, _ in sorted((linux.get("resources") or {}).items()):
+        problems.append(
+            _refuse(
+                f"/linux/resources/{key}",
+                "linux.resources is not applied on Windows",
+                "use windows.resources (memory.limit, cpu) or sandbox-shim.windows.active-process-limit",
+            )
+        )
+    for key in ("maskedPaths", "readonlyPaths"):
+        for i, _ in enumerate(linux.get(key) or []):
+            problems.append(
+                _refuse(f"/linux/{key}/{i}", "a Job Object has no path rules", f"remove it from linux.{key}")
+            )
+    handled = {"namespaces", "seccomp", "resources", "maskedPaths", "readonlyPaths"}
+    for key in sorted(set(linux) - handled):
+        notes.append(f"/linux/{key} not applied on Windows (no Linux kernel; it grants, never restricts)")
+    if config.get("hostname"):
+        notes.append("/hostname not applied on Windows")
+    if (proc.get("capabilities") or {}).get("effective"):
+        notes.append("/process/capabilities not applied on Windows (no Linux capabilities; none are granted)")
+
+
 def plan_from_spec(spec: Spec, host_cpus: int | None = None) -> JobPlan:
-    """The ``JobPlan`` of a loaded bundle (``bundle.load``): its config (``process.args/cwd/env``,
-    ``windows.resources``, the Windows-only annotation above), with the sandbox settings the ``Spec``
-    already parsed (``spec.settings``: ``requires``); nothing here parses them again.
+    """The ``JobPlan`` of a loaded bundle (``bundle.load``): the process as the ``Spec`` parsed it
+    (``Spec.args``/``env``/``cwd``), ``windows.resources``, and the sandbox settings the ``Spec``
+    already parsed (``spec.settings``: requires, network, wall clock, active-process limit); nothing
+    here parses them again.  Every other field is applied or refused (module docstring).
 
     Args:
         spec: the loaded bundle.
@@ -203,34 +289,28 @@ def plan_from_spec(spec: Spec, host_cpus: int | None = None) -> JobPlan:
     Raises:
         BundleInvalid: with a JSON pointer per problem (no ``process.env`` value is quoted).
     """
-    config, settings = spec.config, spec.settings
+    settings = spec.settings
     problems: list[BundleProblem] = []
     notes: list[str] = []
-    process = config.get("process") or {}
-    args = process.get("args")
-    if not isinstance(args, list) or not args or not all(isinstance(a, str) for a in args):
-        problems.append(
-            BundleProblem("/process/args", "must be a non-empty list of strings", "OCI runtime-spec config")
-        )
-        args = []
-    cwd = process.get("cwd")
-    if cwd is not None and not isinstance(cwd, str):
-        problems.append(BundleProblem("/process/cwd", "must be a string", "OCI runtime-spec config"))
-        cwd = None
-    env: dict[str, str] = {}
-    for i, item in enumerate(process.get("env") or []):
-        if not isinstance(item, str) or "=" not in item or item.startswith("="):
-            problems.append(
-                BundleProblem(f"/process/env/{i}", "must be NAME=value", "OCI runtime-spec config")
-            )
-            continue
-        name, value = item.split("=", 1)
-        env[name] = value
-    limits = _limits(config, host_cpus or os.cpu_count() or 1, problems, notes)
-    requires = _requires(limits, settings)
+    derived: set[str] = set()
+    problems += tenant.check_network(spec.config, settings.network)  # the Spec's rule (bundle.load)
+    _unsupported(spec, problems, derived, notes)
+    limits = _limits(
+        spec.config, settings.active_process_limit, host_cpus or os.cpu_count() or 1, problems, notes
+    )
+    requires = _requires(limits, settings, derived)
     if problems:
         raise BundleInvalid(problems)
-    return JobPlan(tuple(args), cwd, env, limits, requires, tuple(notes))
+    return JobPlan(
+        spec.args,
+        spec.cwd,
+        spec.env,
+        limits,
+        requires,
+        tuple(notes),
+        wall_clock=settings.wall_clock,
+        network=settings.network,
+    )
 
 
 def check_requirements(plan: JobPlan, reports: Iterable[Capability]) -> None:
