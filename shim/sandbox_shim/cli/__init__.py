@@ -156,12 +156,9 @@ def _is_output_failure(e: BaseException) -> bool:
 
 def output_error(why: str) -> ShimError:
     """The error for output that could not be written: exit status 74 (sysexits.h EX_IOERR)."""
-    from ..errors import ShimError
+    from ..errors import OutputUnwritable
 
-    err = ShimError(f"could not write the output: {why}", "give sandbox-shim a writable standard output")
-    err.exit_status = OUTPUT_UNWRITABLE
-    err.kind = "output_unwritable"
-    return err
+    return OutputUnwritable("", why)
 
 
 def internal_error(e: BaseException, debug: bool) -> ShimError:
