@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -266,3 +267,117 @@ def test_nested_cgroups_path_parents_go_with_their_last_sandbox(tmp_path: Path, 
     assert all(os.path.isdir(m) for m in made)  # n2 still uses them
     assert run_shim(root, "delete", "--force", "n2").returncode == 0
     assert [m for m in made if os.path.exists(m)] == []
+
+
+def test_nested_parents_shared_by_two_state_roots_go_with_the_last_sandbox(
+    tmp_path: Path, make_bundle: Any
+) -> None:
+    """A parent made for root A's sandbox and used by root B's: whichever goes last removes it (the list
+    of parents the runtime made is host-wide).  Control: it exists while either sandbox runs."""
+    top = f"i17roots{os.getpid()}"
+    roots = [tmp_path / "ra", tmp_path / "rb"]
+    for i, root in enumerate(roots):
+        root.mkdir()
+        cfg = base_config(["sleep", TOKEN])
+        cfg.setdefault("linux", {})["cgroupsPath"] = f"/{top}/x{i}"
+        b = make_bundle(cfg, name=f"r{i}")
+        assert run_shim(root, "create", "--bundle", str(b), "s", stdin=_devnull()).returncode == 0
+    made = glob.glob(f"/sys/fs/cgroup/*/{top}") + glob.glob(f"/sys/fs/cgroup/{top}")
+    assert made
+    assert run_shim(roots[0], "delete", "--force", "s").returncode == 0
+    assert all(os.path.isdir(m) for m in made)  # root B's sandbox still uses them
+    assert run_shim(roots[1], "delete", "--force", "s").returncode == 0
+    assert [m for m in made if os.path.exists(m)] == []
+
+
+def test_a_create_killed_before_making_parents_never_owns_them(tmp_path: Path, make_bundle: Any) -> None:
+    """create killed at each step up to its cgroups: delete --force of that id leaves nothing, and a
+    directory someone else makes later at a parent's path is never removed by a later delete (a parent
+    is the runtime's only once create confirmed it made it).  Control: an unrelated delete in the same
+    root removes its own cgroups."""
+    root = tmp_path / "root"
+    root.mkdir()
+    top = f"i17own{os.getpid()}"
+    cfg = base_config(["sleep", TOKEN])
+    cfg.setdefault("linux", {})["cgroupsPath"] = f"/{top}/b/c"
+    nested = make_bundle(cfg, name="nested")
+    plain = make_bundle(base_config(["sleep", TOKEN]), name="plain")
+    assert run_shim(root, "create", "--bundle", str(plain), "q", stdin=_devnull()).returncode == 0
+    assert run_shim(root, "delete", "--force", "q").returncode == 0  # probed and cached: n is exact
+    n = _steps(root, "create", "--bundle", str(nested), "p", stdin=_devnull())
+    assert run_shim(root, "delete", "--force", "p").returncode == 0
+    mounts = sorted({os.path.dirname(m) for m in glob.glob("/sys/fs/cgroup/*/cgroup.procs")})
+    for k in range(1, n + 1, max(1, n // 12)):
+        r = run_shim(
+            root,
+            "create",
+            "--bundle",
+            str(nested),
+            "p",
+            env=_env(SANDBOX_SHIM_CRASH_AT=str(k)),
+            stdin=_devnull(),
+        )
+        assert r.returncode == -9, (k, n, r.stderr)
+        _reap()
+        assert run_shim(root, "delete", "--force", "p").returncode == 0, k
+        assert glob.glob(f"/sys/fs/cgroup/*/{top}") + glob.glob(f"/sys/fs/cgroup/{top}") == [], k
+        foreign = [os.path.join(m, top) for m in mounts[:2]]
+        for f in foreign:  # someone else's cgroup at a path this create had planned
+            os.mkdir(f)
+        try:
+            assert run_shim(root, "create", "--bundle", str(plain), "q", stdin=_devnull()).returncode == 0
+            assert run_shim(root, "delete", "--force", "q").returncode == 0
+            assert all(os.path.isdir(f) for f in foreign), k  # never ours
+        finally:
+            for f in foreign:
+                os.rmdir(f)
+
+
+@pytest.mark.parametrize("closed", [0, 1, 2])
+def test_create_with_a_closed_stdio_fd_hands_the_sandbox_no_lock(
+    tmp_path: Path, sleeper: Path, closed: int
+) -> None:
+    """create started with fd 0, 1 or 2 closed: the sandbox gets /dev/null there, never one of the
+    runtime's own files (a state lock it would hold forever), so start, kill and delete still work.
+    Control: state works right after create."""
+    root = tmp_path / "root"
+    root.mkdir()
+    import subprocess
+
+    from conftest import shim_cmd
+
+    r = subprocess.run(
+        shim_cmd(root, "create", "--bundle", str(sleeper), "c"),
+        preexec_fn=lambda: os.close(closed),
+        stdin=_devnull() if closed else None,
+        stdout=subprocess.DEVNULL if closed != 1 else None,
+        stderr=subprocess.DEVNULL if closed != 2 else None,
+        timeout=60,
+    )
+    assert r.returncode == 0
+    st = json.loads(run_shim(root, "state", "c").stdout)
+    assert st["status"] == "created"
+    assert os.readlink(f"/proc/{st['pid']}/fd/{closed}") == "/dev/null"
+    assert run_shim(root, "start", "c", timeout=20).returncode == 0
+    assert run_shim(root, "kill", "c", "KILL", timeout=20).returncode == 0
+    assert run_shim(root, "delete", "--force", "c", timeout=20).returncode == 0
+    assert _leftovers(root, "c") == []
+
+
+def test_a_start_killed_between_unlink_and_release_still_reads_created(tmp_path: Path, sleeper: Path) -> None:
+    """start unlinks the FIFO, then writes the release byte; killed in between (what is left is exactly
+    an unlinked FIFO with the process still held on it), the sandbox reads created — not running — and
+    the next start releases it.  Control: the workload runs after that start."""
+    root = tmp_path / "root"
+    root.mkdir()
+    assert run_shim(root, "create", "--bundle", str(sleeper), "u", stdin=_devnull()).returncode == 0
+    (root / "u" / "exec.fifo").unlink()  # start's unlink done, its write never came
+    st = json.loads(run_shim(root, "state", "u").stdout)
+    assert st["status"] == "created"
+    assert run_shim(root, "start", "u").returncode == 0
+    time.sleep(0.3)
+    st = json.loads(run_shim(root, "state", "u").stdout)
+    assert st["status"] == "running"
+    with open(f"/proc/{st['pid']}/cmdline", "rb") as fh:
+        assert TOKEN.encode() in fh.read().split(b"\0")  # the workload itself, no longer bwrap held
+    assert run_shim(root, "delete", "--force", "u").returncode == 0

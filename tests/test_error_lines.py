@@ -83,3 +83,59 @@ def test_input_cannot_break_or_forge_a_line(
 
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CLI runs bundles on Linux")
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or __import__("os").geteuid() != 0, reason="needs root (mount)"
+)
+def test_spec_on_a_full_disk_is_74_and_leaves_no_file(tmp_path: Path) -> None:
+    """spec writes config.json whole or not at all: on a full filesystem exit 74 (output could not be
+    written), one line, no config.json and no temporary file.  Control: with room it writes the file."""
+    import os
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], check=True)
+    try:
+        ok = subprocess.run(
+            shim_cmd(tmp_path / "root", "spec", "--bundle", str(disk / "b1")), capture_output=True
+        )
+        assert ok.returncode == 0 and json.loads((disk / "b1" / "config.json").read_text())
+        (disk / "b2").mkdir()
+        fd = os.open(disk / "fill", os.O_WRONLY | os.O_CREAT, 0o600)  # every block taken
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        r = subprocess.run(
+            shim_cmd(tmp_path / "root", "spec", "--bundle", str(disk / "b2")), capture_output=True, text=True
+        )
+        assert r.returncode == 74, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+        assert os.listdir(disk / "b2") == []
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_validate_warnings_are_json_records_with_log_format_json(make_bundle: Any, tmp_path: Path) -> None:
+    """With --log-format json every line validate writes on stderr is one JSON record, warnings included
+    (control: the same bundle in text mode prints the warning as text)."""
+    cfg = base_config(["true"])
+    cfg["unknownKey\u2028"] = 1
+    b = make_bundle(cfg)
+    text = subprocess.run(
+        shim_cmd(tmp_path / "root", "validate", "--bundle", str(b)), capture_output=True, text=True
+    )
+    assert text.returncode == 0 and text.stderr.startswith("warning: "), text.stderr
+    r = subprocess.run(
+        shim_cmd(tmp_path / "root", "--log-format", "json", "validate", "--bundle", str(b)),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert lines and all(json.loads(x)["level"] == "warning" for x in lines), r.stderr
+    assert "/unknownKey" in json.loads(lines[0])["pointer"]

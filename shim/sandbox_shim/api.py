@@ -163,13 +163,22 @@ class _CgroupRecorder:
         if not info.get("created") and self._lock is None:
             self._lock = self.store.cgroup_lock()
             self._lock.__enter__()
-            parents = info.get("parents")
-            if isinstance(parents, list) and parents:
-                known = self.store.read_cgroup_parents()
-                self.store.write_cgroup_parents(sorted({*known, *parents}))
-            self.store.write_cgroup_index(self.id, info)
+            self.store.write_cgroup_index(self.id, info)  # planned parents: this id's record only
             return
         prev = self.store.read_cgroup_index(self.id) or {}
+        # the parents create made (planned, then found among what it created) join the shared list,
+        # each with its inode, so a later delete removes exactly that directory once it is empty
+        planned = prev.get("parents")
+        created = info.get("created")
+        if isinstance(planned, list) and isinstance(created, list):
+            made = []
+            for p in sorted(set(planned) & {c for c in created if isinstance(c, str)}):
+                try:
+                    made.append((p, os.stat(p).st_ino))
+                except OSError:
+                    continue
+            if made:
+                self.store.write_cgroup_parents([*self.store.read_cgroup_parents(), *made])
         self.store.write_cgroup_index(self.id, {**prev, **info})
         self.release()
 

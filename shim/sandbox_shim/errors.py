@@ -304,3 +304,18 @@ class StateUnwritable(_StateIOError):
     kind = "state_unwritable"
     verb, kept = "write", "; the previous state is kept"
     hint = "free space on (or remount read-write) the state root, then retry"
+
+
+class OutputUnwritable(ShimError):
+    """Output the caller asked for could not be written (a closed pipe, a full disk behind a redirection,
+    a file such as ``spec``'s config.json): exit status 74 (EX_IOERR, sysexits.h).  Nothing half-written
+    is left where a file was asked for."""
+
+    exit_status = 74
+    kind = "output_unwritable"
+
+    def __init__(self, what: str, why: str, hint: str = "give sandbox-shim a writable output") -> None:
+        super().__init__(
+            f"could not write the output: {what}: {why}" if what else f"could not write the output: {why}",
+            hint,
+        )

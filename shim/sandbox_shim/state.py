@@ -212,7 +212,7 @@ class StateStore:
             os.mkdir(tmp, 0o700)
         except OSError as e:
             raise StateUnwritable(tmp, e.errno or 0, e.strerror or str(e)) from e
-        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = _lock_fd(tmp)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -251,7 +251,7 @@ class StateStore:
 
     @contextlib.contextmanager
     def _flock(self, d: str) -> Iterator[None]:
-        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = _lock_fd(d)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -383,10 +383,17 @@ class StateStore:
         """Remove the record of ``sandbox_id``'s cgroups.  Raises ``StateUnwritable`` (record kept)."""
         _unlink(self.cgroup_index(sandbox_id))
 
+    def parents_dir(self) -> str:
+        """Where the list of parent cgroups made by the runtime lives: host-wide for root
+        (``CGROUP_PARENTS_DIR``: nested ``cgroupsPath`` parents are shared by every state root on the
+        host, so the last sandbox to leave one removes it whichever root made it), else this root's
+        ``.cgroups``."""
+        return CGROUP_PARENTS_DIR if os.geteuid() == 0 else os.path.join(self.root, ".cgroups")
+
     @contextlib.contextmanager
     def cgroup_lock(self) -> Iterator[None]:
-        """Exclusive lock over the shared parent-cgroup list (``ROOT/.cgroups``) of this root."""
-        d = os.path.join(self.root, ".cgroups")
+        """Exclusive lock over the shared parent-cgroup list (``parents_dir``)."""
+        d = self.parents_dir()
         try:
             os.makedirs(d, mode=0o700, exist_ok=True)
             lock = self._flock(d)
@@ -398,25 +405,35 @@ class StateStore:
         finally:
             lock.__exit__(None, None, None)
 
-    def read_cgroup_parents(self) -> list[str]:
-        """Parent cgroup directories made by sandboxes of this root (removed when empty)."""
+    def read_cgroup_parents(self) -> list[tuple[str, int]]:
+        """Parent cgroup directories the runtime made, each with the inode it had when made
+        (``(path, st_ino)``): removed when empty, and only while still that directory (one removed and
+        made again by someone else is theirs)."""
         try:
-            with open(os.path.join(self.root, ".cgroups", PARENTS), encoding="utf-8") as fh:
+            with open(os.path.join(self.parents_dir(), PARENTS), encoding="utf-8") as fh:
                 doc = json.load(fh)
-            return [p for p in doc if isinstance(p, str)] if isinstance(doc, list) else []
         except (OSError, ValueError):
             return []
+        if not isinstance(doc, list):
+            return []
+        return [
+            (e[0], e[1])
+            for e in doc
+            if isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and isinstance(e[1], int)
+        ]
 
-    def write_cgroup_parents(self, parents: list[str]) -> None:
+    def write_cgroup_parents(self, parents: list[tuple[str, int]]) -> None:
         """Replace the list of parent cgroups (removed when empty).  Raises ``StateUnwritable``."""
-        path = os.path.join(self.root, ".cgroups", PARENTS)
+        path = os.path.join(self.parents_dir(), PARENTS)
         if parents:
-            write_atomic(path, json.dumps(parents))
+            write_atomic(path, json.dumps(sorted([list(p) for p in set(parents)])))
         else:
             _unlink(path)
 
 
 PARENTS = ".parents"
+#: the host-wide parent-cgroup list of root (``StateStore.parents_dir``)
+CGROUP_PARENTS_DIR = "/run/sandbox-shim/cgroup-parents"
 
 
 def _unlink(path: str) -> None:
@@ -428,3 +445,16 @@ def _unlink(path: str) -> None:
     except OSError as e:
         if os.path.lexists(path):  # a read-only file system says EROFS even for a missing name
             raise StateUnwritable(path, e.errno or 0, e.strerror or str(e)) from e
+
+
+def _lock_fd(d: str) -> int:
+    """An fd of directory ``d`` to flock, numbered 3 or above: a caller started with stdin, stdout or
+    stderr closed would otherwise get it as fd 0, 1 or 2 — which it hands to the sandbox as its stdio,
+    and the sandbox would then hold the lock and block every later verb (F_DUPFD_CLOEXEC, fcntl(2))."""
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    if fd > 2:
+        return fd
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    finally:
+        os.close(fd)

@@ -7,12 +7,13 @@ loopback), no capabilities, ``noNewPrivileges``, a read-only rootfs, ``storage/`
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 from typing import Any
 
-from .errors import UsageError
+from .errors import OutputUnwritable, UsageError
 
 OCI_VERSION = "1.0.2"
 
@@ -83,16 +84,29 @@ def write_spec(bundle: str, force: bool = False) -> str:
     ``sandbox-shim spec`` does; returns the file's path.
 
     Raises:
-        UsageError: the file exists and ``force`` is not given; or it cannot be written (the OS's reason).
+        UsageError: the file exists and ``force`` is not given, or the directory cannot be made;
+        OutputUnwritable: the file cannot be written (written whole or not at all: a temporary file,
+        fsync(2), rename(2)).
     """
     path = os.path.join(bundle, "config.json")
     if os.path.exists(path) and not force:
         raise UsageError(f"{path} already exists", "pass --force to overwrite it")
     try:
         os.makedirs(bundle, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(default_config(), fh, indent=2)
-            fh.write("\n")
     except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror}", "give a bundle directory you can write") from e
+        raise UsageError(
+            f"cannot make {bundle}: {e.strerror}", "give a bundle directory you can write"
+        ) from e
+    text = json.dumps(default_config(), indent=2) + "\n"
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:  # whole or not at all: a full disk leaves no half-written config.json (and no old one lost)
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise OutputUnwritable(path, e.strerror or str(e)) from e
     return path

@@ -91,6 +91,19 @@ def _overlap(a: list[str], b: list[str]) -> tuple[str, str] | None:
     return None
 
 
+def _file_name(owner: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in owner)[:200] + ".json"
+
+
+def drop(state_root: str, owner: str) -> None:
+    """Remove ``owner``'s claim (its sandbox is deleted), whoever holds it now; nothing if there is none."""
+    d = claims_dir(state_root)
+    if not os.path.isdir(d):
+        return
+    with _locked(d), contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(d, _file_name(owner)))
+
+
 def claim(state_root: str, owner: str, walked: list[str], writable: list[str]) -> Claim:
     """Record, for ``owner``, the host trees its set-up walks into and those its tenant can write.
 
@@ -101,7 +114,7 @@ def claim(state_root: str, owner: str, walked: list[str], writable: list[str]) -
     if not walked and not writable:
         return Claim(None)
     d = claims_dir(state_root)
-    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in owner)[:200] + ".json"
+    name = _file_name(owner)
     with _locked(d):
         for other in os.listdir(d):
             if not other.endswith(".json") or other == name:

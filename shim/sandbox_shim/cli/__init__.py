@@ -39,6 +39,7 @@ INTERRUPTED = 130
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``); exits the process with the status."""
+    _occupy_closed_stdio()
     if os.environ.get("SANDBOX_SHIM_CRASH_AT"):  # tests only: kill -9 at a chosen side effect
         from .. import crashpoints
 
@@ -67,6 +68,19 @@ def _default_signals() -> None:
             mask(_signal.SIG_SETMASK, ())
     except (OSError, ValueError):
         pass
+
+
+def _occupy_closed_stdio() -> None:
+    """Open /dev/null on each of fds 0, 1 and 2 that is closed, as daemons do before their work: the
+    next file this process opens would otherwise get that number, and a verb hands fds 0-2 to the
+    sandbox as its stdio (a state lock or the start FIFO would leak into it).  ``sys.stdout``/
+    ``sys.stderr`` stay as the interpreter set them (None for a closed fd), so lost output is still
+    told apart (``_stand_in_for_closed_stdio``)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one, since lower ones are open
 
 
 def run(args: list[str]) -> int:
@@ -142,12 +156,9 @@ def _is_output_failure(e: BaseException) -> bool:
 
 def output_error(why: str) -> ShimError:
     """The error for output that could not be written: exit status 74 (sysexits.h EX_IOERR)."""
-    from ..errors import ShimError
+    from ..errors import OutputUnwritable
 
-    err = ShimError(f"could not write the output: {why}", "give sandbox-shim a writable standard output")
-    err.exit_status = OUTPUT_UNWRITABLE
-    err.kind = "output_unwritable"
-    return err
+    return OutputUnwritable("", why)
 
 
 def internal_error(e: BaseException, debug: bool) -> ShimError:

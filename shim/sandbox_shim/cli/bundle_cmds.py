@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .output import Globals, log
+from .output import Globals, log, rfc3339_now
 
 
 @click.command("spec")
@@ -33,8 +33,14 @@ def validate(g: Globals, bundle: str, fmt: str) -> None:
 
     v = check(bundle)
     e = v.error
-    if e is not None and fmt == "text" and g.log_format == "json":
-        raise e  # the boundary writes it as one JSON record (problems included)
+    if fmt == "text" and g.log_format == "json":  # every line on stderr is a JSON record
+        for p in v.warnings:
+            rec = {"level": "warning", "msg": p.line(), "time": rfc3339_now(), **p.__dict__}
+            click.echo(json.dumps(rec), err=True)
+        if e is not None:
+            raise e  # the boundary writes it as one JSON record (problems included)
+        click.echo(f"{v.bundle}: valid")
+        return
     if e is not None:
         log(g, "error", e.line(), **{k: w for k, w in e.to_dict().items() if k != "msg"})
     if fmt == "json":

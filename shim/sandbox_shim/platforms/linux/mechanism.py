@@ -139,8 +139,6 @@ class LinuxMechanism:
                 "set process.terminal to true, or drop --console-socket",
             )
         with contextlib.ExitStack() as undo:
-            import hashlib
-
             stdio = options.stdio
             if stdio is None:  # /dev/null on all three: a library caller's stdio is never the tenant's
                 null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
@@ -152,7 +150,7 @@ class LinuxMechanism:
 
             # no other live sandbox may write a tree this set-up makes mount points in (tree_claims)
             root = getattr(self, "root", None) or os.path.dirname(d)
-            owner = hashlib.sha256(root.encode()).hexdigest()[:10] + "-" + sandbox.id
+            owner = claim_owner(root, sandbox.id)
             held = claim(root, owner, *walked_trees(plan))
             undo.callback(held.release)
             # the device rule list (linux.resources.devices plus the defaults) is the planner's
@@ -189,6 +187,10 @@ class LinuxMechanism:
             fds: dict[str, int] = {}
             fds["block"] = os.open(fifo, os.O_RDWR | os.O_CLOEXEC)
             undo.callback(os.close, fds["block"])
+            # which fd of the held process is the FIFO, and which file it is: ``unreleased`` tells a
+            # held process from a released one even after a killed ``start`` unlinked the FIFO
+            fifo_st = os.fstat(fds["block"])
+            priv.update(block_fd=fds["block"], fifo_id=[fifo_st.st_dev, fifo_st.st_ino])
             # --info-fd is a pipe: its read end wakes wait_ready when bwrap writes the child's pid
             info_r, fds["status"] = os.pipe2(os.O_CLOEXEC)
             undo.callback(os.close, info_r)
@@ -320,8 +322,13 @@ class LinuxMechanism:
 
     # -- start ----------------------------------------------------------------------------------
     def start(self, sandbox: Sandbox) -> None:
-        """Release the held process: one byte into the FIFO bwrap blocks on."""
-        fifo = sandbox.private["fifo"]
+        """Release the held process: one byte into the FIFO bwrap blocks on.
+
+        The FIFO is opened, unlinked, then written: a start killed after the unlink is never seen as
+        "created" while the process runs, and one killed before the write leaves a process still
+        held on the (unlinked) FIFO, which ``unreleased`` finds through the process's own fd, so the
+        status stays "created" and the next ``start`` releases it."""
+        fifo = self.unreleased(sandbox) or sandbox.private["fifo"]
         try:
             fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as e:
@@ -330,13 +337,31 @@ class LinuxMechanism:
                 "the sandbox's process is gone; delete it and create it again",
             ) from e
         try:
-            # unlinked before the byte is written: a start killed in between is never seen as
-            # "created" while the process runs (status reads the FIFO's presence)
             with contextlib.suppress(OSError):
-                os.unlink(fifo)
+                os.unlink(sandbox.private["fifo"])
             os.write(fd, b"1")
         finally:
             os.close(fd)
+
+    def unreleased(self, sandbox: Sandbox) -> str | None:
+        """A path to the start FIFO while the container process is still held on it, else None: the
+        FIFO itself while it exists, else the held process's own fd for it (``/proc/PID/fd/N``, the
+        same file by device and inode as create recorded: nothing inside the sandbox can forge that).
+        bwrap closes the block fd once it has read the byte (bwrap.c, ``--block-fd``)."""
+        p = sandbox.private
+        fifo = p.get("fifo", "")
+        if fifo and os.path.exists(fifo):
+            return str(fifo)
+        if p.get("block_fd") is None or not p.get("fifo_id"):
+            return None
+        held = f"/proc/{p.get('pid', 0)}/fd/{p['block_fd']}"
+        try:
+            st = os.stat(held)
+        except OSError:
+            return None
+        if [st.st_dev, st.st_ino] != list(p["fifo_id"]) or not self.alive(sandbox):
+            return None
+        return held
 
     # -- observe --------------------------------------------------------------------------------
     def exit_status(self, sandbox: Sandbox) -> int | None:
@@ -387,11 +412,11 @@ class LinuxMechanism:
 
     def status(self, sandbox: Sandbox) -> Status:
         """The OCI status as the kernel shows it: stopped (monitor gone or exit recorded), created (the
-        start FIFO still exists), paused (frozen cgroup) or running.  ``annotations`` are left empty:
-        they belong to the config, which the api's record holds."""
+        process is still held on the start FIFO: ``unreleased``), paused (frozen cgroup) or running.
+        ``annotations`` are left empty: they belong to the config, which the api's record holds."""
         if not self.alive(sandbox):
             now = "stopped"
-        elif os.path.exists(sandbox.private.get("fifo", "")):
+        elif self.unreleased(sandbox):
             now = "created"
         elif self.paused(sandbox):
             now = "paused"
@@ -472,10 +497,13 @@ class LinuxMechanism:
     def remove_residue(self, store: StateStore, sandbox_id: str) -> list[str]:
         """Remove the cgroups, parents and network links recorded for ``sandbox_id`` (``residue.py``)
         and probe cgroups a killed prober left.  Returns problems, one line each."""
+        from ...tree_claims import drop
         from . import residue
 
         problems = residue.remove(store, sandbox_id)
         residue.sweep_probe_cgroups()  # a prober killed mid-probe (a first create on this root) left these
+        with contextlib.suppress(OSError):  # the claim is stale once the sandbox is gone; this tidies it
+            drop(store.root, claim_owner(store.root, sandbox_id))
         return problems
 
     def observed_cgroups(self, root: str) -> dict[str, dict[str, Any]]:
@@ -552,3 +580,10 @@ def remove_cgroups(info: dict[str, Any]) -> None:
     """Kill and remove the cgroups recorded in ``info`` (``{"version", "path", "created"}``)."""
     cg = manager(info["path"], info["version"], systemd=bool(info.get("systemd")))
     cg.remove([d for d in info.get("created", []) if os.path.isdir(d)])
+
+
+def claim_owner(root: str, sandbox_id: str) -> str:
+    """The tree-claim owner of a sandbox (``tree_claims``): ids are unique per state root only."""
+    import hashlib
+
+    return hashlib.sha256(root.encode()).hexdigest()[:10] + "-" + sandbox_id

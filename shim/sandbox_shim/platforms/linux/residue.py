@@ -6,9 +6,11 @@ below the hierarchy's mount that does not exist yet (a nested ``cgroupsPath`` su
 makes ``/a`` and ``/a/b``).  ``remove(store, id)`` then finds all of it whatever step a verb was
 killed at: it kills what runs in the leaf cgroups, removes them, tears the network down (its marker
 ``ROOT/.network/ID`` is written before the links exist), and removes every parent made by us once
-it is empty.  Parents are shared between sandboxes, so they are listed in one file per state root
-(``ROOT/.cgroups/.parents``, changed under ``StateStore.cgroup_lock``): the last sandbox to go
-removes them.  Kernel doc: admin-guide/cgroup-v1/cgroups.rst, admin-guide/cgroup-v2.rst (rmdir of a
+it is empty.  Parents are shared between sandboxes (of any state root), so the ones create made are
+listed, with their inodes, in one host-wide file (``StateStore.parents_dir``, changed under
+``StateStore.cgroup_lock``) once create has confirmed them: the last sandbox to go removes them.
+Planned parents of a create that died before confirming are removed (if empty) by that id's
+delete.  Kernel doc: admin-guide/cgroup-v1/cgroups.rst, admin-guide/cgroup-v2.rst (rmdir of a
 cgroup with no tasks and no children).
 """
 
@@ -224,14 +226,26 @@ def _remove_cgroups(store: StateStore, info: dict[str, Any]) -> list[str]:
     except (ShimError, OSError) as e:
         problems.append(f"cgroups: {e}")
     with store.cgroup_lock():
-        shared = set(store.read_cgroup_parents()) | set(info.get("parents", []))
+        # made and confirmed (inode recorded): removed once empty, only while still that directory
+        shared = store.read_cgroup_parents()
+        # planned by a create that died before confirming what it made: removed now if empty, by this
+        # id's own delete only (never left listed, so a directory someone makes there later is safe)
+        planned = info.get("parents") if not info.get("created") else None
+        unconfirmed = [p for p in planned if isinstance(p, str)] if isinstance(planned, list) else []
         left = []
-        for p in sorted(shared, key=len, reverse=True):
+        for p, ino in sorted(shared, key=lambda e: len(e[0]), reverse=True):
             try:
+                if os.stat(p).st_ino != ino:
+                    continue  # removed and made again by someone else: theirs
                 os.rmdir(p)
             except FileNotFoundError:
-                pass  # gone already, or never made (a hierarchy create did not need)
+                pass  # gone already
             except OSError:
-                left.append(p)  # still used by another sandbox (or not removable): kept listed
-        store.write_cgroup_parents(sorted(left))
+                left.append((p, ino))  # still used by another cgroup (or not removable): kept listed
+        for p in sorted(unconfirmed, key=len, reverse=True):
+            try:
+                os.rmdir(p)
+            except OSError:
+                pass  # never made, gone, or holding another cgroup
+        store.write_cgroup_parents(left)
     return problems
