@@ -688,8 +688,13 @@ def test_the_library_drives_the_windows_mechanism(
     assert api.list_sandboxes(m) == []
 
 
-def _library_bundle(tmp_path: Path) -> Path:
+def _library_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A Windows-shaped bundle; the pid-namespace rule is lifted as in the library test above."""
     import json
+
+    from sandbox_shim.hardening import tenant
+
+    monkeypatch.setattr(tenant, "check_pid_namespace", lambda cfg: [])
 
     bundle = tmp_path / "bundle"
     (bundle / "rootfs").mkdir(parents=True)
@@ -697,20 +702,22 @@ def _library_bundle(tmp_path: Path) -> Path:
     prog = bundle / "rootfs" / "prog.exe"
     prog.write_text("")
     prog.chmod(0o755)  # run_bundle's preflight finds the program
-    cfg = base_config(["/prog.exe", "a"])
-    cfg["annotations"] = {"sandbox-shim.requires": "job-object"}  # as the library test above
+    cfg = windows_config(["/prog.exe", "a"])
+    cfg["annotations"]["sandbox-shim.requires"] = "job-object"  # as the library test above
     (bundle / "config.json").write_text(json.dumps(cfg))
     return bundle
 
 
-def test_the_library_refuses_stdio_on_windows(fake: FakeKernel32, tmp_path: Path) -> None:
+def test_the_library_refuses_stdio_on_windows(
+    fake: FakeKernel32, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``ProvisionOptions.stdio``: the Job Object path passes no handles, so stdio given to
     ``api.provision`` (and ``run_bundle``'s capture path) is refused before any Win32 call, never
     dropped."""
     from sandbox_shim import api
     from sandbox_shim.execution import run_bundle
 
-    bundle = _library_bundle(tmp_path)
+    bundle = _library_bundle(tmp_path, monkeypatch)
     m = _mech()
     m.root = str(tmp_path / "state")
     with pytest.raises(CapabilityUnavailable) as e:
@@ -722,13 +729,15 @@ def test_the_library_refuses_stdio_on_windows(fake: FakeKernel32, tmp_path: Path
     assert fake.names() == [] and api.list_sandboxes(m) == []
 
 
-def test_exec_is_refused_as_not_available_on_windows(fake: FakeKernel32, tmp_path: Path) -> None:
+def test_exec_is_refused_as_not_available_on_windows(
+    fake: FakeKernel32, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sandbox_shim import api
     from sandbox_shim.execution import execute
 
     m = _mech()
     m.root = str(tmp_path / "state")
-    api.provision(m, Sandbox("w4", str(_library_bundle(tmp_path))))
+    api.provision(m, Sandbox("w4", str(_library_bundle(tmp_path, monkeypatch))))
     assert api.start(m, "w4").status == "running"
     with pytest.raises(CapabilityUnavailable) as e:
         execute(m, "w4", ("/prog.exe", []))
