@@ -429,6 +429,11 @@ def test_systemd_paths_expand_as_runc() -> None:
         "s.slice:p:y.slice",
         "s.slice:p:",  # no name: "p-.scope" would be one unit for every sandbox given that path
         "::",
+        "p.slice::_cpu",  # names systemd escapes in the cgroup tree (the directory is not the path)
+        "a.slice::cpu",
+        "a.slice::.hidden",
+        "memory.slice:p:n",
+        "system.slice::init",  # systemd's own scope
     ):
         with pytest.raises(BundleInvalid) as e:  # a bundle problem (exit 3), with its pointer
             parse_path(bad, "x")
@@ -457,6 +462,10 @@ def test_systemd_unit_properties_carry_what_systemd_rewrites() -> None:
     assert props["MemoryHigh"] == ("t", 48000000)
     assert props["TasksMax"] == ("t", (1 << 64) - 1)
     assert "memory.oom.group" not in str(props)  # not a systemd property: written to the file only
+    props = dict(unit_properties(Limits(unified={"cpu.max": "30000 100000", "io.weight": "default 250"})))
+    assert props["CPUQuotaPerSecUSec"] == ("t", 300000) and props["CPUQuotaPeriodUSec"] == ("t", 100000)
+    assert props["IOWeight"] == ("t", 250)
+    assert dict(unit_properties(Limits(unified={"cpu.idle": "1"})))["CPUWeight"] == ("t", 0)
 
 
 def test_a_systemd_record_stops_the_scope_and_owns_no_slice(tmp_path: Path) -> None:
@@ -599,6 +608,65 @@ def test_kill_9_of_a_systemd_create_leaves_no_unit(make_bundle, state_root: Path
         assert _unit(unit) in ("gone", "inactive"), (k, _unit(unit))
         assert not (slice_dir / "sandboxshimtest-k.slice" / unit).exists(), k
     assert slice_dir.is_dir()  # the slice is systemd's: never removed by us
+    r = run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), sid)
+    assert r.returncode == 0, r.stderr
+    assert run_shim(state_root, "delete", "--force", sid).returncode == 0
+
+
+@pytest.mark.skipif(not (linux_root and SYSTEMD_OK), reason=f"needs systemd as PID 1: {SYSTEMD_WHY}")
+def test_a_foreign_unit_with_the_scope_name_is_never_stopped(make_bundle, state_root: Path) -> None:
+    """Someone else's scope with the name a sandbox's scope would take (in another slice, so the
+    sandbox's create reaches StartTransientUnit): create fails (UnitExists), and neither that cleanup nor
+    delete --force after a create killed at each step from its D-Bus connection on kills or stops it
+    (a unit is the sandbox's only if it carries the token the sandbox recorded).  Control: the foreign
+    scope runs throughout; a unit of ours is stopped (the crash test above)."""
+    sid = f"sdf-{uuid.uuid4().hex[:6]}"
+    unit = f"coll-{sid}.scope"
+    foreign = subprocess.Popen(
+        ["systemd-run", "--scope", f"--unit={unit}", "--slice=sandboxshimtest-other.slice", "sleep", "1000"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while _unit(unit) != "active":
+            assert time.monotonic() < deadline, "the foreign scope did not start"
+            time.sleep(0.1)
+        cfg = base_config(["sleep", "30"])
+        cfg["linux"]["cgroupsPath"] = f"system.slice:coll:{sid}"
+        bundle = make_bundle(cfg)
+        count = state_root.parent / "count"
+        env = dict(os.environ, SANDBOX_SHIM_CRASH_AT="1000000", SANDBOX_SHIM_CRASH_COUNT=str(count))
+        r = run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), sid, env=env)
+        assert r.returncode == 9 and "UnitExists" in r.stderr, r.stderr
+        assert run_shim(state_root, "delete", "--force", sid).returncode == 0
+        assert _unit(unit) == "active" and foreign.poll() is None
+        events = count.read_text().splitlines()
+        first = next(i for i, e in enumerate(events) if e.split()[-1] == "socket.connect")
+        for k in range(first + 1, len(events) + 1):
+            env = dict(os.environ, SANDBOX_SHIM_CRASH_AT=str(k))
+            run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), sid, env=env)
+            assert run_shim(state_root, "delete", "--force", sid).returncode == 0, k
+            assert _unit(unit) == "active" and foreign.poll() is None, k
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+@pytest.mark.skipif(not (linux_root and SYSTEMD_OK), reason=f"needs systemd as PID 1: {SYSTEMD_WHY}")
+def test_a_scope_stopped_behind_the_runtime_leaves_the_id_reusable(make_bundle, state_root: Path) -> None:
+    """An admin stops the sandbox's scope (systemd may leave it failed): delete --force resets it, so
+    no unit is left and the same id and path create again.  Control: the scope was active."""
+    sid = f"sdr-{uuid.uuid4().hex[:6]}"
+    cfg = base_config(["sleep", "30"])
+    cfg["linux"]["cgroupsPath"] = f"sandboxshimtest-r.slice:sbx:{sid}"
+    bundle = make_bundle(cfg)
+    unit = f"sbx-{sid}.scope"
+    assert run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), sid).returncode == 0
+    assert _unit(unit) == "active"
+    subprocess.run(["systemctl", "stop", unit], check=False, timeout=60)
+    assert run_shim(state_root, "delete", "--force", sid).returncode == 0
+    assert _unit(unit) == "gone"
     r = run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), sid)
     assert r.returncode == 0, r.stderr
     assert run_shim(state_root, "delete", "--force", sid).returncode == 0

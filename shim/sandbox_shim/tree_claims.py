@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 from collections.abc import Iterator
 
 from .errors import BundleInvalid, BundleProblem
-from .paths import contains
 from .state import proc_start_time, proc_state
 
 HOST_DIR = "/run/sandbox-shim/tree-claims"
@@ -56,6 +54,8 @@ def _live(entry: dict[str, object]) -> bool:
 
 
 def _write(path: str, entry: dict[str, object]) -> None:
+    import json
+
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(entry, fh)
@@ -72,6 +72,8 @@ class Claim:
         """Make ``pid`` (the sandbox's first process) the owner, so the claim lives as long as it does."""
         if self.path is None:
             return
+        import json
+
         with open(self.path) as fh:
             entry = json.load(fh)
         entry.update(pid=pid, start=proc_start_time(pid))
@@ -84,6 +86,8 @@ class Claim:
 
 
 def _overlap(a: list[str], b: list[str]) -> tuple[str, str] | None:
+    from .paths import contains  # not on delete's path (``drop``): paths loads what the verbs avoid
+
     for x in a:
         for y in b:
             if contains(x, y) or contains(y, x):
@@ -111,6 +115,8 @@ def claim(state_root: str, owner: str, walked: list[str], writable: list[str]) -
         BundleInvalid: a walked tree overlaps a live sandbox's writable one, or a writable tree a live
         sandbox's walked one (pointer ``/mounts``).
     """
+    import json
+
     if not walked and not writable:
         return Claim(None)
     d = claims_dir(state_root)

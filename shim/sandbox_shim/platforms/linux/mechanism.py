@@ -172,6 +172,7 @@ class LinuxMechanism:
                 "path": plan.cgroups_path,
                 "created": created,
                 "systemd": self.systemd_cgroup,
+                **({"token": str(getattr(cg, "token", ""))} if self.systemd_cgroup else {}),
             }
             undo.callback(cg.remove, created)
             if on_record is not None:
@@ -404,7 +405,13 @@ class LinuxMechanism:
 
     def cgroup(self, sandbox: Sandbox) -> CgroupManager | None:
         cg = sandbox.private.get("cgroup")
-        return manager(cg["path"], cg["version"], systemd=bool(cg.get("systemd"))) if cg else None
+        return (
+            manager(
+                cg["path"], cg["version"], systemd=bool(cg.get("systemd")), token=str(cg.get("token") or "")
+            )
+            if cg
+            else None
+        )
 
     def paused(self, sandbox: Sandbox) -> bool:
         cg = self.cgroup(sandbox)
@@ -516,7 +523,12 @@ class LinuxMechanism:
     def lost_pids(self, info: dict[str, Any]) -> list[int] | None:
         """Live pids (pid + start time readable) of the cgroup recorded in ``info`` (``ROOT/.cgroups/ID``),
         or None when none of its directories exists any more."""
-        cg = manager(info["path"], info["version"], systemd=bool(info.get("systemd")))
+        cg = manager(
+            info["path"],
+            info["version"],
+            systemd=bool(info.get("systemd")),
+            token=str(info.get("token") or ""),
+        )
         if not any(os.path.isdir(d) for d in cg.dirs()):
             return None
         return [p for p in cg.pids() if proc_start_time(p) is not None]
@@ -578,12 +590,17 @@ def record_exit(state_dir: str, code: int, raw: int | None = None) -> None:
 
 def remove_cgroups(info: dict[str, Any]) -> None:
     """Kill and remove the cgroups recorded in ``info`` (``{"version", "path", "created"}``)."""
-    cg = manager(info["path"], info["version"], systemd=bool(info.get("systemd")))
+    cg = manager(
+        info["path"], info["version"], systemd=bool(info.get("systemd")), token=str(info.get("token") or "")
+    )
     cg.remove([d for d in info.get("created", []) if os.path.isdir(d)])
 
 
 def claim_owner(root: str, sandbox_id: str) -> str:
-    """The tree-claim owner of a sandbox (``tree_claims``): ids are unique per state root only."""
-    import hashlib
-
-    return hashlib.sha256(root.encode()).hexdigest()[:10] + "-" + sandbox_id
+    """The tree-claim owner of a sandbox (``tree_claims``): ids are unique per state root only.
+    SHA-256 from the C module when the interpreter has it (``hashlib`` costs ``delete`` ~5 ms)."""
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        from hashlib import sha256
+    return str(sha256(root.encode()).hexdigest())[:10] + "-" + sandbox_id

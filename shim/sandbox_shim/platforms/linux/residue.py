@@ -156,6 +156,7 @@ def planned(cg: CgroupManager, path: str) -> dict[str, Any]:
         "version": cg.version,
         "path": path,
         "systemd": driver,
+        **({"token": getattr(cg, "token", "")} if driver else {}),
         "planned": [d for d in cg.dirs() if not os.path.lexists(d)],
         "parents": sorted(set(parents)),
         "created": [],
@@ -213,15 +214,18 @@ def _remove_cgroups(store: StateStore, info: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     systemd = bool(info.get("systemd"))
     try:
-        cg = manager(info["path"], info.get("version"), systemd=systemd)
+        cg = manager(info["path"], info.get("version"), systemd=systemd, token=str(info.get("token") or ""))
     except (ShimError, KeyError, TypeError) as e:
         return [f"cgroups: {e}"]
     recorded = {*info.get("planned", []), *info.get("created", [])}
     leaves = [d for d in recorded if os.path.isdir(d)]
     try:
-        # a scope recorded as ours is stopped through systemd even when its directory is gone already
-        # (systemd keeps the unit; StopUnit of a unit it has dropped is a no-op)
-        if leaves or (systemd and recorded):
+        # a scope recorded as planned is stopped through systemd even when its directory is gone already
+        # (systemd keeps the unit) — if its token says it is ours (``SystemdManager.remove``); a
+        # record without a token proves nothing, so nothing is stopped for it
+        if systemd and not info.get("token"):
+            leaves = []
+        elif leaves or (systemd and recorded):
             cg.remove(leaves)
     except (ShimError, OSError) as e:
         problems.append(f"cgroups: {e}")

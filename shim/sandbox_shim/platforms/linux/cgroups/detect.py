@@ -96,7 +96,11 @@ def detect() -> Layout:
 
 
 def manager(
-    path: str, version: int | None = None, layout: Layout | None = None, systemd: bool = False
+    path: str,
+    version: int | None = None,
+    layout: Layout | None = None,
+    systemd: bool = False,
+    token: str = "",
 ) -> CgroupManager:
     """A manager for the cgroup at ``path`` (relative to each hierarchy's root, e.g. ``/sandbox-shim/ID``).
 
@@ -105,6 +109,7 @@ def manager(
         version: force 1 or 2 (as recorded in a sandbox's state); default: detect.
         layout: the host layout (default: ``detect()``).
         systemd: the systemd driver (``systemd.SystemdManager``, v2 hosts only).
+        token: with ``systemd``, the sandbox's unit token as recorded (a new one when empty).
     Raises:
         LaunchFailed: the host has no usable cgroup hierarchy of that version; with ``systemd``, a
             ``cgroupsPath`` that is not ``slice:prefix:name`` or a host that is not cgroup v2.
@@ -121,7 +126,7 @@ def manager(
             )
         from .systemd import SystemdManager
 
-        return SystemdManager(lay.v2_mount, path)
+        return SystemdManager(lay.v2_mount, path, token=token)
     if ver == 2 and lay.v2_mount:
         from .v2 import V2Manager
 

@@ -17,6 +17,7 @@ the system bus, or systemd's private socket (/run/systemd/private) when no bus d
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -64,8 +65,36 @@ def parse_path(cgroups_path: str, sandbox_id: str) -> tuple[str, str]:
     for what in (slc, unit):
         if not _NAME.match(what) or len(what) > 255:
             raise _invalid(f"{what!r} is not a valid systemd unit name", "use letters, digits, : _ . -")
-    expand_slice(slc)
+    if unit in _RESERVED:
+        raise _invalid(f"{unit!r} is systemd's own unit", "name another scope")
+    for part in [*expand_slice(slc).strip("/").split("/"), unit]:
+        if part and _escaped(part):
+            raise _invalid(
+                f"systemd would store {part!r} under another directory name (it escapes names that start "
+                "with _ or . or name a controller file, cg_escape)",
+                "pick a name that starts with a letter or digit and is no controller name",
+            )
     return slc, unit
+
+
+#: units systemd itself runs: a container scope may not take their names
+_RESERVED = frozenset({"init.scope", "-.scope"})
+#: cgroup v2 controllers (and systemd's BPF pseudo-controllers) whose name + "." systemd escapes
+_CONTROLLERS = (
+    "cpu", "cpuacct", "cpuset", "io", "blkio", "memory", "devices", "pids", "hugetlb", "rdma", "misc",
+    "bpf-firewall", "bpf-devices", "bpf-foreign", "bpf-socket-bind", "bpf-restrict-network-interfaces",
+)  # fmt: skip
+
+
+def _escaped(name: str) -> bool:
+    """True when systemd's cg_escape() would prefix ``name`` with ``_`` in the cgroup tree (so the
+    scope's directory is not the path this runtime computes): a leading ``_`` or ``.``, the kernel's
+    own file names, ``cgroup.*``, or ``CONTROLLER.*`` (systemd src/basic/cgroup-util.c)."""
+    if name[:1] in ("_", ".") or name in ("notify_on_release", "release_agent", "tasks"):
+        return True
+    if name.startswith("cgroup."):
+        return True
+    return any(name.startswith(c + ".") for c in _CONTROLLERS)
 
 
 def _invalid(why: str, fix: str) -> BundleInvalid:
@@ -139,10 +168,23 @@ def unit_properties(limits: Limits) -> list[tuple[str, tuple[str, Any]]]:
     if limits.blkio_weight:  # systemd rewrites io.weight from IOWeight whenever it realizes the unit
         props.append(("IOWeight", ("t", blkio_to_io_weight(limits.blkio_weight))))
     for key, value in (limits.unified or {}).items():  # runc: unifiedResToSystemdProps
+        text = str(value).strip()
         prop = _UNIFIED_PROPS.get(key)
-        number = _unified_number(value)
+        number = _unified_number(text)
         if prop is not None and number is not None:
             props.append((prop, ("t", number)))
+        elif key == "cpu.max":  # "QUOTA PERIOD" or "max [PERIOD]"
+            quota, _, period = text.partition(" ")
+            per = int(period) if period.isdigit() else 100000
+            props.append(("CPUQuotaPeriodUSec", ("t", per)))
+            if quota == "max":
+                props.append(("CPUQuotaPerSecUSec", ("t", (1 << 64) - 1)))
+            elif quota.isdigit():
+                props.append(("CPUQuotaPerSecUSec", ("t", quota_per_sec(int(quota), per))))
+        elif key == "io.weight" and text.startswith("default ") and text[8:].strip().isdigit():
+            props.append(("IOWeight", ("t", int(text[8:]))))
+        elif key == "cpu.idle" and text == "1":  # systemd >= 252: CPUWeight=idle is weight 0
+            props.append(("CPUWeight", ("t", 0)))
     return props
 
 
@@ -214,7 +256,10 @@ def call(
     msg = new_method_call(
         DBusAddress(path, bus_name=SYSTEMD, interface=iface), method, signature or None, body
     )
-    reply = conn.send_and_get_reply(msg, timeout=10)
+    try:
+        reply = conn.send_and_get_reply(msg, timeout=10)
+    except Exception as e:  # noqa: BLE001 - a timeout or a broken bus: systemd did not answer
+        raise LaunchFailed(f"systemd {method}: no answer ({type(e).__name__}: {e})") from e
     if reply.header.message_type == MessageType.error:
         name = reply.header.fields.get(4, "error")  # HeaderFields.error_name
         text = reply.body[0] if reply.body else ""
@@ -240,6 +285,16 @@ def unit_state(conn: Any, unit: str) -> str:
     except LaunchFailed:
         return "gone"
     return str(value[1])
+
+
+def unit_property(conn: Any, unit: str, iface: str, prop: str) -> Any:
+    """Property ``prop`` of ``unit`` (its value), or None when systemd has no such unit."""
+    try:
+        (path,) = call(conn, "GetUnit", "s", (unit,))
+    except LaunchFailed:
+        return None
+    (value,) = call(conn, "Get", "ss", (iface, prop), path=path, iface="org.freedesktop.DBus.Properties")
+    return value[1]
 
 
 def probe() -> tuple[bool, str]:
@@ -268,15 +323,25 @@ def probe() -> tuple[bool, str]:
 
 
 class SystemdManager(V2Manager):
-    """A transient scope under systemd; files are handled by the v2 manager (``Delegate=yes``)."""
+    """A transient scope under systemd; files are handled by the v2 manager (``Delegate=yes``).
+
+    Ownership: a unit is this sandbox's only when its Description carries ``token`` — a random value
+    made before the scope is asked for and kept in the sandbox's record (``residue.planned``), so a
+    unit of the same name that someone else started (before, or after a crash) is never killed or
+    stopped by ``remove``."""
 
     systemd = True
 
-    def __init__(self, mount: str, cgroups_path: str, sandbox_id: str = "") -> None:
+    def __init__(self, mount: str, cgroups_path: str, sandbox_id: str = "", token: str = "") -> None:
         self.slice, self.unit = parse_path(cgroups_path, sandbox_id)
         self.cgroups_path = cgroups_path
+        self.token = token or os.urandom(16).hex()
         super().__init__(mount, expand_slice(self.slice) + "/" + self.unit)
         self._holder = 0
+
+    @property
+    def description(self) -> str:
+        return f"sandbox-shim container {self.unit} {self.token}"
 
     def create(self, controllers: list[str]) -> list[str]:
         ok, why = probe()
@@ -288,7 +353,7 @@ class SystemdManager(V2Manager):
             raise LaunchFailed(f"cgroup v2 controller(s) not available: {', '.join(missing)}")
         self._holder = _placeholder()
         props = [
-            ("Description", ("s", f"sandbox-shim container {self.unit}")),
+            ("Description", ("s", self.description)),
             ("Slice", ("s", self.slice)),
             ("Delegate", ("b", True)),
             ("DefaultDependencies", ("b", False)),
@@ -298,25 +363,26 @@ class SystemdManager(V2Manager):
             ("IOAccounting", ("b", True)),
             ("TasksAccounting", ("b", True)),
         ]
-        conn = connect()
         try:
-            call(conn, "StartTransientUnit", "ssa(sv)a(sa(sv))", (self.unit, "fail", props, []))
-            deadline = time.monotonic() + 10
-            while (now := unit_state(conn, self.unit)) != "active":
-                if now == "failed" or time.monotonic() > deadline:
-                    raise LaunchFailed(f"systemd did not start {self.unit} (state {now})")
-                time.sleep(0.01)
-        except LaunchFailed:
+            conn = connect()
+            try:
+                call(conn, "StartTransientUnit", "ssa(sv)a(sa(sv))", (self.unit, "fail", props, []))
+                deadline = time.monotonic() + 10
+                while (now := unit_state(conn, self.unit)) != "active":
+                    if now == "failed" or time.monotonic() > deadline:
+                        raise LaunchFailed(f"systemd did not start {self.unit} (state {now})")
+                    time.sleep(0.01)
+                where = unit_property(conn, self.unit, "org.freedesktop.systemd1.Scope", "ControlGroup")
+            finally:
+                conn.close()
+            if where != self.path:
+                raise LaunchFailed(
+                    f"systemd placed {self.unit} at {where!r}, not {self.path}",
+                    "is systemd using the unified cgroup hierarchy?",
+                )
+        except BaseException:
             self.placed()
             raise
-        finally:
-            conn.close()
-        if not os.path.isdir(self.dir):
-            self.placed()
-            raise LaunchFailed(
-                f"systemd started {self.unit} but {self.dir} does not exist",
-                "is systemd using the unified cgroup hierarchy?",
-            )
         return []  # systemd owns the directories: StopUnit removes them
 
     def apply(self, limits: Limits) -> None:
@@ -341,13 +407,22 @@ class SystemdManager(V2Manager):
                 pass
             self._holder = 0
 
+    def ours(self, conn: Any) -> bool:
+        """True when systemd has ``self.unit`` and it carries this sandbox's token."""
+        desc = unit_property(conn, self.unit, "org.freedesktop.systemd1.Unit", "Description")
+        return isinstance(desc, str) and desc == self.description
+
     def remove(self, created: list[str]) -> None:
-        """Kill what is left, then StopUnit the scope and wait until systemd has dropped it."""
+        """If the unit is this sandbox's (``ours``): kill what is left, StopUnit, wait until systemd has
+        dropped it, and ResetFailedUnit (a failed unit would keep the name taken).  A unit of that name
+        that is not ours is left alone, and so is its cgroup."""
         self.placed()
-        if os.path.isdir(self.dir):
-            self.kill_all(9)
         conn = connect()
         try:
+            if not self.ours(conn):
+                return
+            if os.path.isdir(self.dir):
+                self.kill_all(9)
             try:
                 call(conn, "StopUnit", "ss", (self.unit, "replace"))
             except LaunchFailed as e:
@@ -358,6 +433,8 @@ class SystemdManager(V2Manager):
                 if time.monotonic() > deadline:
                     raise LaunchFailed(f"systemd did not stop {self.unit}")
                 time.sleep(0.01)
+            with contextlib.suppress(LaunchFailed):  # NoSuchUnit: not failed, nothing to reset
+                call(conn, "ResetFailedUnit", "s", (self.unit,))
         finally:
             conn.close()
 
@@ -372,6 +449,9 @@ def _placeholder() -> int:
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
+            # the parent's files (a state lock among them: flock(2) locks belong to the open file,
+            # which a forked copy keeps) are not the placeholder's to hold
+            os.closerange(3, 1 << 16)
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
             if os.getppid() != parent:  # the parent died before prctl took effect
                 os._exit(0)
