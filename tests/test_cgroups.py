@@ -655,8 +655,9 @@ def test_a_foreign_unit_with_the_scope_name_is_never_stopped(make_bundle, state_
 
 @pytest.mark.skipif(not (linux_root and SYSTEMD_OK), reason=f"needs systemd as PID 1: {SYSTEMD_WHY}")
 def test_a_scope_stopped_behind_the_runtime_leaves_the_id_reusable(make_bundle, state_root: Path) -> None:
-    """An admin stops the sandbox's scope (systemd may leave it failed): delete --force resets it, so
-    no unit is left and the same id and path create again.  Control: the scope was active."""
+    """An admin kills the sandbox's scope behind the runtime (systemd may leave it failed): delete
+    --force stops and resets it, so no unit is left and the same id and path create again.  Control:
+    the scope was active."""
     sid = f"sdr-{uuid.uuid4().hex[:6]}"
     cfg = base_config(["sleep", "30"])
     cfg["linux"]["cgroupsPath"] = f"sandboxshimtest-r.slice:sbx:{sid}"
@@ -664,7 +665,12 @@ def test_a_scope_stopped_behind_the_runtime_leaves_the_id_reusable(make_bundle, 
     unit = f"sbx-{sid}.scope"
     assert run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), sid).returncode == 0
     assert _unit(unit) == "active"
-    subprocess.run(["systemctl", "stop", unit], check=False, timeout=60)
+    # SIGKILL: the container process is pid 1 of its namespace and ignores a SIGTERM from outside
+    # (pid_namespaces(7)), so a plain `systemctl stop` would wait out TimeoutStopSec first
+    subprocess.run(["systemctl", "kill", "--signal=SIGKILL", unit], check=False, timeout=60)
+    deadline = time.monotonic() + 30
+    while _unit(unit) not in ("gone", "inactive", "failed") and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert run_shim(state_root, "delete", "--force", sid).returncode == 0
     assert _unit(unit) == "gone"
     r = run_shim(state_root, "--systemd-cgroup", "create", "--bundle", str(bundle), sid)
