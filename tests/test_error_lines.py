@@ -139,3 +139,26 @@ def test_validate_warnings_are_json_records_with_log_format_json(make_bundle: An
     lines = r.stderr.strip().splitlines()
     assert lines and all(json.loads(x)["level"] == "warning" for x in lines), r.stderr
     assert "/unknownKey" in json.loads(lines[0])["pointer"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir"])
+def test_a_config_json_that_is_no_regular_file_is_refused_at_once(
+    tmp_path: Path, kind: str, make_bundle: Any
+) -> None:
+    """A FIFO (or a directory) planted as config.json is refused with exit 3 in one line, at once: it is
+    opened without blocking and checked before it is read.  Control: a regular config validates."""
+    import os
+
+    good = make_bundle(base_config(["true"]))
+    ok = subprocess.run(shim_cmd(tmp_path / "root", "validate", "--bundle", str(good)), capture_output=True)
+    assert ok.returncode == 0
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    if kind == "fifo":
+        os.mkfifo(bad / "config.json")
+    else:
+        (bad / "config.json").mkdir()
+    for verb in (["validate", "--bundle", str(bad)], ["create", "--bundle", str(bad), "x"]):
+        r = subprocess.run(shim_cmd(tmp_path / "root", *verb), capture_output=True, text=True, timeout=20)
+        assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1, (verb, r.stderr)
+        assert "regular file" in r.stderr or "directory" in r.stderr.lower(), r.stderr

@@ -150,8 +150,7 @@ def read_config(bundle: str) -> dict[str, Any]:
         )
     path = os.path.join(bundle, "config.json")
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(jsonguard.MAX_BYTES + 1)
+        data = jsonguard.read_regular(path)  # a FIFO or device planted as config.json never blocks
     except FileNotFoundError:
         raise BundleInvalid(
             [

@@ -26,8 +26,10 @@ present.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 
 from .errors import BundleProblem
 
@@ -153,6 +155,30 @@ def check_tree(doc: Any) -> list[BundleProblem]:
     return problems
 
 
+def read_regular(path: str) -> bytes:
+    """At most ``MAX_BYTES`` + 1 bytes of the regular file at ``path`` (symbolic links followed).  Opened
+    with O_NONBLOCK and checked with fstat(2) before reading, so a FIFO or a device planted as the file
+    never blocks the caller.
+
+    Raises:
+        OSError: as open(2) raises it, or EINVAL ("not a regular file") for a FIFO, device or directory.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_mode & 0o170000 != 0o100000:  # S_ISREG (stat.h)
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        chunks, left = [], MAX_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def loads(data: bytes | str, what: str = "config.json") -> tuple[Any, list[BundleProblem]]:
     """Parse ``data`` under the limits.  Returns ``(document, problems)``; the document is None when
     it could not be parsed, and problems is empty only for a document within every limit.  Only
@@ -219,8 +245,7 @@ def read_file(source: str, what: str = "") -> Any:
         if source == "-":
             data = sys.stdin.buffer.read(MAX_BYTES + 1)
         else:
-            with open(source, "rb") as fh:
-                data = fh.read(MAX_BYTES + 1)
+            data = read_regular(source)
     except OSError as e:
         raise UsageError(f"cannot read JSON from {source}: {e.strerror}") from e
     doc, problems = loads(data, what or source)

@@ -104,8 +104,11 @@ def drop(state_root: str, owner: str) -> None:
     d = claims_dir(state_root)
     if not os.path.isdir(d):
         return
-    with _locked(d), contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(d, _file_name(owner)))
+    name = _file_name(owner)
+    with _locked(d):
+        for left in (name, name + ".tmp"):  # the claim, and what a write killed midway left (``_write``)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(d, left))
 
 
 def claim(state_root: str, owner: str, walked: list[str], writable: list[str]) -> Claim:
