@@ -30,6 +30,16 @@ if sys.platform == "win32":  # pragma: no cover
 from sandbox_shim.platforms.darwin import plan as dplan  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _registry_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe registry as this host fills it, restored after each test: a probe module first imported
+    while ``sys.platform`` is simulated would register that platform's names for every later test."""
+    from sandbox_shim import capability
+
+    capability._load_probes()
+    monkeypatch.setattr(capability, "PROBES", dict(capability.PROBES))
+
+
 def spec_of(config: dict[str, Any], bundle: str = "b") -> Spec:
     return Spec(bundle, "", config, Settings.from_annotations(config.get("annotations") or {}))
 

@@ -55,6 +55,28 @@ _cache: dict[str, Capability] = {}
 _loaded = False
 
 
+#: the capability a ``linux.namespaces`` entry needs where a platform has no namespaces of that type
+NAMESPACE_REQUIREMENTS = {"network": "network.deny", "mount": "filesystem.confinement"}
+
+
+def linux_requirements(config: dict[str, Any]) -> set[str]:
+    """What the ``linux`` and ``process`` sections of an OCI config ask to be enforced, as capability
+    names: each namespace type (``namespace.TYPE``, or ``NAMESPACE_REQUIREMENTS``), ``seccomp``,
+    ``no_new_privs``.  The non-Linux planners require these (and refuse where their host lacks them);
+    runtime-spec config-linux.md, config.md ``noNewPrivileges``."""
+    linux = config.get("linux") or {}
+    out: set[str] = set()
+    for ns in linux.get("namespaces") or []:
+        t = ns.get("type") if isinstance(ns, dict) else None
+        if t:
+            out.add(NAMESPACE_REQUIREMENTS.get(t, f"namespace.{t}"))
+    if linux.get("seccomp") is not None:
+        out.add("seccomp")
+    if (config.get("process") or {}).get("noNewPrivileges"):
+        out.add("no_new_privs")
+    return out
+
+
 def register(name: str) -> Callable[[Probe], Probe]:
     """Decorator: register a probe function under ``name``."""
 

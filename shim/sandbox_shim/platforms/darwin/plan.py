@@ -51,7 +51,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...capability import Capability
+from ...capability import Capability, linux_requirements
 from ...errors import BundleInvalid, BundleProblem, CapabilityUnavailable, CouldNotRun
 from ...hardening import tenant
 from ...paths import canonical, resolve_in_root
@@ -79,7 +79,6 @@ DARWIN_RLIMITS = (
     "RLIMIT_STACK",
 )
 #: OCI namespace type -> the requirement it becomes on macOS.
-NAMESPACE_REQUIREMENTS = {"network": "network.deny", "mount": "filesystem.confinement"}
 #: what macOS does not have at all, with the reason a person can act on
 NOT_ON_MACOS = {
     "namespace.pid": "macOS has no pid namespaces (Seatbelt limits signals to the same sandbox only)",
@@ -320,14 +319,7 @@ def _linux_section(
 ) -> None:
     linux = cfg.get("linux") or {}
     _path_rules(linux, problems)
-    for ns in linux.get("namespaces") or []:
-        t = ns.get("type") if isinstance(ns, dict) else None
-        if t:
-            requires.add(NAMESPACE_REQUIREMENTS.get(t, f"namespace.{t}"))
-    if linux.get("seccomp") is not None:
-        requires.add("seccomp")
-    if (cfg.get("process") or {}).get("noNewPrivileges"):
-        requires.add("no_new_privs")
+    requires |= linux_requirements(cfg)
     for key in sorted(set(linux) - {"namespaces", "seccomp", "resources", "maskedPaths", "readonlyPaths"}):
         warnings.append(f"/linux/{key} ignored on macOS (it grants, never restricts)")
     if cfg.get("hostname"):

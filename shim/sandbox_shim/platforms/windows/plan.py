@@ -61,7 +61,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...capability import Capability
+from ...capability import Capability, linux_requirements
 from ...errors import BundleInvalid, BundleProblem, CapabilityUnavailable
 from ...hardening import tenant
 
@@ -90,7 +90,6 @@ TENANT_REQUIREMENTS = ("job-object", "filesystem.confinement", "network.deny")
 _RULE_WIN = "OCI runtime-spec config-windows"
 _POLICY = "a security field that cannot be enforced is refused"
 #: OCI namespace type -> the requirement it becomes (as on macOS: ``darwin/plan.py``)
-NAMESPACE_REQUIREMENTS = {"network": "network.deny", "mount": "filesystem.confinement"}
 
 
 @dataclass(frozen=True)
@@ -221,14 +220,7 @@ def _unsupported(spec: Spec, problems: list[BundleProblem], derived: set[str], n
         derived.add("network.isolated")
     elif settings.network != "host":
         derived.add("network.deny")
-    for ns in linux.get("namespaces") or []:
-        t = ns.get("type") if isinstance(ns, dict) else None
-        if t:
-            derived.add(NAMESPACE_REQUIREMENTS.get(t, f"namespace.{t}"))
-    if linux.get("seccomp") is not None:
-        derived.add("seccomp")
-    if proc.get("noNewPrivileges"):
-        derived.add("no_new_privs")
+    derived |= linux_requirements(config)
     if settings.cpu_time is not None:
         problems.append(
             _refuse(
