@@ -245,10 +245,13 @@ def _wait_exit(
     Returns its exit status (128+n for a signal) as the mechanism learns it (on Linux: reaped by this
     process, its subreaper, and recorded), 255 if it is gone with no status known, None on timeout.
     """
-    try:
-        pidfd = os.pidfd_open(pid)  # readable once the process has exited (pidfd_open(2), Linux)
-    except (AttributeError, OSError):
-        pidfd = -1
+    pidfd = -1
+    opener = getattr(os, "pidfd_open", None)  # Linux only: readable once the process has exited
+    if opener is not None:
+        try:
+            pidfd = int(opener(pid))
+        except OSError:
+            pass
     try:
         while True:
             code = mechanism.exit_status(sb)
