@@ -495,6 +495,28 @@ def test_a_device_line_the_kernel_refuses_names_its_field(fake_v2: Path) -> None
     assert "8:16" in str(e.value)
 
 
+def test_a_scope_made_again_under_the_name_is_not_this_sandboxs(tmp_path: Path) -> None:
+    """Once the scope's directory inode is recorded, a directory made again under the same name (a new
+    scope of that name, after systemd dropped this one) is invisible to the manager: no pids, no kill,
+    no limits.  Control: the recorded directory itself is seen."""
+    from sandbox_shim.platforms.linux.cgroups.systemd import SystemdManager
+
+    scope = tmp_path / "system.slice" / "p-n.scope"
+    scope.mkdir(parents=True)
+    (scope / "cgroup.procs").write_text("4242\n")
+    cg = SystemdManager(str(tmp_path), "system.slice:p:n", token="t", ino=scope.stat().st_ino)
+    assert cg.dir == str(scope) and cg.pids() == [4242]
+    again = scope.parent / "again"
+    again.mkdir()  # someone else's scope of the same name (made while the old one existed: a new inode)
+    (again / "cgroup.procs").write_text("777\n")
+    (scope / "cgroup.procs").unlink()
+    scope.rmdir()
+    again.rename(scope)
+    assert not os.path.exists(cg.dir) and cg.pids() == []
+    with pytest.raises(LaunchFailed, match="no longer this sandbox's scope"):
+        cg.apply(Limits(memory_limit=1 << 26))
+
+
 def _systemd_probe() -> tuple[bool, str]:
     from sandbox_shim.platforms.linux.cgroups.systemd import probe
 
@@ -651,6 +673,46 @@ def test_a_foreign_unit_with_the_scope_name_is_never_stopped(make_bundle, state_
     finally:
         foreign.kill()
         foreign.wait()
+
+
+@pytest.mark.skipif(not (linux_root and SYSTEMD_OK), reason=f"needs systemd as PID 1: {SYSTEMD_WHY}")
+def test_delete_of_a_stopped_sandbox_spares_the_scope_that_took_its_name(
+    make_bundle, state_root: Path
+) -> None:
+    """Sandbox A ends (systemd drops its emptied scope); B — same id in another state root, default
+    cgroupsPath, and C — same explicit cgroupsPath in this root, then run.  Deleting A kills neither.
+    Control: B and C run before A's delete; A's own delete still removes A."""
+    sid = f"sdn-{uuid.uuid4().hex[:6]}"
+    other = state_root.parent / "other-root"
+    other.mkdir()
+    done = make_bundle(base_config(["true"]), name="a")
+    runs = make_bundle(base_config(["sleep", "60"]), name="b")
+    cfg = base_config(["true"])
+    cfg["linux"]["cgroupsPath"] = f"sandboxshimtest-n.slice:pp:{sid}"
+    done_named = make_bundle(cfg, name="an")
+    cfg = base_config(["sleep", "60"])
+    cfg["linux"]["cgroupsPath"] = f"sandboxshimtest-n.slice:pp:{sid}"
+    runs_named = make_bundle(cfg, name="cn")
+    for root, b, i in ((state_root, done, sid), (state_root, done_named, sid + "n")):
+        assert run_shim(root, "--systemd-cgroup", "create", "--bundle", str(b), i).returncode == 0
+        assert run_shim(root, "start", i).returncode == 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(
+        json.loads(run_shim(state_root, "state", i).stdout)["status"] != "stopped" for i in (sid, sid + "n")
+    ):
+        time.sleep(0.2)
+    try:
+        for root, b, i in ((other, runs, sid), (state_root, runs_named, sid + "c")):
+            r = run_shim(root, "--systemd-cgroup", "create", "--bundle", str(b), i)
+            assert r.returncode == 0, r.stderr  # the default unit name carries the state root
+            assert run_shim(root, "start", i).returncode == 0
+        for i in (sid, sid + "n"):
+            assert run_shim(state_root, "delete", i).returncode == 0
+        assert json.loads(run_shim(other, "state", sid).stdout)["status"] == "running"
+        assert json.loads(run_shim(state_root, "state", sid + "c").stdout)["status"] == "running"
+    finally:
+        run_shim(other, "delete", "--force", sid)
+        run_shim(state_root, "delete", "--force", sid + "c")
 
 
 @pytest.mark.skipif(not (linux_root and SYSTEMD_OK), reason=f"needs systemd as PID 1: {SYSTEMD_WHY}")

@@ -76,7 +76,12 @@ class LinuxMechanism:
         if self.systemd_cgroup:  # runc's grammar for the driver: "slice:prefix:name", checked before probing
             from .cgroups.systemd import parse_path
 
-            plan.cgroups_path = spec.linux.get("cgroupsPath") or f"system.slice:sandbox-shim:{sandbox_id}"
+            # the default scope names the state root too (ids are unique per root only), as the
+            # cgroupfs default /sandbox-shim/TAG/ID does
+            root = getattr(self, "root", None) or ""
+            plan.cgroups_path = spec.linux.get("cgroupsPath") or (
+                f"system.slice:sandbox-shim:{claim_owner(root, sandbox_id)}"
+            )
             parse_path(plan.cgroups_path, sandbox_id)
             plan.required.append("cgroup.systemd")
         self.require(plan.required)
@@ -172,7 +177,11 @@ class LinuxMechanism:
                 "path": plan.cgroups_path,
                 "created": created,
                 "systemd": self.systemd_cgroup,
-                **({"token": str(getattr(cg, "token", ""))} if self.systemd_cgroup else {}),
+                **(
+                    {"token": str(getattr(cg, "token", "")), "ino": int(getattr(cg, "ino", 0))}
+                    if self.systemd_cgroup
+                    else {}
+                ),
             }
             undo.callback(cg.remove, created)
             if on_record is not None:
@@ -407,7 +416,11 @@ class LinuxMechanism:
         cg = sandbox.private.get("cgroup")
         return (
             manager(
-                cg["path"], cg["version"], systemd=bool(cg.get("systemd")), token=str(cg.get("token") or "")
+                cg["path"],
+                cg["version"],
+                systemd=bool(cg.get("systemd")),
+                token=str(cg.get("token") or ""),
+                ino=int(cg.get("ino") or 0),
             )
             if cg
             else None
@@ -528,6 +541,7 @@ class LinuxMechanism:
             info["version"],
             systemd=bool(info.get("systemd")),
             token=str(info.get("token") or ""),
+            ino=int(info.get("ino") or 0),
         )
         if not any(os.path.isdir(d) for d in cg.dirs()):
             return None
@@ -591,7 +605,11 @@ def record_exit(state_dir: str, code: int, raw: int | None = None) -> None:
 def remove_cgroups(info: dict[str, Any]) -> None:
     """Kill and remove the cgroups recorded in ``info`` (``{"version", "path", "created"}``)."""
     cg = manager(
-        info["path"], info["version"], systemd=bool(info.get("systemd")), token=str(info.get("token") or "")
+        info["path"],
+        info["version"],
+        systemd=bool(info.get("systemd")),
+        token=str(info.get("token") or ""),
+        ino=int(info.get("ino") or 0),
     )
     cg.remove([d for d in info.get("created", []) if os.path.isdir(d)])
 

@@ -214,7 +214,13 @@ def _remove_cgroups(store: StateStore, info: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     systemd = bool(info.get("systemd"))
     try:
-        cg = manager(info["path"], info.get("version"), systemd=systemd, token=str(info.get("token") or ""))
+        cg = manager(
+            info["path"],
+            info.get("version"),
+            systemd=systemd,
+            token=str(info.get("token") or ""),
+            ino=int(info.get("ino") or 0),
+        )
     except (ShimError, KeyError, TypeError) as e:
         return [f"cgroups: {e}"]
     recorded = {*info.get("planned", []), *info.get("created", [])}

@@ -101,6 +101,7 @@ def manager(
     layout: Layout | None = None,
     systemd: bool = False,
     token: str = "",
+    ino: int = 0,
 ) -> CgroupManager:
     """A manager for the cgroup at ``path`` (relative to each hierarchy's root, e.g. ``/sandbox-shim/ID``).
 
@@ -110,6 +111,7 @@ def manager(
         layout: the host layout (default: ``detect()``).
         systemd: the systemd driver (``systemd.SystemdManager``, v2 hosts only).
         token: with ``systemd``, the sandbox's unit token as recorded (a new one when empty).
+        ino: with ``systemd``, the scope directory's inode as recorded (0: not recorded).
     Raises:
         LaunchFailed: the host has no usable cgroup hierarchy of that version; with ``systemd``, a
             ``cgroupsPath`` that is not ``slice:prefix:name`` or a host that is not cgroup v2.
@@ -126,7 +128,7 @@ def manager(
             )
         from .systemd import SystemdManager
 
-        return SystemdManager(lay.v2_mount, path, token=token)
+        return SystemdManager(lay.v2_mount, path, token=token, ino=ino)
     if ver == 2 and lay.v2_mount:
         from .v2 import V2Manager
 

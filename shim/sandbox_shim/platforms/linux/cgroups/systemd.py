@@ -165,6 +165,8 @@ def unit_properties(limits: Limits) -> list[tuple[str, tuple[str, Any]]]:
         props.append(("AllowedCPUs", ("ay", cpuset_bits(limits.cpu_cpus))))
     if limits.cpu_mems:
         props.append(("AllowedMemoryNodes", ("ay", cpuset_bits(limits.cpu_mems))))
+    if limits.cpu_idle == 1:  # systemd >= 252: CPUWeight=idle is weight 0 (runc sets it so)
+        props.append(("CPUWeight", ("t", 0)))
     if limits.blkio_weight:  # systemd rewrites io.weight from IOWeight whenever it realizes the unit
         props.append(("IOWeight", ("t", blkio_to_io_weight(limits.blkio_weight))))
     for key, value in (limits.unified or {}).items():  # runc: unifiedResToSystemdProps
@@ -332,12 +334,49 @@ class SystemdManager(V2Manager):
 
     systemd = True
 
-    def __init__(self, mount: str, cgroups_path: str, sandbox_id: str = "", token: str = "") -> None:
+    def __init__(
+        self, mount: str, cgroups_path: str, sandbox_id: str = "", token: str = "", ino: int = 0
+    ) -> None:
         self.slice, self.unit = parse_path(cgroups_path, sandbox_id)
         self.cgroups_path = cgroups_path
         self.token = token or os.urandom(16).hex()
+        #: the scope directory's inode once made (recorded): a scope of the same name made later — by
+        #: another sandbox or anyone, after systemd dropped ours when its last process exited — has
+        #: another directory, and every file operation here then sees no cgroup at all (``dir``)
+        self.ino = ino
         super().__init__(mount, expand_slice(self.slice) + "/" + self.unit)
         self._holder = 0
+
+    @property  # type: ignore[override]
+    def dir(self) -> str:
+        """The scope's directory while it is the one this sandbox's scope made (by inode), else a path
+        that does not exist (so reads find nothing and writes fail as for a removed cgroup)."""
+        if self.ino:
+            try:
+                if os.stat(self._dir).st_ino != self.ino:
+                    return self._dir + ".not-this-sandbox"
+            except OSError:
+                pass
+        return self._dir
+
+    @dir.setter
+    def dir(self, value: str) -> None:
+        self._dir = value
+
+    def dirs(self) -> list[str]:
+        return [self.dir]
+
+    def kill_all(self, signum: int = 9, exclude: set[int] | frozenset[int] = frozenset()) -> None:
+        """``V2Manager.kill_all`` on this sandbox's scope only: by inode once recorded, else (a create
+        that died before recording it) only when the unit carries this sandbox's token."""
+        if not self.ino:
+            conn = connect()
+            try:
+                if not self.ours(conn):
+                    return
+            finally:
+                conn.close()
+        super().kill_all(signum, exclude)
 
     @property
     def description(self) -> str:
@@ -380,13 +419,17 @@ class SystemdManager(V2Manager):
                     f"systemd placed {self.unit} at {where!r}, not {self.path}",
                     "is systemd using the unified cgroup hierarchy?",
                 )
+            self.ino = os.stat(self._dir).st_ino
         except BaseException:
             self.placed()
             raise
         return []  # systemd owns the directories: StopUnit removes them
 
     def apply(self, limits: Limits) -> None:
-        """Set the unit properties systemd knows (so a daemon-reload keeps them), then the files."""
+        """Set the unit properties systemd knows (so a daemon-reload keeps them), then the files.
+        Raises LaunchFailed when the unit of that name is no longer this sandbox's scope (``dir``)."""
+        if self.dir != self._dir:
+            raise LaunchFailed(f"{self.unit} is no longer this sandbox's scope", "the sandbox has stopped")
         self.check(limits)
         props = unit_properties(limits)
         if props:
