@@ -28,6 +28,7 @@ from ...mechanism import Identity, ProvisionOptions, Sandbox, Status, Usage
 from ...state import proc_start_time, same_process
 from . import process as procs
 from .cgroups import Limits, manager
+from .cgroups.detect import manager_of
 from .residue import make_fifo, write_state_file
 
 TYPE_CHECKING = False  # typing is not loaded at run time: the lifecycle verbs stay cheap
@@ -414,17 +415,7 @@ class LinuxMechanism:
 
     def cgroup(self, sandbox: Sandbox) -> CgroupManager | None:
         cg = sandbox.private.get("cgroup")
-        return (
-            manager(
-                cg["path"],
-                cg["version"],
-                systemd=bool(cg.get("systemd")),
-                token=str(cg.get("token") or ""),
-                ino=int(cg.get("ino") or 0),
-            )
-            if cg
-            else None
-        )
+        return manager_of(cg) if cg else None
 
     def paused(self, sandbox: Sandbox) -> bool:
         cg = self.cgroup(sandbox)
@@ -536,13 +527,7 @@ class LinuxMechanism:
     def lost_pids(self, info: dict[str, Any]) -> list[int] | None:
         """Live pids (pid + start time readable) of the cgroup recorded in ``info`` (``ROOT/.cgroups/ID``),
         or None when none of its directories exists any more."""
-        cg = manager(
-            info["path"],
-            info["version"],
-            systemd=bool(info.get("systemd")),
-            token=str(info.get("token") or ""),
-            ino=int(info.get("ino") or 0),
-        )
+        cg = manager_of(info)
         if not any(os.path.isdir(d) for d in cg.dirs()):
             return None
         return [p for p in cg.pids() if proc_start_time(p) is not None]
@@ -604,13 +589,7 @@ def record_exit(state_dir: str, code: int, raw: int | None = None) -> None:
 
 def remove_cgroups(info: dict[str, Any]) -> None:
     """Kill and remove the cgroups recorded in ``info`` (``{"version", "path", "created"}``)."""
-    cg = manager(
-        info["path"],
-        info["version"],
-        systemd=bool(info.get("systemd")),
-        token=str(info.get("token") or ""),
-        ino=int(info.get("ino") or 0),
-    )
+    cg = manager_of(info)
     cg.remove([d for d in info.get("created", []) if os.path.isdir(d)])
 
 

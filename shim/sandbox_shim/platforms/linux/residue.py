@@ -209,19 +209,13 @@ def remove(store: StateStore, sandbox_id: str) -> list[str]:
 
 def _remove_cgroups(store: StateStore, info: dict[str, Any]) -> list[str]:
     from ...errors import ShimError
-    from .cgroups import manager
+    from .cgroups.detect import manager_of
 
     problems: list[str] = []
     systemd = bool(info.get("systemd"))
     try:
-        cg = manager(
-            info["path"],
-            info.get("version"),
-            systemd=systemd,
-            token=str(info.get("token") or ""),
-            ino=int(info.get("ino") or 0),
-        )
-    except (ShimError, KeyError, TypeError) as e:
+        cg = manager_of(info)
+    except (ShimError, KeyError, TypeError, ValueError) as e:
         return [f"cgroups: {e}"]
     recorded = {*info.get("planned", []), *info.get("created", [])}
     leaves = [d for d in recorded if os.path.isdir(d)]

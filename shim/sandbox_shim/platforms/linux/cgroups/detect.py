@@ -15,6 +15,10 @@ from ....mountinfo import MOUNTINFO, Mount, parse
 from ....values import FrozenValue
 from .base import CgroupManager
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 #: controllers whose absence makes a host unsuitable for resource limits
 CORE = ("memory", "pids")
 V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "cpuset", "freezer", "blkio", "hugetlb", "devices")
@@ -140,4 +144,20 @@ def manager(
     raise LaunchFailed(
         "no usable cgroup hierarchy on this host (need the memory and pids controllers)",
         "mount cgroup2 with memory and pids enabled, or the v1 memory and pids hierarchies",
+    )
+
+
+def manager_of(record: dict[str, Any]) -> CgroupManager:
+    """The manager of a sandbox's cgroup as its record holds it (``{"path", "version", "systemd",
+    "token", "ino"}``: ``priv["cgroup"]``, or ``ROOT/.cgroups/ID``), so every verb rebuilds the same one.
+
+    Raises:
+        LaunchFailed, BundleInvalid: as ``manager``; KeyError: a record without ``path``.
+    """
+    return manager(
+        record["path"],
+        record.get("version"),
+        systemd=bool(record.get("systemd")),
+        token=str(record.get("token") or ""),
+        ino=int(record.get("ino") or 0),
     )
