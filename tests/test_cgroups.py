@@ -515,6 +515,11 @@ def test_a_scope_made_again_under_the_name_is_not_this_sandboxs(tmp_path: Path) 
     assert not os.path.exists(cg.dir) and cg.pids() == []
     with pytest.raises(LaunchFailed, match="no longer this sandbox's scope"):
         cg.apply(Limits(memory_limit=1 << 26))
+    (scope / "cgroup.procs").unlink()
+    scope.rmdir()  # gone altogether: still not this sandbox's (a later scope would be another)
+    assert cg.dir != str(scope) and cg.pids() == []
+    with pytest.raises(LaunchFailed, match="no longer this sandbox's scope"):
+        cg.apply(Limits(memory_limit=1 << 26))
 
 
 def _systemd_probe() -> tuple[bool, str]:

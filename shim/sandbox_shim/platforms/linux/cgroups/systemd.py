@@ -353,10 +353,11 @@ class SystemdManager(V2Manager):
         that does not exist (so reads find nothing and writes fail as for a removed cgroup)."""
         if self.ino:
             try:
-                if os.stat(self._dir).st_ino != self.ino:
-                    return self._dir + ".not-this-sandbox"
+                if os.stat(self._dir).st_ino == self.ino:
+                    return self._dir
             except OSError:
-                pass
+                pass  # gone: the scope systemd dropped is not coming back under that inode
+            return self._dir + ".not-this-sandbox"
         return self._dir
 
     @dir.setter
@@ -435,6 +436,10 @@ class SystemdManager(V2Manager):
         if props:
             conn = connect()
             try:
+                if not self.ours(conn):  # a unit of that name now is someone else's: never changed
+                    raise LaunchFailed(
+                        f"{self.unit} is no longer this sandbox's scope", "the sandbox has stopped"
+                    )
                 call(conn, "SetUnitProperties", "sba(sv)", (self.unit, True, props))
             finally:
                 conn.close()
