@@ -590,16 +590,12 @@ def test_systemd_scope_holds_the_sandbox_and_goes_at_delete(make_bundle, state_r
 
 def _unit(name: str, prop: str = "ActiveState", iface: str = "org.freedesktop.systemd1.Unit") -> object:
     """A property of unit ``name`` as systemd reports it, or "gone" when systemd has no such unit."""
-    from sandbox_shim.platforms.linux.cgroups.systemd import call, connect
+    from sandbox_shim.platforms.linux.cgroups.systemd import connect, unit_property
 
     conn = connect()
     try:
-        try:
-            (path,) = call(conn, "GetUnit", "s", (name,))
-        except LaunchFailed:
-            return "gone"
-        (val,) = call(conn, "Get", "ss", (iface, prop), path=path, iface="org.freedesktop.DBus.Properties")
-        return val[1]
+        value = unit_property(conn, name, iface, prop)
+        return "gone" if value is None else value
     finally:
         conn.close()
 

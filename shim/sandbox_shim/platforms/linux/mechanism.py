@@ -594,10 +594,7 @@ def remove_cgroups(info: dict[str, Any]) -> None:
 
 
 def claim_owner(root: str, sandbox_id: str) -> str:
-    """The tree-claim owner of a sandbox (``tree_claims``): ids are unique per state root only.
-    SHA-256 from the C module when the interpreter has it (``hashlib`` costs ``delete`` ~5 ms)."""
-    try:
-        from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        from hashlib import sha256
-    return str(sha256(root.encode()).hexdigest())[:10] + "-" + sandbox_id
+    """The tree-claim owner of a sandbox (``tree_claims``): ids are unique per state root only."""
+    from .residue import root_tag
+
+    return root_tag(root) + "-" + sandbox_id

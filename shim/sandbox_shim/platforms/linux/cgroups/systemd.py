@@ -272,21 +272,10 @@ def call(
 def unit_state(conn: Any, unit: str) -> str:
     """ActiveState of ``unit`` ("active", "failed", ...), or "gone" when systemd no longer has it."""
     try:
-        (path,) = call(conn, "GetUnit", "s", (unit,))
-    except LaunchFailed:
+        state = unit_property(conn, unit, "org.freedesktop.systemd1.Unit", "ActiveState")
+    except LaunchFailed:  # dropped between GetUnit and Get
         return "gone"
-    try:
-        (value,) = call(
-            conn,
-            "Get",
-            "ss",
-            ("org.freedesktop.systemd1.Unit", "ActiveState"),
-            path=path,
-            iface="org.freedesktop.DBus.Properties",
-        )
-    except LaunchFailed:
-        return "gone"
-    return str(value[1])
+    return "gone" if state is None else str(state)
 
 
 def unit_property(conn: Any, unit: str, iface: str, prop: str) -> Any:
@@ -363,9 +352,6 @@ class SystemdManager(V2Manager):
     @dir.setter
     def dir(self, value: str) -> None:
         self._dir = value
-
-    def dirs(self) -> list[str]:
-        return [self.dir]
 
     def kill_all(self, signum: int = 9, exclude: set[int] | frozenset[int] = frozenset()) -> None:
         """``V2Manager.kill_all`` on this sandbox's scope only: by inode once recorded, else (a create
