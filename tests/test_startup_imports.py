@@ -1,5 +1,6 @@
 """The lifecycle verbs load nothing heavy: no click, jsonschema, psutil, pyroute2, pyseccomp, ctypes;
-nor json, re, enum or signal (``fastjson`` and ``_signal`` do their part at no import cost).
+nor json, re, enum, signal, contextlib, collections or functools (``fastjson``, ``_signal`` and
+``scoped`` do their part at no import cost).
 
 Orchestrators call state/start/kill/delete three or four times per container, and each is a new
 process: on this VM click costs ~60 ms, jsonschema ~140, psutil ~40, pyroute2 ~290 against ~11 ms for
@@ -27,7 +28,8 @@ pytestmark = pytest.mark.skipif(
 HEAVY = ("click", "jsonschema", "fastjsonschema", "psutil", "pyroute2", "pyseccomp", "ctypes")
 # standard-library modules that cost milliseconds and that no lifecycle verb needs on its own path:
 # typing, dataclasses (with inspect, ast, dis, tokenize under it), shutil (with bz2, lzma), and
-# subprocess and tempfile (running hooks only)
+# subprocess and tempfile (running hooks only); contextlib, collections and functools (~2-3 ms together:
+# the state store's context managers are ``scoped``'s, telemetry copies what functools.wraps did)
 STDLIB_UNUSED = (
     "typing",
     "dataclasses",
@@ -44,6 +46,12 @@ STDLIB_UNUSED = (
     "signal",
     "hashlib",
     "threading",
+    "contextlib",
+    "collections",
+    "collections.abc",
+    "functools",
+    "operator",
+    "reprlib",
 )
 
 WRAPPER = """

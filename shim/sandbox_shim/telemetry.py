@@ -14,12 +14,11 @@ when ``--log-format json`` is given.
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable
 
-TYPE_CHECKING = False  # typing stays unloaded at run time: every lifecycle verb imports this module
+TYPE_CHECKING = False  # typing, collections and functools stay unloaded: every lifecycle verb imports this
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, TypeVar
 
     from .mechanism import Mechanism
@@ -41,7 +40,8 @@ CALLS = (
 PHASES = ("start", "stop", "exception")
 
 Event = tuple[str, str, str]
-Handler = Callable[[Event, dict[str, int], dict[str, "Any"]], None]
+if TYPE_CHECKING:
+    Handler = Callable[[Event, dict[str, int], dict[str, Any]], None]
 
 _handlers: dict[str, Handler] = {}
 
@@ -75,7 +75,6 @@ def instrument(call: str) -> Callable[[F], F]:
     """Decorator for a library function ``f(mechanism, sandbox_or_id, ...)`` emitting its events."""
 
     def deco(fn: F) -> F:
-        @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not _handlers:
                 return fn(*args, **kwargs)
@@ -103,6 +102,10 @@ def instrument(call: str) -> Callable[[F], F]:
             )
             return result
 
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):  # functools.wraps, unloaded
+            setattr(wrapper, attr, getattr(fn, attr))
+        wrapper.__dict__.update(fn.__dict__)
+        wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 
     return deco

@@ -16,13 +16,16 @@ creating process, then the sandbox's first process — runs with the recorded st
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
 
 from .errors import BundleInvalid, BundleProblem
+from .scoped import scoped
 from .state import proc_start_time, proc_state
+
+TYPE_CHECKING = False  # ``drop`` is on delete's path: no typing, collections or contextlib at run time
+if TYPE_CHECKING:
+    from collections.abc import Generator
 
 HOST_DIR = "/run/sandbox-shim/tree-claims"
 
@@ -32,8 +35,8 @@ def claims_dir(state_root: str) -> str:
     return HOST_DIR if os.geteuid() == 0 else os.path.join(state_root, ".tree-claims")
 
 
-@contextlib.contextmanager
-def _locked(d: str) -> Iterator[None]:
+@scoped
+def _locked(d: str) -> Generator[None, None, None]:
     os.makedirs(d, mode=0o700, exist_ok=True)
     fd = os.open(os.path.join(d, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -81,8 +84,10 @@ class Claim:
 
     def release(self) -> None:
         if self.path is not None:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(self.path)
+            except FileNotFoundError:
+                pass
 
 
 def _overlap(a: list[str], b: list[str]) -> tuple[str, str] | None:
@@ -107,8 +112,10 @@ def drop(state_root: str, owner: str) -> None:
     name = _file_name(owner)
     with _locked(d):
         for left in (name, name + ".tmp"):  # the claim, and what a write killed midway left (``_write``)
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(os.path.join(d, left))
+            except FileNotFoundError:
+                pass
 
 
 def claim(state_root: str, owner: str, walked: list[str], writable: list[str]) -> Claim:
@@ -134,8 +141,10 @@ def claim(state_root: str, owner: str, walked: list[str], writable: list[str]) -
             except (OSError, ValueError):
                 continue
             if not _live(entry):
-                with contextlib.suppress(FileNotFoundError):
+                try:
                     os.unlink(os.path.join(d, other))  # stale: its owner is gone (the directory stays small)
+                except FileNotFoundError:
+                    pass
                 continue
             hit = _overlap(walked, list(entry.get("writable") or [])) or _overlap(
                 writable, list(entry.get("walked") or [])

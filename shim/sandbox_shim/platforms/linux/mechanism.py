@@ -20,7 +20,6 @@ delete: kill the cgroup, remove what was made.
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # the C module: ``signal`` loads enum on every verb
-import contextlib
 import os
 
 from ...errors import LaunchFailed
@@ -144,6 +143,8 @@ class LinuxMechanism:
                 "--console-socket was given but process.terminal is false",
                 "set process.terminal to true, or drop --console-socket",
             )
+        import contextlib  # create's own: the other verbs never load it (collections, functools)
+
         with contextlib.ExitStack() as undo:
             stdio = options.stdio
             if stdio is None:  # /dev/null on all three: a library caller's stdio is never the tenant's
@@ -348,8 +349,10 @@ class LinuxMechanism:
                 "the sandbox's process is gone; delete it and create it again",
             ) from e
         try:
-            with contextlib.suppress(OSError):
+            try:
                 os.unlink(sandbox.private["fifo"])
+            except OSError:
+                pass
             os.write(fd, b"1")
         finally:
             os.close(fd)
@@ -487,8 +490,10 @@ class LinuxMechanism:
                 return
         pid = self.workload_pid(sandbox)
         if pid:
-            with contextlib.suppress(ProcessLookupError):
+            try:
                 os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
 
     def destroy(self, sandbox: Sandbox) -> None:
         """Kill everything of the sandbox and remove the cgroups made for it.  Never gated."""
@@ -513,8 +518,10 @@ class LinuxMechanism:
 
         problems = residue.remove(store, sandbox_id)
         residue.sweep_probe_cgroups()  # a prober killed mid-probe (a first create on this root) left these
-        with contextlib.suppress(OSError):  # the claim is stale once the sandbox is gone; this tidies it
+        try:  # the claim is stale once the sandbox is gone; this tidies it
             drop(store.root, claim_owner(store.root, sandbox_id))
+        except OSError:
+            pass
         return problems
 
     def observed_cgroups(self, root: str) -> dict[str, dict[str, Any]]:
@@ -557,8 +564,10 @@ def _kill_child(pid: int, start: int | None) -> None:
     try:
         if proc_start_time(pid) != start:
             return
-        with contextlib.suppress(ProcessLookupError):
+        try:
             _signal.pidfd_send_signal(pidfd, _signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         if procs.parent_of(pid) != os.getpid():
             return
         import select
@@ -581,10 +590,12 @@ def record_exit(state_dir: str, code: int, raw: int | None = None) -> None:
         if value is None or os.path.exists(path):
             continue
         tmp = f"{path}.{os.getpid()}"
-        with contextlib.suppress(OSError):
+        try:
             with open(tmp, "w", encoding="ascii") as fh:
                 fh.write(str(value))
             os.replace(tmp, path)
+        except OSError:
+            pass
 
 
 def remove_cgroups(info: dict[str, Any]) -> None:
