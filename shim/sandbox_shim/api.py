@@ -152,8 +152,10 @@ def provision(
 
 class _CgroupRecorder:
     """``ProvisionOptions.on_record``, given to the mechanism: called with what will be made *before*
-    making it (``created`` empty: the record is written and the state root's cgroup lock taken, so no delete
-    removes a shared parent meanwhile), then with what was made (record rewritten, lock released)."""
+    making it (``created`` empty: the record is written, then the state root's cgroup lock taken, so no
+    delete removes a shared parent meanwhile), then with what was made (the shared parent list updated
+    and the lock released, then the record rewritten).  The id's own record is written outside the
+    host-wide lock: its fsyncs would otherwise serialise every create of a burst."""
 
     def __init__(self, store: StateStore, sandbox_id: str) -> None:
         self.store, self.id = store, sandbox_id
@@ -161,9 +163,9 @@ class _CgroupRecorder:
 
     def __call__(self, info: HostRecord) -> None:
         if not info.get("created") and self._lock is None:
+            self.store.write_cgroup_index(self.id, info)  # planned parents: this id's record only
             self._lock = self.store.cgroup_lock()
             self._lock.__enter__()
-            self.store.write_cgroup_index(self.id, info)  # planned parents: this id's record only
             return
         prev = self.store.read_cgroup_index(self.id) or {}
         # the parents create made (planned, then found among what it created) join the shared list,
@@ -179,8 +181,8 @@ class _CgroupRecorder:
                     continue
             if made:
                 self.store.write_cgroup_parents([*self.store.read_cgroup_parents(), *made])
-        self.store.write_cgroup_index(self.id, {**prev, **info})
         self.release()
+        self.store.write_cgroup_index(self.id, {**prev, **info})
 
     def release(self) -> None:
         if self._lock is not None:
