@@ -55,10 +55,15 @@ class BuildHelper(build_ext):
 
 
 SOURCE = "shim/sandbox_shim/platforms/linux/confine_exec.c"
+PLUGIN = {"pytest11": ["sandbox_shim_conformance = sandbox_shim.conformance.plugin"]}
 if sys.platform == "linux":  # the wheel is platform-tagged here (the helper): the launcher stays on Linux
     # ``bin/sandbox-shim``: /bin/sh starts the venv's interpreter with -I -S, then the file's Python
-    # part puts the package's site-packages on sys.path itself (README "Where the time goes")
-    where = {"ext_modules": [Extension(HELPER, [SOURCE])], "scripts": ["bin/sandbox-shim"]}
+    # part puts the package's site-packages on sys.path itself (README "Set up")
+    where = {
+        "ext_modules": [Extension(HELPER, [SOURCE])],
+        "scripts": ["bin/sandbox-shim"],
+        "entry_points": PLUGIN,
+    }
 else:
-    where = {"entry_points": {"console_scripts": ["sandbox-shim = sandbox_shim.cli:main"]}}
+    where = {"entry_points": {**PLUGIN, "console_scripts": ["sandbox-shim = sandbox_shim.cli:main"]}}
 setup(cmdclass={"build_ext": BuildHelper}, **where)
