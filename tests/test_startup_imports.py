@@ -126,6 +126,18 @@ def test_lifecycle_verbs_skip_costly_stdlib_modules(
     mods["delete"] = loaded(tmp_path, state_root, "delete", "s3")
     found = {verb: sorted(m for m in names if m in STDLIB_UNUSED) for verb, names in mods.items()}
     assert found == {"state": [], "start": [], "kill": [], "delete": []}
+    # nor our own modules a verb does not use: the hooks runner (no hooks here), create's residue helpers
+    residue = "sandbox_shim.platforms.linux.residue"
+    ours = {"sandbox_shim.hooks", residue}
+    unused = {verb: sorted(ours & names) for verb, names in mods.items()}
+    assert unused == {"state": [], "start": [], "kill": [], "delete": [residue]}  # delete removes residue
+    # state of a created sandbox (its process held on the FIFO) and kill of a running one (a signal to its
+    # process) need no cgroup manager nor the mount table; start (the capability check reads the cgroup
+    # layout) and delete (it removes the cgroups) load them: the control
+    cgroups = {
+        verb: any(m.startswith("sandbox_shim.platforms.linux.cgroups") for m in mods[verb]) for verb in mods
+    }
+    assert cgroups == {"state": False, "start": True, "kill": False, "delete": True}
     # the control: the wrapper does see what a verb imports (our own modules, the C parts fastjson uses)
     assert {"sandbox_shim.api", "sandbox_shim.state", "sandbox_shim.fastjson", "_json"} <= mods["state"]
     assert not (state_root / "s3").exists()  # delete removed the state directory all the same

@@ -19,6 +19,7 @@ from .state import Record, StateStore
 TYPE_CHECKING = False  # typing is not loaded at run time: the CLI's lifecycle verbs stay cheap
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
+    from typing import Any
 
     from .mechanism import HostRecord, Mechanism
 
@@ -252,8 +253,6 @@ def start(mechanism: Mechanism, sandbox: Sandbox | str) -> Status:
         SandboxNotFound, InvalidState (not ``created``), CapabilityUnavailable, LaunchFailed.
     """
     sandbox_id = id_of(sandbox)
-    from . import hooks
-
     store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
         now = observed_status(mechanism, rec, store)
@@ -261,35 +260,49 @@ def start(mechanism: Mechanism, sandbox: Sandbox | str) -> Status:
         mechanism.require(rec.required)
         hk = (rec.private.get("plan") or {}).get("hooks")
         sb = sandbox_of(rec, store)
-        try:
-            hooks.run(
-                hk,
-                "startContainer",
-                hooks.state_doc(rec.id, "created", rec.init_pid, rec.bundle, rec.annotations),
-                rec.init_pid,
-                rec.bundle,
-            )
-        except hooks.HookFailed:
-            mechanism.destroy(sb)  # runtime.md Lifecycle step 7: stop, destroy, then poststop
-            _drop_cgroups(mechanism, store, sandbox_id)
-            store.remove(sandbox_id)
-            hooks.run(
-                hk,
-                "poststop",
-                hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations),
-                cwd=rec.bundle,
-            )
-            raise
+        if hk:  # ``hooks`` is loaded only for a plan that has some (a module less on each start)
+            _start_container_hooks(mechanism, store, rec, sb, hk)
         rec.status = "running"
         with store.staged(rec):  # space taken before the release: a refused write releases nothing
             mechanism.start(sb)
+        if hk:
+            from . import hooks
+
+            hooks.run(
+                hk,
+                "poststart",
+                hooks.state_doc(rec.id, "running", rec.init_pid, rec.bundle, rec.annotations),
+                cwd=rec.bundle,
+            )
+        return _status(mechanism, rec, store)
+
+
+def _start_container_hooks(
+    mechanism: Mechanism, store: StateStore, rec: Record, sb: Sandbox, hk: dict[str, Any]
+) -> None:
+    """``start``'s startContainer hooks; a failing one destroys the sandbox, then runs poststop
+    (runtime.md Lifecycle step 7: stop, destroy, then poststop) and raises ``HookFailed``."""
+    from . import hooks
+
+    try:
         hooks.run(
             hk,
-            "poststart",
-            hooks.state_doc(rec.id, "running", rec.init_pid, rec.bundle, rec.annotations),
+            "startContainer",
+            hooks.state_doc(rec.id, "created", rec.init_pid, rec.bundle, rec.annotations),
+            rec.init_pid,
+            rec.bundle,
+        )
+    except hooks.HookFailed:
+        mechanism.destroy(sb)
+        _drop_cgroups(mechanism, store, rec.id)
+        store.remove(rec.id)
+        hooks.run(
+            hk,
+            "poststop",
+            hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations),
             cwd=rec.bundle,
         )
-        return _status(mechanism, rec, store)
+        raise
 
 
 def signal(mechanism: Mechanism, sandbox: Sandbox | str, signum: int, all_processes: bool = False) -> None:
@@ -297,7 +310,12 @@ def signal(mechanism: Mechanism, sandbox: Sandbox | str, signum: int, all_proces
     sandbox_id = id_of(sandbox)
     store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
-        st.require(sandbox_id, observed_status(mechanism, rec, store), "kill")
+        # created, running and paused may all be signalled: whether a live one is paused (the cgroup's
+        # freezer, the cgroup modules and the mount table to find it) is not asked
+        now = rec.status
+        if now in ("created", "running") and not mechanism.alive(sandbox_of(rec, store)):
+            now = "stopped"
+        st.require(sandbox_id, now, "kill")
         mechanism.signal(sandbox_of(rec, store), signum, all_processes)
 
 
@@ -373,14 +391,13 @@ def destroy(mechanism: Mechanism, sandbox: Sandbox | str, force: bool = False) -
         store.remove(sandbox_id)
     finally:
         cm.__exit__(None, None, None)
-    from . import hooks
+    hk = (rec.private.get("plan") or {}).get("hooks")
+    if hk:  # ``hooks`` is loaded only for a plan that has some
+        from . import hooks
 
-    hooks.run(
-        (rec.private.get("plan") or {}).get("hooks"),
-        "poststop",
-        hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations),
-        cwd=rec.bundle,
-    )
+        hooks.run(
+            hk, "poststop", hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations), cwd=rec.bundle
+        )
     _raise_leftovers(sandbox_id, problems)
 
 

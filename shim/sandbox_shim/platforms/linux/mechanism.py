@@ -26,8 +26,6 @@ from ...errors import LaunchFailed
 from ...mechanism import Identity, ProvisionOptions, Sandbox, Status, Usage
 from ...state import proc_start_time, same_process
 from . import process as procs
-from .cgroups import Limits, manager
-from .cgroups.detect import manager_of
 
 TYPE_CHECKING = False  # typing is not loaded at run time: the lifecycle verbs stay cheap
 if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load them
@@ -144,6 +142,7 @@ class LinuxMechanism:
             )
         import contextlib  # create's own: the other verbs never load it (collections, functools)
 
+        from .cgroups import Limits, manager  # the cgroup modules load when a verb uses a cgroup
         from .residue import make_fifo, write_state_file  # create's own too (residue is ~0.2 ms)
 
         with contextlib.ExitStack() as undo:
@@ -419,7 +418,11 @@ class LinuxMechanism:
 
     def cgroup(self, sandbox: Sandbox) -> CgroupManager | None:
         cg = sandbox.private.get("cgroup")
-        return manager_of(cg) if cg else None
+        if not cg:
+            return None
+        from .cgroups.detect import manager_of  # only here: ``kill`` of a running sandbox needs none
+
+        return manager_of(cg)
 
     def paused(self, sandbox: Sandbox) -> bool:
         cg = self.cgroup(sandbox)
@@ -535,6 +538,8 @@ class LinuxMechanism:
     def lost_pids(self, info: dict[str, Any]) -> list[int] | None:
         """Live pids (pid + start time readable) of the cgroup recorded in ``info`` (``ROOT/.cgroups/ID``),
         or None when none of its directories exists any more."""
+        from .cgroups.detect import manager_of
+
         cg = manager_of(info)
         if not any(os.path.isdir(d) for d in cg.dirs()):
             return None
@@ -601,6 +606,8 @@ def record_exit(state_dir: str, code: int, raw: int | None = None) -> None:
 
 def remove_cgroups(info: dict[str, Any]) -> None:
     """Kill and remove the cgroups recorded in ``info`` (``{"version", "path", "created"}``)."""
+    from .cgroups.detect import manager_of
+
     cg = manager_of(info)
     cg.remove([d for d in info.get("created", []) if os.path.isdir(d)])
 
