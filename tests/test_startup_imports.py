@@ -126,9 +126,10 @@ def test_lifecycle_verbs_skip_costly_stdlib_modules(
     mods["delete"] = loaded(tmp_path, state_root, "delete", "s3")
     found = {verb: sorted(m for m in names if m in STDLIB_UNUSED) for verb, names in mods.items()}
     assert found == {"state": [], "start": [], "kill": [], "delete": []}
-    # nor our own modules a verb does not use: the hooks runner (no hooks here), create's residue helpers
+    # nor our own modules a verb does not use: the hooks runner (no hooks here), create's residue helpers,
+    # telemetry (no handler attached without --debug)
     residue = "sandbox_shim.platforms.linux.residue"
-    ours = {"sandbox_shim.hooks", residue}
+    ours = {"sandbox_shim.hooks", "sandbox_shim.telemetry", residue}
     unused = {verb: sorted(ours & names) for verb, names in mods.items()}
     assert unused == {"state": [], "start": [], "kill": [], "delete": [residue]}  # delete removes residue
     # state of a created sandbox (its process held on the FIFO) and kill of a running one (a signal to its
@@ -212,3 +213,13 @@ def test_confine_loads_nothing_heavy_on_its_way_to_the_exec(tmp_path: Path) -> N
     mods = set(out.read_text().split("\n"))
     assert "sandbox_shim.hardening.confine_launch" in mods  # the control: the wrapper saw the exec
     assert sorted(m for m in mods if m.split(".")[0] in (*HEAVY, "json", "re", "enum", "typing")) == []
+
+
+def test_telemetry_unloaded_by_default_still_reports_with_debug(tmp_path: Path, state_root: Path) -> None:
+    """The API looks telemetry up when a call is made: loaded by ``--debug --log-format json`` (which
+    attaches the log handler), the verb's events reach the log; the control is the plain run above."""
+    log = tmp_path / "log.jsonl"
+    p = run_shim(state_root, "--debug", "--log", str(log), "--log-format", "json", "state", "nope")
+    assert p.returncode == 6, p.stderr
+    msgs = [json.loads(line)["msg"] for line in log.read_text().splitlines()]
+    assert msgs[:2] == ["sandbox_shim.status.start", "sandbox_shim.status.exception"], msgs

@@ -452,10 +452,10 @@ def list_running(mechanism: Mechanism) -> list[Status]:
     return [s for s in list_sandboxes(mechanism) if s.status == "running"]
 
 
-# Telemetry: every call above emits start/stop/exception events (telemetry.py).
+# Telemetry: every call above emits start/stop/exception events (telemetry.py).  The module is looked up
+# when a call is made, not imported here: a handler can only be attached once it is loaded (``attach``),
+# and the CLI's lifecycle verbs, which attach none without --debug, load one module less.
 def _instrument() -> None:
-    from . import telemetry
-
     g = globals()
     for name in (
         "provision",
@@ -468,7 +468,22 @@ def _instrument() -> None:
         "list_running",
         "list_sandboxes",
     ):
-        g[name] = telemetry.instrument(name)(g[name])
+        g[name] = _instrumented(name, g[name])
+
+
+def _instrumented(call: str, fn: Any) -> Any:
+    import sys
+
+    telemetry = f"{__package__}.telemetry"
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        tel = sys.modules.get(telemetry)
+        return fn(*args, **kwargs) if tel is None else tel.run(call, fn, args, kwargs)
+
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):  # what functools.wraps copies
+        setattr(wrapper, attr, getattr(fn, attr))
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    return wrapper
 
 
 _instrument()
