@@ -15,6 +15,7 @@ What an exec'd process may ask is ``process_spec``'s to decide; this module only
 from __future__ import annotations
 
 import os
+import sys
 
 from .errors import UsageError
 from .jsonguard import read_file
@@ -158,7 +159,10 @@ def run(
         if forward_signals:
             import signal
 
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            sigs = [signal.SIGINT, signal.SIGTERM]
+            if sys.platform != "win32":  # no SIGHUP, SIGQUIT there
+                sigs += [signal.SIGHUP, signal.SIGQUIT]
+            for sig in sigs:
                 signal.signal(sig, lambda n, _f: started.signal(n))
 
     done = execute(mechanism, sandbox, (args[0], args[1:]), capture=False, on_start=on_start, **opts)

@@ -26,12 +26,13 @@ import os
 import select
 import signal as _signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import api
+from . import api, posix
 from .capture import MAX_OUTPUT, Collected, collect
 from .control import Facts, facts
 from .errors import CouldNotRun, LimitExceeded, check_seconds
@@ -59,7 +60,9 @@ def _limit_kind(
     failed = sig is not None or (code or 0) != 0
     if failed and after.oom_kills > before.oom_kills:
         return "memory"
-    if sig == _signal.SIGXCPU or (sig == _signal.SIGKILL and cpu_limit and cpu_used_s >= cpu_limit):
+    if sys.platform != "win32" and (  # no signals there
+        sig == _signal.SIGXCPU or (sig == _signal.SIGKILL and cpu_limit and cpu_used_s >= cpu_limit)
+    ):
         return "cpu"
     if failed and after.pids_max_hits > before.pids_max_hits:
         return "pids"
@@ -148,7 +151,7 @@ def execute(
     duration = time.monotonic() - s.started
     end = s.result()
     if end is None:  # no report from the program's end: it was killed with its helper
-        end = Ended(None, _signal.SIGKILL)
+        end = Ended(None, posix.SIGKILL)
     usage = Usage(
         memory_peak_bytes=end.maxrss_bytes,
         cpu_user_us=end.cpu_user_us,
@@ -205,7 +208,7 @@ class _Watch:
         wait, the program's exit included: the kernel counts an OOM kill before its victim dies, but
         the file's notification is rate-limited (20 ms, cgroup_file_notify), so the exit can come
         first — and the cgroup may be removed right after it."""
-        if self.cg is None or self.fd is None:
+        if self.cg is None or self.fd is None or sys.platform == "win32":  # cgroups: Linux only
             return
         try:
             text = os.pread(self.fd, 4096, 0)  # re-arms the notification (kernfs: a read takes the event)

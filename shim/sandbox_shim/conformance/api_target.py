@@ -16,10 +16,12 @@ import os
 import shutil
 import signal as _signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import posix
 from .target import (
     COMPLETED,
     COULD_NOT_RUN,
@@ -171,7 +173,8 @@ class ApiTarget(ConformanceTarget):
         )
         fsize = rlimits.get("RLIMIT_FSIZE")
         at_limit = fsize is not None and (len(done.stdout) >= fsize or len(done.stderr) >= fsize)
-        if fsize is not None and (done.signal == _signal.SIGXFSZ or (at_limit and done.exit_status != 0)):
+        xfsz = sys.platform != "win32" and done.signal == _signal.SIGXFSZ
+        if fsize is not None and (xfsz or (at_limit and done.exit_status != 0)):
             # RLIMIT_FSIZE (setrlimit(2)) stopped a write past the output limit (stdout is a file here):
             # SIGXFSZ, or, for the sandbox's pid 1 (which the kernel does not kill with a signal it has
             # no handler for: pid_namespaces(7)), EFBIG once the file reached the limit.
@@ -200,7 +203,7 @@ class ApiTarget(ConformanceTarget):
         from ..platforms.select import bwrap_path
 
         exe = bwrap_path()
-        if exe is None or os.geteuid() != 0:
+        if exe is None or posix.geteuid() != 0:
             raise ToolMissing(
                 "the control runs the probe under bare bwrap with --cap-add: needs bwrap and root"
             )
@@ -334,6 +337,8 @@ class ApiTarget(ConformanceTarget):
 
     def _reap(self) -> None:
         """Collect exited container processes of sandboxes made here (we are their subreaper)."""
+        if sys.platform == "win32":  # no subreaper there
+            return
         for pid in list(self._pids):
             try:
                 if os.waitpid(pid, os.WNOHANG)[0] == pid:

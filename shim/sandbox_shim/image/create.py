@@ -12,6 +12,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
+from .. import posix
 from .blobs import Bounded, Limits, Reader, Verified, decompressor, sniff
 from .cache import Cache, Materialized, materialize, snapshot_key
 from .config_gen import generate
@@ -79,7 +80,7 @@ def _create_bundle(
 ) -> Result:
     from ..errors import UsageError
 
-    if not hasattr(os, "O_DIRECTORY"):
+    if sys.platform == "win32":  # no O_DIRECTORY, fchown, flock: a POSIX host
         raise UsageError(
             "bundle create --image needs a POSIX host (directory file descriptors)",
             "run it on Linux (or macOS) and copy the bundle",
@@ -148,7 +149,7 @@ def _unpack(
     image: Image, cache: Cache, key: str, opts: Options, report: LayerReport, say: Callable[[str], None]
 ) -> str:
     diff_ids = [la.diff_id for la in image.layers]
-    chown = os.geteuid() == 0
+    chown = posix.geteuid() == 0
     # an image built on a cached one (its first k layers are that image's layers): start from its snapshot
     base = next(
         (

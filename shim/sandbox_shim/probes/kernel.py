@@ -91,6 +91,8 @@ def _ns_trial(kind: str, extra_flags: int) -> Callable[[], str]:
 
 def _verify_network() -> str:
     """Bring ``lo`` up in the new network namespace with SIOCSIFFLAGS and read it back (netdevice(7))."""
+    if sys.platform == "win32":
+        raise RuntimeError("Linux only")
     names = [n for _, n in socket.if_nameindex()]
     if names != ["lo"]:
         raise RuntimeError(f"new network namespace is not empty: {names}")
@@ -106,6 +108,8 @@ def _verify_network() -> str:
 
 
 def _verify_pid() -> str:
+    if sys.platform == "win32":
+        raise RuntimeError("Linux only")
     pid = os.fork()
     if pid == 0:
         os._exit(0 if os.getpid() == 1 else 3)
@@ -330,6 +334,8 @@ def probe_landlock() -> Capability:
 def _landlock_scope_trial() -> str:
     """In the child: listen on an abstract unix socket, restrict self with the ABI 6 scopes, then
     connect to it: the socket was made outside the domain, so the connect must fail EPERM."""
+    if sys.platform == "win32":
+        raise RuntimeError("Linux only")
     import socket
 
     name = f"\0sandbox-shim-scope-probe-{os.getpid()}"

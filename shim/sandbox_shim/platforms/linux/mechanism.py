@@ -151,8 +151,8 @@ class LinuxMechanism:
                 undo.callback(os.close, null)
                 stdio = (null, null, null)
 
-            from ...tree_claims import claim
             from .bwrap import walked_trees
+            from .tree_claims import claim
 
             # no other live sandbox may write a tree this set-up makes mount points in (tree_claims)
             root = getattr(self, "root", None) or os.path.dirname(d)
@@ -508,8 +508,8 @@ class LinuxMechanism:
     def remove_residue(self, store: StateStore, sandbox_id: str) -> list[str]:
         """Remove the cgroups, parents and network links recorded for ``sandbox_id`` (``residue.py``)
         and probe cgroups a killed prober left.  Returns problems, one line each."""
-        from ...tree_claims import drop
         from . import residue
+        from .tree_claims import drop
 
         problems = residue.remove(store, sandbox_id)
         residue.sweep_probe_cgroups()  # a prober killed mid-probe (a first create on this root) left these
