@@ -24,10 +24,20 @@ from .values import Value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Any
+    from collections.abc import Mapping, Sequence
+    from typing import TypedDict
 
     from .mechanism import Mechanism, Sandbox
+
+    class SpawnOptions(TypedDict):
+        """The keywords ``spawn.spawn`` and ``execution.execute`` take from an ``ExecRequest``."""
+
+        env: dict[str, str]
+        cwd: str | None
+        replace_env: bool
+        user: Mapping[str, object] | None
+        capabilities: list[str] | None
+        console_socket: str | None
 
 
 class ExecRequest(Value):
@@ -49,7 +59,7 @@ class ExecRequest(Value):
         self.cwd = cwd
         self.console_socket = console_socket
 
-    def spawn_options(self) -> dict[str, Any]:
+    def spawn_options(self) -> SpawnOptions:
         """Keyword arguments for ``spawn.spawn`` / ``execution.execute``."""
         p = self.process
         return {

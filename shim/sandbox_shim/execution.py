@@ -29,8 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from . import api, posix
 from .capture import MAX_OUTPUT, Collected, collect
@@ -90,7 +90,11 @@ def execute(
     capture: bool = True,
     on_start: Callable[[Started], None] | None = None,
     max_output: int = MAX_OUTPUT,
-    **opts: Any,
+    *,
+    replace_env: bool = False,
+    user: Mapping[str, object] | None = None,
+    capabilities: list[str] | None = None,
+    console_socket: str | None = None,
 ) -> Completion:
     """Run ``command`` = (program, args) inside the running sandbox; wait; capture stdout/stderr.
 
@@ -106,7 +110,7 @@ def execute(
         max_output: bytes of stdout and of stderr kept (default ``capture.MAX_OUTPUT``, 16 MiB each);
             the rest is read and dropped, counted in ``Completion.stdout_dropped`` / ``stderr_dropped``.
         on_start: called with the ``Started`` handle once it runs (e.g. to forward signals).
-        opts: ``spawn``'s ``replace_env``, ``user``, ``capabilities``, ``console_socket``.
+        replace_env / user / capabilities / console_socket: as for ``spawn`` (keywords only).
     Returns:
         ``Completion`` (any exit status).  ``usage`` is the program's getrusage(2): CPU µs and
         ``ru_maxrss`` in bytes — which includes the helper's pre-exec image (~9 MiB), so it is a
@@ -132,7 +136,10 @@ def execute(
         stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL if capture else None,
         stdout=pipe,
         stderr=pipe,
-        **opts,
+        replace_env=replace_env,
+        user=user,
+        capabilities=capabilities,
+        console_socket=console_socket,
     )
     if on_start is not None:
         on_start(s)
