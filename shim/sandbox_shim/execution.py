@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from . import api, posix
 from .capture import MAX_OUTPUT, Collected, collect
 from .control import Facts, facts
-from .errors import CouldNotRun, LimitExceeded, check_seconds
+from .errors import LimitExceeded, check_seconds
 from .mechanism import CgroupControl, Completion, Ended, Sandbox, Started, Usage
 from .spawn import spawn
 
@@ -285,40 +285,17 @@ def _wait_exit(
             os.close(pidfd)
 
 
-def preflight(bundle: str) -> None:
-    """Refuse a bundle whose program cannot be executed, before anything is made.
+def preflight(mechanism: Mechanism, bundle: str) -> None:
+    """Refuse a bundle whose program cannot be executed, before anything is made: the platform
+    looks ``process.args[0]`` up where it will run it (``Mechanism.preflight``; Linux: in the rootfs
+    as bwrap lays it out, ``platforms/linux/program.py``).
 
-    Resolves ``process.args[0]`` in the rootfs (PATH from the planned environment, symlinks kept inside
-    the root by ``paths.resolve_in_root``) and checks it is a regular file with an execute bit, as
-    execve(2) requires even of root.  A candidate under a mount is not judged (the mount hides it).
     Raises:
         CouldNotRun(``not_found`` | ``permission_denied``); BundleInvalid.
     """
-    import stat
-
     from .bundle import load
-    from .paths import resolve_in_root
-    from .plan import make_plan
 
-    plan = make_plan(load(bundle), "preflight")
-    if not plan.args:
-        return
-    prog = plan.args[0]
-    dirs = [""] if "/" in prog else (plan.env.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":")
-    mounted = [m.destination.rstrip("/") + "/" for m in plan.mounts]
-    denied = False
-    for d in dirs:
-        cand = os.path.normpath(os.path.join("/", plan.cwd, d, prog))
-        if any(cand.startswith(m) or cand + "/" == m for m in mounted):
-            return
-        try:
-            info = os.stat(resolve_in_root(plan.rootfs, cand))
-        except OSError:
-            continue
-        if stat.S_ISREG(info.st_mode) and info.st_mode & 0o111:
-            return
-        denied = True
-    raise CouldNotRun("permission_denied" if denied else "not_found", prog)
+    mechanism.preflight(load(bundle))
 
 
 def run_bundle(
@@ -352,7 +329,7 @@ def run_bundle(
         CapabilityUnavailable, SandboxExists, LaunchFailed (as ``api.provision``).
     """
     check_seconds("timeout", timeout)
-    preflight(os.fspath(bundle))
+    preflight(mechanism, os.fspath(bundle))
     sb = Sandbox(sandbox_id, os.fspath(bundle))
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, open(os.devnull, "rb") as null:
         api.provision(
@@ -451,7 +428,7 @@ def run_detached(
                 )
             ]
         )
-    preflight(os.fspath(bundle))
+    preflight(mechanism, os.fspath(bundle))
     sb = Sandbox(sandbox_id, os.fspath(bundle))
     api.provision(mechanism, sb, pid_file=pid_file, stdio=stdio)
     try:

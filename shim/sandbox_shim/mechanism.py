@@ -475,6 +475,13 @@ class Mechanism(Protocol):
         """Raise ``CapabilityUnavailable`` for each of ``names`` this host does not provide."""
         ...
 
+    def preflight(self, spec: Spec) -> None:
+        """``run``'s check before anything is made (``execution.run_bundle``/``run_detached``): raise
+        ``CouldNotRun`` (``not_found`` | ``permission_denied``) when ``spec``'s ``args[0]`` cannot be
+        executed where this platform looks it up; a platform whose ``make_plan`` already resolves it
+        does nothing here."""
+        ...
+
     def provision(self, sandbox: Sandbox, plan: LaunchPlan, options: ProvisionOptions) -> Identity:
         """OCI create: resources made, process prepared and held before user code runs.  ``plan`` is
         what this mechanism's ``make_plan`` returned (another platform's plan: ``LaunchFailed``);

@@ -117,6 +117,10 @@ class DarwinSeatbeltMechanism:
         if missing:
             raise CapabilityUnavailable(missing)
 
+    def preflight(self, spec: Spec) -> None:
+        """Nothing: ``make_plan`` resolves ``args[0]`` inside the rootfs (``plan._program``) and raises
+        ``CouldNotRun`` there, before anything is made."""
+
     def provision(self, sandbox: Sandbox, plan: LaunchPlan, options: ProvisionOptions) -> Identity:
         """OCI create: profile written and compile-checked, monitor held on the FIFO.
 

@@ -96,6 +96,13 @@ class LinuxMechanism:
         root = getattr(self, "root", None)
         require(names, cache_dir=os.path.join(root, ".capabilities") if root else None)
 
+    def preflight(self, spec: Spec) -> None:
+        """``CouldNotRun`` when ``args[0]`` is not an executable file in the rootfs as bwrap lays it out
+        (``program.check``)."""
+        from .program import check
+
+        check(spec)
+
     # -- create ---------------------------------------------------------------------------------
     def provision(self, sandbox: Sandbox, plan: LaunchPlan, options: ProvisionOptions) -> Identity:
         """Launch bwrap held before user code; fill ``sandbox.private`` with pids, cgroup, files.

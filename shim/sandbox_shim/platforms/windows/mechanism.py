@@ -153,6 +153,10 @@ class WindowsJobMechanism:
         if missing:
             raise CapabilityUnavailable(missing)
 
+    def preflight(self, spec: Spec) -> None:
+        """Nothing: CreateProcessW finds the program, and ``provision`` reports a missing one as
+        ``CouldNotRun`` with the job undone."""
+
     def provision(self, sandbox: Sandbox, plan: LaunchPlan, options: ProvisionOptions) -> Identity:
         """OCI create: a job with the plan's limits holding the suspended process.
 
