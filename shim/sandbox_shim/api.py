@@ -367,7 +367,9 @@ def destroy(mechanism: Mechanism, sandbox: Sandbox | str, force: bool = False) -
                 mechanism.destroy(sb)
             except (ShimError, OSError) as e:
                 problems.append(str(e))
-                _kill_by_identity(rec)  # a read-only cgroup hierarchy must not keep the processes alive
+                _kill_by_identity(
+                    mechanism, rec
+                )  # a read-only cgroup hierarchy must not keep the processes alive
         problems += _drop_cgroups(mechanism, store, sandbox_id)
         store.remove(sandbox_id)
     finally:
@@ -383,10 +385,11 @@ def destroy(mechanism: Mechanism, sandbox: Sandbox | str, force: bool = False) -
     _raise_leftovers(sandbox_id, problems)
 
 
-def _kill_by_identity(rec: Record) -> None:
-    """SIGKILL the sandbox's recorded processes, each only if pid *and* start time still match."""
+def _kill_by_identity(mechanism: Mechanism, rec: Record) -> None:
+    """SIGKILL the sandbox's recorded processes, each only if pid *and* start time still match (the
+    mechanism's clock: ``Mechanism.same_process``)."""
     for pid, start in ((rec.init_pid, rec.init_start), (rec.pid, rec.pid_start)):
-        if st.same_process(pid, start):
+        if mechanism.same_process(pid, start):
             try:
                 os.kill(pid, posix.SIGKILL)
             except ProcessLookupError:

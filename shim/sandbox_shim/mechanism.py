@@ -534,6 +534,13 @@ class Mechanism(Protocol):
         """True while the container process (same pid and start time) runs."""
         ...
 
+    def same_process(self, pid: int, start: float | None) -> bool:
+        """True while ``pid`` runs (not a zombie) and started at ``start`` on the clock this
+        mechanism's ``Identity`` records (Linux: proc(5) field 22 ticks; macOS: psutil's create_time,
+        seconds); False for ``pid`` 0 or no ``start``.  What the library checks before it signals a
+        recorded process itself (``api.destroy``), since a pid alone is reused."""
+        ...
+
     def paused(self, sandbox: Sandbox) -> bool:
         """True while the sandbox is frozen."""
         ...

@@ -114,14 +114,6 @@ def check_id(sandbox_id: str) -> None:
         )
 
 
-def same_process(pid: int, start: float | None) -> bool:
-    """True if ``pid`` is alive (not a zombie) and started at ``start`` (proc(5) field 22, as
-    ``mechanism.Identity`` records it)."""
-    if not pid or start is None:
-        return False
-    return proc_start_time(pid) == start and proc_state(pid) not in (None, "Z", "X")
-
-
 class Record(Value):
     """What is stored for a sandbox (``state.json``): one attribute per key of ``FIELDS``."""
 
@@ -334,7 +326,7 @@ class StateStore:
             with contextlib.suppress(OSError):
                 for n in os.listdir(os.path.join(self.root, sub)):
                     pid = n.rsplit(".tmp.", 1)[-1]
-                    dead = pid.isdigit() and not os.path.exists(f"/proc/{pid}")
+                    dead = pid.isdigit() and not _posix.pid_exists(int(pid))
                     if n.startswith(".") and ".tmp." in n and dead:
                         os.unlink(os.path.join(self.root, sub, n))
         try:
@@ -345,7 +337,7 @@ class StateStore:
             for prefix in (f".new-{sandbox_id}.", f".dead-{sandbox_id}."):
                 pid = n[len(prefix) :]
                 if n.startswith(prefix) and pid.isdigit():
-                    if int(pid) != os.getpid() and os.path.exists(f"/proc/{pid}"):
+                    if int(pid) != os.getpid() and _posix.pid_exists(int(pid)):
                         continue
                     p = os.path.join(self.root, n)
                     if os.path.isfile(os.path.join(p, MARKER)) or not os.listdir(p):

@@ -191,6 +191,10 @@ class DarwinSeatbeltMechanism:
         """The status the monitor recorded (128+n for a signal), or None while running / unknown."""
         return launcher.read_status(sandbox.private.get("status_file", ""))
 
+    def same_process(self, pid: int, start: float | None) -> bool:
+        """``pid`` runs, not a zombie, and started at ``start`` (psutil's create_time, seconds)."""
+        return launcher.running(pid, start)
+
     def alive(self, sandbox: Sandbox) -> bool:
         """True while the monitor (same pid and start time) runs and has recorded no status."""
         p = sandbox.private

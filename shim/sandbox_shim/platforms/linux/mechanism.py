@@ -25,10 +25,11 @@ import os
 
 from ...errors import LaunchFailed
 from ...mechanism import Identity, ProvisionOptions, Sandbox, Status, Usage
-from ...state import proc_start_time, same_process
+from ...state import proc_start_time
 from . import process as procs
 from .cgroups import Limits, manager
 from .cgroups.detect import manager_of
+from .process import same_process as _same_process
 from .residue import make_fifo, write_state_file
 
 TYPE_CHECKING = False  # typing is not loaded at run time: the lifecycle verbs stay cheap
@@ -418,7 +419,11 @@ class LinuxMechanism:
     def alive(self, sandbox: Sandbox) -> bool:
         """True while the container process (same pid and start time, not a zombie) runs."""
         p = sandbox.private
-        return same_process(p.get("pid", 0), p.get("pid_start"))
+        return _same_process(p.get("pid", 0), p.get("pid_start"))
+
+    def same_process(self, pid: int, start: float | None) -> bool:
+        """``pid`` runs, not a zombie, and started at ``start`` (proc(5) field 22 ticks)."""
+        return _same_process(pid, start)
 
     def cgroup(self, sandbox: Sandbox) -> CgroupManager | None:
         cg = sandbox.private.get("cgroup")
@@ -452,7 +457,7 @@ class LinuxMechanism:
     def workload_pid(self, sandbox: Sandbox) -> int:
         """The container process (``state.pid``): bwrap's child, which execve's the workload in place."""
         p = sandbox.private
-        return p["pid"] if same_process(p.get("pid", 0), p.get("pid_start")) else 0
+        return p["pid"] if _same_process(p.get("pid", 0), p.get("pid_start")) else 0
 
     def usage(self, sandbox: Sandbox) -> Usage:
         cg = self.cgroup(sandbox)

@@ -293,6 +293,11 @@ class WindowsJobMechanism:
         state = "running" if sandbox.private.get("started") else "created"
         return Status(sandbox.id, state, int(sandbox.private["pid"]), sandbox.bundle, {})
 
+    def same_process(self, pid: int, start: float | None) -> bool:
+        """Always False: no start time is recorded here (a reused pid is told apart by
+        IsProcessInJob), so the library never signals a recorded pid itself; ``destroy`` closes the job."""
+        return False
+
     def alive(self, sandbox: Sandbox) -> bool:
         """True until the primary process ended (or the job is gone)."""
         return self.status(sandbox).status != "stopped"
