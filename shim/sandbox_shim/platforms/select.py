@@ -9,7 +9,8 @@ platform folder's mechanism class and fails when ``_contract`` does not name it)
 
 What the core asks of a platform beyond the ``Mechanism`` protocol is host facts that exist before
 any mechanism does: the probes to register, the capability cache's key, config rules that need only
-the config (``bundle.load``), the seccomp architectures of the features document, and where bwrap is.
+the config (``bundle.load``), the seccomp architectures and libseccomp version of the features
+document, and where bwrap is.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def register_probes() -> None:
     All three are imported on every OS: a name is known everywhere (``sandbox-shim.requires`` is
     checked against the registry) and reports unavailable where it does not apply."""
     from .darwin import probes as _darwin  # noqa: F401
+    from .linux import kernel_probes as _kernel  # noqa: F401
     from .linux import probes as _linux_probes  # noqa: F401
     from .windows import probes as _windows  # noqa: F401
 
@@ -113,6 +115,15 @@ def seccomp_arches() -> tuple[str, ...]:
     except (ImportError, OSError, RuntimeError):
         return ()
     return tuple(ARCHES)
+
+
+def libseccomp_version() -> str:
+    """The loaded libseccomp's version ``"major.minor.micro"`` (seccomp_version(3)).
+
+    Raises: ImportError / OSError when pyseccomp or libseccomp.so cannot be loaded."""
+    from .linux.kernel_probes import libseccomp_version as version
+
+    return version()
 
 
 def bwrap_path() -> str | None:

@@ -53,7 +53,7 @@ _reports: dict[str, Capability] | None = None
 # (``plan.plan_from_spec``: the trials of ``plan.PROBED`` and the ``NOT_ON_MACOS`` names), so
 # ``sandbox-shim.requires`` is checked against the one list the planner and the capability report
 # use.  A name another module already registers (``namespace.*``, ``seccomp``, ``no_new_privs``:
-# ``probes/kernel.py``) keeps its probe.
+# ``platforms/linux/kernel_probes.py``) keeps its probe.
 if sys.platform == "darwin":
     from ...capability import PROBES
     from .plan import NOT_ON_MACOS, PROBED

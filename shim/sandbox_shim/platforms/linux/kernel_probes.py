@@ -1,5 +1,7 @@
 """Probes of kernel features, each tried in a forked child: namespaces (unshare(2)), no_new_privs and
-seccomp (prctl(2), seccomp(2)), Landlock (landlock(7)).  Importing this module registers them.
+seccomp (prctl(2), seccomp(2)), Landlock (landlock(7)).  Importing this module registers them; the
+composition point imports it on every OS (``platforms.select.register_probes``), where each reports
+unavailable off Linux.
 
 Rules come from the man pages: unshare(2) (CLONE_NEW* flags and their errors), prctl(2)
 (PR_SET/GET_NO_NEW_PRIVS, PR_SET_SECCOMP), seccomp(2) (SECCOMP_MODE_FILTER, struct sock_fprog),
@@ -17,12 +19,12 @@ import sys
 from collections.abc import Callable
 from functools import partial
 
-from ..capability import Capability, register
-from .child import _call, _libc, _prctl, in_child
-from .proc import linux_only as _linux_only
-from .proc import read as _read
-from .proc import seccomp_note as _seccomp_note
-from .proc import status_field as _status_field
+from ...capability import Capability, register
+from ...probes.child import _call, _libc, _prctl, in_child
+from ...probes.proc import linux_only as _linux_only
+from ...probes.proc import read as _read
+from ...probes.proc import seccomp_note as _seccomp_note
+from ...probes.proc import status_field as _status_field
 
 UNSHARE = "unshare(2)"
 #: CLONE_NEW* flags, from <linux/sched.h> (unshare(2)); the probe name suffix -> (flag, /proc/self/ns entry)
@@ -91,8 +93,6 @@ def _ns_trial(kind: str, extra_flags: int) -> Callable[[], str]:
 
 def _verify_network() -> str:
     """Bring ``lo`` up in the new network namespace with SIOCSIFFLAGS and read it back (netdevice(7))."""
-    if sys.platform == "win32":
-        raise RuntimeError("Linux only")
     names = [n for _, n in socket.if_nameindex()]
     if names != ["lo"]:
         raise RuntimeError(f"new network namespace is not empty: {names}")
@@ -108,8 +108,6 @@ def _verify_network() -> str:
 
 
 def _verify_pid() -> str:
-    if sys.platform == "win32":
-        raise RuntimeError("Linux only")
     pid = os.fork()
     if pid == 0:
         os._exit(0 if os.getpid() == 1 else 3)
@@ -334,8 +332,6 @@ def probe_landlock() -> Capability:
 def _landlock_scope_trial() -> str:
     """In the child: listen on an abstract unix socket, restrict self with the ABI 6 scopes, then
     connect to it: the socket was made outside the domain, so the connect must fail EPERM."""
-    if sys.platform == "win32":
-        raise RuntimeError("Linux only")
     import socket
 
     name = f"\0sandbox-shim-scope-probe-{os.getpid()}"
