@@ -200,46 +200,24 @@ class ApiTarget(ConformanceTarget):
         Raises:
             ToolMissing: bwrap is missing, or this process is not root (``--cap-add`` needs it: bwrap(1)).
         """
-        from ..platforms.select import bwrap_path
+        from ..capability import bare_control_argv
 
-        exe = bwrap_path()
-        if exe is None or posix.geteuid() != 0:
-            raise ToolMissing(
-                "the control runs the probe under bare bwrap with --cap-add: needs bwrap and root"
-            )
+        need = "the control runs the probe under bare bwrap with --cap-add: needs bwrap and root"
+        if posix.geteuid() != 0:
+            raise ToolMissing(need)
         b = bundle or self.bundle(overrides=overrides)
         over = dict(overrides or {})
         sets = ((over.get("process") or {}).get("capabilities") or {}).values()
         caps = sorted({c for v in sets for c in v})
         nss = (over.get("linux") or {}).get("namespaces")
         share_net = nss is not None and not any(n.get("type") == "network" for n in nss)
-        args = [
-            exe,
-            "--die-with-parent",
-            "--new-session",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            *([] if share_net else ["--unshare-net"]),
-            "--ro-bind",
-            os.path.join(b.path, "rootfs"),
-            "/",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--tmpfs",
-            "/tmp",
-            "--bind",
-            b.storage,
-            b.storage_inside,
-            "--chdir",
-            "/",
-        ]
-        for c in caps:
-            args += ["--cap-add", c]
         cmd = list(argv) if argv is not None else ["sh", "-c", script]
-        return _run_outside([*args, "--", *cmd], timeout, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        args = bare_control_argv(
+            os.path.join(b.path, "rootfs"), b.storage, b.storage_inside, caps, share_net, cmd
+        )
+        if args is None:
+            raise ToolMissing(need)
+        return _run_outside(args, timeout, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
 
     def confine_probe(self, script: str, permit_path: str, timeout: float = 30.0) -> ProbeResult:
         from ..errors import CannotEnforce

@@ -19,6 +19,7 @@ import sys
 
 TYPE_CHECKING = False  # typing is not imported at run time: the lifecycle verbs import this module
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
     from ..errors import BundleProblem
@@ -131,6 +132,27 @@ def bwrap_path() -> str | None:
     from .linux.locate import bwrap_path as find
 
     return find()
+
+
+def bare_control_argv(
+    rootfs: str,
+    storage: str,
+    storage_inside: str,
+    capabilities: Sequence[str],
+    share_net: bool,
+    command: Sequence[str],
+) -> list[str] | None:
+    """The conformance suite's control outside the tenant profile (``platforms/linux/bare.py``: the
+    rootfs under bare bwrap, capabilities kept), or None where there is none (off Linux, no bwrap)."""
+    if not _linux():
+        return None
+    from .linux.bare import control_argv
+    from .linux.locate import bwrap_path as find
+
+    exe = find()
+    if exe is None:
+        return None
+    return control_argv(exe, rootfs, storage, storage_inside, capabilities, share_net, command)
 
 
 def bwrap_version() -> str | None:
