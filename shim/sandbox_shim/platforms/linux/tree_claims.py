@@ -21,8 +21,8 @@ import fcntl
 import os
 from collections.abc import Iterator
 
-from .errors import BundleInvalid, BundleProblem
-from .state import proc_start_time, proc_state
+from ...errors import BundleInvalid, BundleProblem
+from ...state import proc_start_time, proc_state
 
 HOST_DIR = "/run/sandbox-shim/tree-claims"
 
@@ -86,7 +86,7 @@ class Claim:
 
 
 def _overlap(a: list[str], b: list[str]) -> tuple[str, str] | None:
-    from .paths import contains  # not on delete's path (``drop``): paths loads what the verbs avoid
+    from ...paths import contains  # not on delete's path (``drop``): paths loads what the verbs avoid
 
     for x in a:
         for y in b:
