@@ -33,7 +33,9 @@ def test_macos_registers_every_name_its_planner_requires(monkeypatch: pytest.Mon
     assert {*PROBED, *NOT_ON_MACOS} <= names
     assert _problems(("seatbelt", "filesystem.confinement", "network.deny", "rlimit.cpu")) == []
     assert _problems(("seatbelt", "job-object.memory")) != []  # a Windows-only name stays unknown
-    assert capability.PROBES["seccomp"].__module__ == "sandbox_shim.probes.kernel"  # kept its probe
+    assert (
+        capability.PROBES["seccomp"].__module__ == "sandbox_shim.platforms.linux.kernel_probes"
+    )  # kept its probe
 
 
 def test_windows_registers_every_name_its_planner_accepts(monkeypatch: pytest.MonkeyPatch) -> None:

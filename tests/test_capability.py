@@ -27,6 +27,7 @@ from sandbox_shim.capability import Capability
 from sandbox_shim.cli.capabilities import capabilities_cmd, features_cmd
 from sandbox_shim.features import HOOKS, NAMESPACE_PROBES, features
 from sandbox_shim.platforms.darwin import probes as darwin_probes
+from sandbox_shim.platforms.linux import kernel_probes
 from sandbox_shim.platforms.linux import probes as linux_probes
 from sandbox_shim.platforms.linux.cgroups.detect import Layout, detect
 from sandbox_shim.platforms.windows import probes as windows_probes
@@ -34,7 +35,7 @@ from sandbox_shim.platforms.windows import probes as windows_probes
 LINUX_ROOT = sys.platform == "linux" and os.geteuid() == 0
 needs_linux_root = pytest.mark.skipif(not LINUX_ROOT, reason="needs Linux and root (namespaces, cgroups)")
 needs_linux = pytest.mark.skipif(sys.platform != "linux", reason="Linux probes")
-NAMESPACE_NAMES = [f"namespace.{k}" for k in probes.NAMESPACES]
+NAMESPACE_NAMES = [f"namespace.{k}" for k in kernel_probes.NAMESPACES]
 CGROUP_NAMES = [f"cgroup.{c}" for c in ("memory", "pids", "cpu", "cpuset", "freezer")]
 
 
@@ -95,19 +96,19 @@ def test_kernel_probes_available_as_root(name: str) -> None:
 
 @needs_linux_root
 def test_network_probe_brings_lo_up_in_a_fresh_namespace() -> None:
-    cap = probes.probe_namespace("network")
+    cap = kernel_probes.probe_namespace("network")
     assert cap.available and "lo up" in cap.measured_by
 
 
 @needs_linux_root
 def test_pid_probe_sees_pid_1() -> None:
-    assert "child is pid 1" in probes.probe_namespace("pid").measured_by
+    assert "child is pid 1" in kernel_probes.probe_namespace("pid").measured_by
 
 
 @needs_linux_root
 def test_uts_probe_leaves_the_host_name_alone() -> None:
     before = os.uname().nodename
-    assert probes.probe_namespace("uts").available
+    assert kernel_probes.probe_namespace("uts").available
     assert os.uname().nodename == before
 
 
@@ -125,7 +126,7 @@ def test_landlock_probe_matches_the_abi_the_kernel_reports() -> None:
     from sandbox_shim.platforms.linux import landlock
 
     abi = landlock.abi_version()  # measured independently, by the Landlock module
-    cap = probes.probe_landlock()
+    cap = kernel_probes.probe_landlock()
     if abi == 0:
         assert not cap.available and cap.detail
     else:
@@ -173,14 +174,14 @@ def test_namespace_probes_fail_under_a_seccomp_filter_denying_unshare() -> None:
     for name in NAMESPACE_NAMES:
         cap = got[name]
         assert not cap["available"], cap
-        flag = probes.NAMESPACES[name.split(".")[1]][1]
+        flag = kernel_probes.NAMESPACES[name.split(".")[1]][1]
         assert cap["detail"].startswith(f"EPERM from unshare({flag})"), cap
         assert "run as root" in cap["detail"] and "seccomp filter" in cap["detail"]
 
 
 @pytest.mark.skipif(not LINUX_ROOT or shutil.which("bwrap") is None, reason="needs Linux, root and bwrap")
 def test_bwrap_probe_fails_when_namespaces_are_denied() -> None:
-    clone_newpid = probes.NAMESPACES["pid"][0]
+    clone_newpid = kernel_probes.NAMESPACES["pid"][0]
     deny: Deny = {"unshare": 1, "clone": (1, clone_newpid), "clone3": 38}  # clone3 -> ENOSYS: use clone
     cap = probe_in_child(["bwrap"], deny=deny)["bwrap"]
     assert not cap["available"], cap

@@ -442,3 +442,45 @@ def test_lifecycle_output_survives_the_fast_exit(make_bundle: Any, state_root: P
     assert closed.returncode == 0 and json.loads(closed.stdout)["id"] == "fx"  # podman closes state's stderr
     assert run_shim(state_root, "delete", "--force", "fx").returncode == 0
     assert not (state_root / "fx").exists()
+
+
+def test_commands_hold_no_error_handling_of_their_own() -> None:
+    """Parse -> one library call -> render: a command module (each of ``app.COMMANDS``, the lifecycle
+    fast path, ``confine_run``) has no ``try/finally`` and catches nothing but a parse's ``ValueError``
+    (turned into a ``UsageError``); cleanup belongs to the library call, errors to ``cli.run``."""
+    import ast
+
+    from sandbox_shim.cli.app import COMMANDS
+
+    cli_dir = Path(__file__).resolve().parents[1] / "shim" / "sandbox_shim" / "cli"
+    modules = sorted({entry.split(":")[0] for entry in COMMANDS} | {"lifecycle", "confine_run"})
+    found = []
+    for mod in modules:
+        for node in ast.walk(ast.parse((cli_dir / f"{mod}.py").read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Try):
+                continue
+            if node.finalbody:
+                found.append(f"{mod}.py:{node.lineno}: try/finally")
+            for h in node.handlers:
+                if not (isinstance(h.type, ast.Name) and h.type.id == "ValueError"):
+                    found.append(f"{mod}.py:{h.lineno}: except {ast.unparse(h.type) if h.type else ''}")
+    assert not found, found
+
+
+def test_confine_on_its_own_goes_through_the_boundary(tmp_path: Path) -> None:
+    """``cli.confine.command`` called on its own (a script) ends at ``cli.run``: one line, status 2."""
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from sandbox_shim.cli.confine import command; command()",
+            "--permit-path",
+            str(tmp_path / "missing"),
+            "--",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("sandbox-shim: "), r.stderr

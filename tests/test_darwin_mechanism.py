@@ -41,13 +41,8 @@ from sandbox_shim.errors import (  # noqa: E402
 )
 from sandbox_shim.mechanism import Mechanism, ProvisionOptions, Sandbox  # noqa: E402
 from sandbox_shim.platforms.darwin import launcher  # noqa: E402
-from sandbox_shim.platforms.darwin.mechanism import (  # noqa: E402
-    DarwinSeatbeltMechanism,
-    compile_check,
-    darwin_capabilities,
-    launch_argv,
-    tenant_profile,
-)
+from sandbox_shim.platforms.darwin.command import compile_check, launch_argv, tenant_profile  # noqa: E402
+from sandbox_shim.platforms.darwin.mechanism import DarwinSeatbeltMechanism  # noqa: E402
 from sandbox_shim.platforms.darwin.plan import (  # noqa: E402
     NOT_ON_MACOS,
     DarwinPlan,
@@ -55,6 +50,7 @@ from sandbox_shim.platforms.darwin.plan import (  # noqa: E402
     plan_from_spec,
 )
 from sandbox_shim.platforms.darwin.seatbelt import SANDBOX_EXEC  # noqa: E402
+from sandbox_shim.platforms.darwin.trials import darwin_capabilities  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 

@@ -275,3 +275,23 @@ def test_progress_on_large_layers(tmp_path: Path) -> None:
     create_bundle(ref, str(tmp_path / "b"), str(tmp_path / "s"), Options(), progress=lines.append)
     assert [ln for ln in lines if ln.startswith("layer 2/2") and "done, 17 MiB unpacked" in ln], lines
     assert not [ln for ln in lines if ln.startswith("layer 1/2")]  # small layers stay quiet
+
+
+def test_a_host_refusal_is_a_documented_error_by_where_it_happened(tmp_path: Path, state_root: Path) -> None:
+    """An ``OSError`` of ``create_bundle`` becomes the class of the place that refused (README "Exit
+    statuses"): the layer cache under the state root is state (11), the bundle directory the
+    caller's output (74); never a bare exit 1."""
+    from sandbox_shim.errors import OutputUnwritable, StateUnwritable
+
+    layer = tar_bytes([entry("f")])
+    ref = f"oci:{write_layout(tmp_path / 'img', [layer], image_config([layer], Cmd=['true']))}"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(StateUnwritable) as got:
+        create_bundle(ref, str(tmp_path / "b1"), str(blocker / "state"), Options())
+    assert got.value.exit_status == 11 and str(blocker) in got.value.line()
+    with pytest.raises(OutputUnwritable) as out:
+        create_bundle(ref, str(blocker / "bundle"), str(tmp_path / "s"), Options())
+    assert out.value.exit_status == 74 and str(blocker) in out.value.line()
+    r = run_shim(state_root, "bundle", "create", "--image", ref, str(blocker / "bundle"))
+    assert r.returncode == 74 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr

@@ -81,6 +81,18 @@ def test_the_package_keeps_every_layer_contract() -> None:
             "def _breach() -> None:\n    from ..platforms.darwin import seatbelt  # noqa: F401\n",
             "cli-and-conformance-no-platform",
         ),
+        # the conformance suite importing the composition point itself (not through the library)
+        (
+            "conformance/api_target.py",
+            "def _breach() -> None:\n    from ..platforms.select import bwrap_path  # noqa: F401\n",
+            "cli-and-conformance-not-the-composition-point",
+        ),
+        # the CLI picking a mechanism itself, past api.default_mechanism
+        (
+            "cli/control.py",
+            "def _breach() -> None:\n    from ..platforms.select import mechanism  # noqa: F401\n",
+            "cli-and-conformance-not-the-composition-point",
+        ),
         # one platform importing another
         (
             "platforms/windows/plan.py",

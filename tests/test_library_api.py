@@ -120,3 +120,23 @@ def test_cli_json_log_carries_telemetry_only_with_debug(
     assert "sandbox_shim.destroy.start" in names and "sandbox_shim.destroy.stop" in names
     stop = next(r for r in recs if r["msg"] == "sandbox_shim.destroy.stop")
     assert stop["duration"] > 0 and stop["sandbox_id"] == "t1" and stop["time"].endswith("Z")
+
+
+def test_library_calls_take_named_typed_options() -> None:
+    """No ``**opts: Any`` in the library's calls: every option is a named, typed keyword, so mypy checks
+    a caller's options and ``help()`` lists them (``execute`` once passed ``**opts`` on to ``spawn``)."""
+    import importlib
+    import inspect
+
+    found = []
+    for name in ("api", "execution", "exec_request", "spawn", "control", "process_list", "addresses"):
+        mod = importlib.import_module(f"sandbox_shim.{name}")
+        for fname, f in vars(mod).items():
+            if fname.startswith("_") or not inspect.isfunction(f) or f.__module__ != mod.__name__:
+                continue
+            for p in inspect.signature(f).parameters.values():
+                if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or str(p.annotation) == "Any":
+                    found.append(f"{name}.{fname}({p})")
+    assert not found, found
+    params = inspect.signature(importlib.import_module("sandbox_shim.execution").execute).parameters
+    assert {"replace_env", "user", "capabilities", "console_socket"} <= set(params)

@@ -324,3 +324,47 @@ def test_a_new_platform_off_the_contract_is_found(tmp_path: Path) -> None:
         "class JailMechanism:\n    def provision(self, sandbox, plan, options):\n        return None\n"
     )
     assert _mechanism_classes(copy) - _contract_classes(copy) == {("freebsd", "JailMechanism")}
+
+
+def _mypy_platform(tmp_path: Path, plat: str, root: Path = REPO) -> tuple[str, int]:
+    """``scripts/mypy-platform PLAT`` (the core plus that platform's folder, as mypy sees them there)
+    on the checkout at ``root``, with this interpreter's mypy and a private cache."""
+    pytest.importorskip("mypy", reason="mypy is a test dependency (pip install -e '.[test]')")
+    import subprocess
+
+    env = {**os.environ, "MYPY": str(Path(sys.executable).with_name("mypy"))}
+    if not Path(env["MYPY"]).exists():
+        pytest.skip("no mypy script next to this interpreter")
+    run = subprocess.run(
+        [str(root / "scripts" / "mypy-platform"), plat, "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    return run.stdout + run.stderr, run.returncode
+
+
+@pytest.mark.parametrize("plat", ["linux", "darwin", "win32"])
+def test_the_core_type_checks_as_every_platform_sees_it(tmp_path: Path, plat: str) -> None:
+    """The protocol and the core are checked by mypy as each OS sees them (CI's lint lane runs all
+    three): the core's POSIX-only names come from ``sandbox_shim.posix`` or sit behind a
+    ``sys.platform`` check, so Windows' view (no fcntl, O_NOFOLLOW, SIGKILL, fork) is clean too."""
+    out, status = _mypy_platform(tmp_path, plat)
+    assert status == 0, out
+
+
+def test_a_posix_only_call_in_the_core_fails_the_windows_check(tmp_path: Path) -> None:
+    """The control: the same check fails once a neutral module calls ``os.geteuid`` unguarded."""
+    copy = tmp_path / "repo"
+    (copy / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "mypy-platform", copy / "scripts")
+    shutil.copy(REPO / "pyproject.toml", copy)
+    shutil.copytree(PACKAGE, copy / "shim" / "sandbox_shim", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(copy / "shim" / "sandbox_shim" / "paths.py", "a", encoding="utf-8") as fh:
+        fh.write("\n\ndef _planted() -> int:\n    return os.geteuid()\n")
+    out, status = _mypy_platform(tmp_path, "win32", copy)
+    assert status == 1, out
+    assert "paths.py" in out and "geteuid" in out, out
+    out, status = _mypy_platform(tmp_path, "linux", copy)
+    assert status == 0, out

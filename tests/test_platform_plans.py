@@ -307,3 +307,30 @@ def test_macos_network_host_is_applied(tmp_path: Path) -> None:
     cfg["annotations"] = {"sandbox-shim.network": "host"}
     plan = dplan.plan_from_spec(spec_of(cfg, str(b)))
     assert plan.network == "host" and "network.deny" not in plan.requires
+
+
+def test_run_preflight_asks_the_platform_never_the_linux_planner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run``'s preflight (``execution.preflight``) is the mechanism's (``Mechanism.preflight``):
+    on Linux ``args[0]`` is looked up in the rootfs as bwrap lays it out; macOS and Windows never go
+    through the Linux planner (``plan.make_plan``), whose rules are not theirs."""
+    from sandbox_shim import plan as linux_plan
+    from sandbox_shim.execution import preflight
+    from sandbox_shim.platforms.darwin.mechanism import DarwinSeatbeltMechanism
+    from sandbox_shim.platforms.linux.mechanism import LinuxMechanism
+    from sandbox_shim.platforms.windows.mechanism import WindowsJobMechanism
+
+    bundle = tmp_path / "b"
+    (bundle / "rootfs").mkdir(parents=True)
+    (bundle / "storage").mkdir()
+    (bundle / "config.json").write_text(json.dumps(base_config(["/missing-program"])))
+    with pytest.raises(CouldNotRun) as got:
+        preflight(LinuxMechanism(), str(bundle))
+    assert got.value.exit_status == 127
+    calls: list[str] = []
+    real = linux_plan.make_plan
+    monkeypatch.setattr(linux_plan, "make_plan", lambda *a, **k: calls.append("linux") or real(*a, **k))
+    preflight(DarwinSeatbeltMechanism(probe=mac_reports), str(bundle))
+    preflight(WindowsJobMechanism(), str(bundle))
+    assert calls == []

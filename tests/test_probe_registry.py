@@ -8,7 +8,9 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("first", ["sandbox_shim.probes.host", "sandbox_shim.probes.kernel"])
+@pytest.mark.parametrize(
+    "first", ["sandbox_shim.platforms.linux.probes", "sandbox_shim.platforms.linux.kernel_probes"]
+)
 def test_registry_is_complete_whatever_was_imported_first(first: str) -> None:
     code = (
         "import importlib, sys; importlib.import_module(sys.argv[1])\n"

@@ -89,7 +89,7 @@ def test_the_host_facts_are_this_hosts() -> None:
     u = os.uname()
     assert facts["arch"] == u.machine and u.release in facts["kernel"]
     import pyseccomp
-    from sandbox_shim.probes.kernel import libseccomp_version
+    from sandbox_shim.platforms.linux.kernel_probes import libseccomp_version
 
     assert facts["libseccomp"] == libseccomp_version()
     assert facts["binding"] == sc._digest_file(pyseccomp.__file__)

@@ -11,8 +11,8 @@ from collections.abc import Callable, Generator
 from pathlib import Path
 
 import pytest
-from sandbox_shim import tree_claims
 from sandbox_shim.errors import BundleInvalid
+from sandbox_shim.platforms.linux import tree_claims
 from sandbox_shim.scoped import scoped
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 
+from . import posix
 from . import state as st
 from .errors import LaunchFailed, ShimError
 from .mechanism import ProvisionOptions, Sandbox, Status, Usage
@@ -343,8 +344,8 @@ def stop(mechanism: Mechanism, sandbox: Sandbox | str, grace: float = 10.0) -> S
         while mechanism.alive(sb) and time.monotonic() < deadline:
             time.sleep(0.02)
         if mechanism.alive(sb):
-            mechanism.signal(sb, _signal.SIGKILL, all_processes=True)
-            mechanism.signal(sb, _signal.SIGKILL)
+            mechanism.signal(sb, posix.SIGKILL, all_processes=True)
+            mechanism.signal(sb, posix.SIGKILL)
             deadline = time.monotonic() + 5
             while mechanism.alive(sb) and time.monotonic() < deadline:
                 time.sleep(0.01)
@@ -386,7 +387,9 @@ def destroy(mechanism: Mechanism, sandbox: Sandbox | str, force: bool = False) -
                 mechanism.destroy(sb)
             except (ShimError, OSError) as e:
                 problems.append(str(e))
-                _kill_by_identity(rec)  # a read-only cgroup hierarchy must not keep the processes alive
+                _kill_by_identity(
+                    mechanism, rec
+                )  # a read-only cgroup hierarchy must not keep the processes alive
         problems += _drop_cgroups(mechanism, store, sandbox_id)
         store.remove(sandbox_id)
     finally:
@@ -401,14 +404,13 @@ def destroy(mechanism: Mechanism, sandbox: Sandbox | str, force: bool = False) -
     _raise_leftovers(sandbox_id, problems)
 
 
-def _kill_by_identity(rec: Record) -> None:
-    """SIGKILL the sandbox's recorded processes, each only if pid *and* start time still match."""
-    import signal as _signal
-
+def _kill_by_identity(mechanism: Mechanism, rec: Record) -> None:
+    """SIGKILL the sandbox's recorded processes, each only if pid *and* start time still match (the
+    mechanism's clock: ``Mechanism.same_process``)."""
     for pid, start in ((rec.init_pid, rec.init_start), (rec.pid, rec.pid_start)):
-        if st.same_process(pid, start):
+        if mechanism.same_process(pid, start):
             try:
-                os.kill(pid, _signal.SIGKILL)
+                os.kill(pid, posix.SIGKILL)
             except ProcessLookupError:
                 pass
 

@@ -14,7 +14,7 @@ from .values import FrozenValue
 
 TYPE_CHECKING = False  # no typing or dataclasses at run time: ``start`` loads this module
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
     from typing import Any
 
 
@@ -163,6 +163,24 @@ def document() -> dict[str, Any]:
         "elapsed_ms": round(elapsed, 1),
         "capabilities": [c.to_dict() for c in reports],
     }
+
+
+def bare_control_argv(
+    rootfs: str,
+    storage: str,
+    storage_inside: str,
+    capabilities: Sequence[str],
+    share_net: bool,
+    command: Sequence[str],
+) -> list[str] | None:
+    """The argv of the conformance suite's control outside the tenant profile on this host (the
+    platform builds it: ``platforms.select.bare_control_argv``; on Linux the rootfs under bare bwrap
+    with ``capabilities`` kept and a network namespace of its own unless ``share_net``), or None
+    where this host has none (off Linux, no bwrap).  The conformance suite reaches platform code
+    only through the library, never the composition point itself."""
+    from .platforms.select import bare_control_argv as argv
+
+    return argv(rootfs, storage, storage_inside, capabilities, share_net, command)
 
 
 def clear_cache() -> None:

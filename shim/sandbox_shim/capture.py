@@ -17,6 +17,7 @@ import contextlib
 import os
 import select
 import subprocess
+import sys
 import time
 
 TYPE_CHECKING = False
@@ -45,7 +46,13 @@ def collect(s: Started, input: bytes | None, deadline: float | None, limit: int 
         input: bytes for stdin (closed after), or None (stdin is not a pipe).
         deadline: ``time.monotonic()`` value to kill the program at, or None.
         limit: bytes kept per stream.
+
+    Raises: ``LaunchFailed`` on Windows, where select(2) takes sockets only (POSIX-only for now).
     """
+    if sys.platform == "win32":
+        from .errors import LaunchFailed
+
+        raise LaunchFailed("capturing output is POSIX-only: select(2) on pipes")
     got = Collected()
     p = s.helper
     readers: dict[int, tuple[bytearray, str]] = {}
@@ -53,9 +60,10 @@ def collect(s: Started, input: bytes | None, deadline: float | None, limit: int 
         if stream is not None:
             readers[stream.fileno()] = (buf, name)
     pending = memoryview(input or b"")
-    writer = p.stdin.fileno() if p.stdin is not None else None
-    if writer is not None and not pending:
-        p.stdin.close()  # type: ignore[union-attr]
+    stdin = p.stdin
+    writer = stdin.fileno() if stdin is not None else None
+    if stdin is not None and not pending:
+        stdin.close()
         writer = None
     if writer is not None:
         os.set_blocking(writer, False)
@@ -94,7 +102,8 @@ def collect(s: Started, input: bytes | None, deadline: float | None, limit: int 
                     pending = pending[len(pending) :]
             if not pending:
                 with contextlib.suppress(OSError):
-                    p.stdin.close()  # type: ignore[union-attr]
+                    if stdin is not None:
+                        stdin.close()
                 writer = None
     for stream in (p.stdin, p.stdout, p.stderr):
         if stream is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -245,7 +245,7 @@ def events(mechanism: Mechanism, sandbox_id: str, interval: float = 5.0) -> Iter
             time.sleep(min(0.1, interval))
 
 
-def to_json(obj: Any) -> str:
+def to_json(obj: Facts | Mapping[str, object]) -> str:
     """One line of JSON for an event or ``Facts``."""
     return json.dumps(asdict(obj) if isinstance(obj, Facts) else obj)
 

@@ -13,8 +13,9 @@ directories, making FIFOs, spawning processes, sending signals — and kills the
 from __future__ import annotations
 
 import os
-import signal
 import sys
+
+from . import posix
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def install() -> None:
                 os.write(fd, f"{seen[0]} {event}\n".encode())
                 os.close(fd)
             if seen[0] == at:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, posix.SIGKILL)
         finally:
             busy[0] = False
 

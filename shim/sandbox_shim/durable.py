@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from . import posix as _posix
 from .errors import StateUnwritable
 
 #: written into ROOT/ID when it is made: only directories carrying it are sandboxes (never rmtree others)
@@ -18,7 +19,7 @@ MARKER = ".sandbox-shim"
 def fsync_dir(d: str) -> None:
     """fsync(2) a directory so a rename or unlink in it survives a crash of the host."""
     try:
-        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(d, os.O_RDONLY | _posix.O_DIRECTORY | _posix.O_CLOEXEC)
     except OSError:
         return
     try:
@@ -75,7 +76,7 @@ def prepare(path: str, text: str, mode: int = 0o600) -> str:
     tmp = os.path.join(head, f".{tail}.tmp.{os.getpid()}")  # hidden: never listed as an id
     data = text.encode()
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _posix.O_CLOEXEC, mode)
         try:
             view = memoryview(data)
             while view:

@@ -15,6 +15,7 @@ What an exec'd process may ask is ``process_spec``'s to decide; this module only
 from __future__ import annotations
 
 import os
+import sys
 
 from .errors import UsageError
 from .jsonguard import read_file
@@ -23,10 +24,20 @@ from .values import Value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Any
+    from collections.abc import Mapping, Sequence
+    from typing import TypedDict
 
     from .mechanism import Mechanism, Sandbox
+
+    class SpawnOptions(TypedDict):
+        """The keywords ``spawn.spawn`` and ``execution.execute`` take from an ``ExecRequest``."""
+
+        env: dict[str, str]
+        cwd: str | None
+        replace_env: bool
+        user: Mapping[str, object] | None
+        capabilities: list[str] | None
+        console_socket: str | None
 
 
 class ExecRequest(Value):
@@ -48,7 +59,7 @@ class ExecRequest(Value):
         self.cwd = cwd
         self.console_socket = console_socket
 
-    def spawn_options(self) -> dict[str, Any]:
+    def spawn_options(self) -> SpawnOptions:
         """Keyword arguments for ``spawn.spawn`` / ``execution.execute``."""
         p = self.process
         return {
@@ -158,7 +169,10 @@ def run(
         if forward_signals:
             import signal
 
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            sigs = [signal.SIGINT, signal.SIGTERM]
+            if sys.platform != "win32":  # no SIGHUP, SIGQUIT there
+                sigs += [signal.SIGHUP, signal.SIGQUIT]
+            for sig in sigs:
                 signal.signal(sig, lambda n, _f: started.signal(n))
 
     done = execute(mechanism, sandbox, (args[0], args[1:]), capture=False, on_start=on_start, **opts)

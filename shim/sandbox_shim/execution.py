@@ -26,15 +26,16 @@ import os
 import select
 import signal as _signal
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from . import api
+from . import api, posix
 from .capture import MAX_OUTPUT, Collected, collect
 from .control import Facts, facts
-from .errors import CouldNotRun, LimitExceeded, check_seconds
+from .errors import LimitExceeded, check_seconds
 from .mechanism import CgroupControl, Completion, Ended, Sandbox, Started, Usage
 from .spawn import spawn
 
@@ -59,7 +60,9 @@ def _limit_kind(
     failed = sig is not None or (code or 0) != 0
     if failed and after.oom_kills > before.oom_kills:
         return "memory"
-    if sig == _signal.SIGXCPU or (sig == _signal.SIGKILL and cpu_limit and cpu_used_s >= cpu_limit):
+    if sys.platform != "win32" and (  # no signals there
+        sig == _signal.SIGXCPU or (sig == _signal.SIGKILL and cpu_limit and cpu_used_s >= cpu_limit)
+    ):
         return "cpu"
     if failed and after.pids_max_hits > before.pids_max_hits:
         return "pids"
@@ -87,7 +90,11 @@ def execute(
     capture: bool = True,
     on_start: Callable[[Started], None] | None = None,
     max_output: int = MAX_OUTPUT,
-    **opts: Any,
+    *,
+    replace_env: bool = False,
+    user: Mapping[str, object] | None = None,
+    capabilities: list[str] | None = None,
+    console_socket: str | None = None,
 ) -> Completion:
     """Run ``command`` = (program, args) inside the running sandbox; wait; capture stdout/stderr.
 
@@ -103,7 +110,7 @@ def execute(
         max_output: bytes of stdout and of stderr kept (default ``capture.MAX_OUTPUT``, 16 MiB each);
             the rest is read and dropped, counted in ``Completion.stdout_dropped`` / ``stderr_dropped``.
         on_start: called with the ``Started`` handle once it runs (e.g. to forward signals).
-        opts: ``spawn``'s ``replace_env``, ``user``, ``capabilities``, ``console_socket``.
+        replace_env / user / capabilities / console_socket: as for ``spawn`` (keywords only).
     Returns:
         ``Completion`` (any exit status).  ``usage`` is the program's getrusage(2): CPU µs and
         ``ru_maxrss`` in bytes — which includes the helper's pre-exec image (~9 MiB), so it is a
@@ -129,7 +136,10 @@ def execute(
         stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL if capture else None,
         stdout=pipe,
         stderr=pipe,
-        **opts,
+        replace_env=replace_env,
+        user=user,
+        capabilities=capabilities,
+        console_socket=console_socket,
     )
     if on_start is not None:
         on_start(s)
@@ -148,7 +158,7 @@ def execute(
     duration = time.monotonic() - s.started
     end = s.result()
     if end is None:  # no report from the program's end: it was killed with its helper
-        end = Ended(None, _signal.SIGKILL)
+        end = Ended(None, posix.SIGKILL)
     usage = Usage(
         memory_peak_bytes=end.maxrss_bytes,
         cpu_user_us=end.cpu_user_us,
@@ -205,7 +215,7 @@ class _Watch:
         wait, the program's exit included: the kernel counts an OOM kill before its victim dies, but
         the file's notification is rate-limited (20 ms, cgroup_file_notify), so the exit can come
         first — and the cgroup may be removed right after it."""
-        if self.cg is None or self.fd is None:
+        if self.cg is None or self.fd is None or sys.platform == "win32":  # cgroups: Linux only
             return
         try:
             text = os.pread(self.fd, 4096, 0)  # re-arms the notification (kernfs: a read takes the event)
@@ -275,40 +285,17 @@ def _wait_exit(
             os.close(pidfd)
 
 
-def preflight(bundle: str) -> None:
-    """Refuse a bundle whose program cannot be executed, before anything is made.
+def preflight(mechanism: Mechanism, bundle: str) -> None:
+    """Refuse a bundle whose program cannot be executed, before anything is made: the platform
+    looks ``process.args[0]`` up where it will run it (``Mechanism.preflight``; Linux: in the rootfs
+    as bwrap lays it out, ``platforms/linux/program.py``).
 
-    Resolves ``process.args[0]`` in the rootfs (PATH from the planned environment, symlinks kept inside
-    the root by ``paths.resolve_in_root``) and checks it is a regular file with an execute bit, as
-    execve(2) requires even of root.  A candidate under a mount is not judged (the mount hides it).
     Raises:
         CouldNotRun(``not_found`` | ``permission_denied``); BundleInvalid.
     """
-    import stat
-
     from .bundle import load
-    from .paths import resolve_in_root
-    from .plan import make_plan
 
-    plan = make_plan(load(bundle), "preflight")
-    if not plan.args:
-        return
-    prog = plan.args[0]
-    dirs = [""] if "/" in prog else (plan.env.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":")
-    mounted = [m.destination.rstrip("/") + "/" for m in plan.mounts]
-    denied = False
-    for d in dirs:
-        cand = os.path.normpath(os.path.join("/", plan.cwd, d, prog))
-        if any(cand.startswith(m) or cand + "/" == m for m in mounted):
-            return
-        try:
-            info = os.stat(resolve_in_root(plan.rootfs, cand))
-        except OSError:
-            continue
-        if stat.S_ISREG(info.st_mode) and info.st_mode & 0o111:
-            return
-        denied = True
-    raise CouldNotRun("permission_denied" if denied else "not_found", prog)
+    mechanism.preflight(load(bundle))
 
 
 def run_bundle(
@@ -342,7 +329,7 @@ def run_bundle(
         CapabilityUnavailable, SandboxExists, LaunchFailed (as ``api.provision``).
     """
     check_seconds("timeout", timeout)
-    preflight(os.fspath(bundle))
+    preflight(mechanism, os.fspath(bundle))
     sb = Sandbox(sandbox_id, os.fspath(bundle))
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, open(os.devnull, "rb") as null:
         api.provision(
@@ -441,7 +428,7 @@ def run_detached(
                 )
             ]
         )
-    preflight(os.fspath(bundle))
+    preflight(mechanism, os.fspath(bundle))
     sb = Sandbox(sandbox_id, os.fspath(bundle))
     api.provision(mechanism, sb, pid_file=pid_file, stdio=stdio)
     try:

@@ -138,8 +138,7 @@ def features(reports: Iterable[Capability] | None = None) -> dict[str, Any]:
     memory = by_name.get("cgroup.memory")
     cgroup_version = memory.mechanism if memory and memory.available else ""
     from .hardening.capabilities import ORCHESTRATOR_DEFAULTS
-    from .platforms.select import bwrap_version
-    from .probes.kernel import libseccomp_version
+    from .platforms.select import bwrap_version, libseccomp_version
 
     annotations = {
         "sandbox-shim.version": _package_version(),

@@ -27,6 +27,7 @@ import os
 import sys
 
 from . import fastjson as json  # the state JSON hooks read, without loading json and re
+from . import posix
 from .errors import LaunchFailed
 
 TYPE_CHECKING = False  # start and delete import this module: typing and subprocess load only to run a hook
@@ -101,7 +102,6 @@ def _command(phase: str, hook: Mapping[str, Any], ns_pid: int) -> tuple[list[str
 
 def _run_one(phase: str, hook: Mapping[str, Any], state: dict[str, Any], ns_pid: int, cwd: str) -> str | None:
     """Run one hook; return None on success or a one-line description of the failure."""
-    import signal
     import subprocess
     import tempfile
 
@@ -138,7 +138,7 @@ def _run_one(phase: str, hook: Mapping[str, Any], state: dict[str, Any], ns_pid:
             rc = proc.wait(timeout=timeout if isinstance(timeout, int) and timeout > 0 else None)
         except subprocess.TimeoutExpired:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
+                posix.killpg(proc.pid, posix.SIGKILL)
             except OSError:
                 pass
             proc.wait()

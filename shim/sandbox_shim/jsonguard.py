@@ -31,6 +31,7 @@ import json
 import math
 import os
 
+from . import posix
 from .errors import BundleProblem
 
 TYPE_CHECKING = False
@@ -163,7 +164,7 @@ def read_regular(path: str) -> bytes:
     Raises:
         OSError: as open(2) raises it, or EINVAL ("not a regular file") for a FIFO, device or directory.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | posix.O_NONBLOCK | posix.O_CLOEXEC)
     try:
         if os.fstat(fd).st_mode & 0o170000 != 0o100000:  # S_ISREG (stat.h)
             raise OSError(errno.EINVAL, "not a regular file", path)

@@ -475,6 +475,13 @@ class Mechanism(Protocol):
         """Raise ``CapabilityUnavailable`` for each of ``names`` this host does not provide."""
         ...
 
+    def preflight(self, spec: Spec) -> None:
+        """``run``'s check before anything is made (``execution.run_bundle``/``run_detached``): raise
+        ``CouldNotRun`` (``not_found`` | ``permission_denied``) when ``spec``'s ``args[0]`` cannot be
+        executed where this platform looks it up; a platform whose ``make_plan`` already resolves it
+        does nothing here."""
+        ...
+
     def provision(self, sandbox: Sandbox, plan: LaunchPlan, options: ProvisionOptions) -> Identity:
         """OCI create: resources made, process prepared and held before user code runs.  ``plan`` is
         what this mechanism's ``make_plan`` returned (another platform's plan: ``LaunchFailed``);
@@ -525,6 +532,13 @@ class Mechanism(Protocol):
 
     def alive(self, sandbox: Sandbox) -> bool:
         """True while the container process (same pid and start time) runs."""
+        ...
+
+    def same_process(self, pid: int, start: float | None) -> bool:
+        """True while ``pid`` runs (not a zombie) and started at ``start`` on the clock this
+        mechanism's ``Identity`` records (Linux: proc(5) field 22 ticks; macOS: psutil's create_time,
+        seconds); False for ``pid`` 0 or no ``start``.  What the library checks before it signals a
+        recorded process itself (``api.destroy``), since a pid alone is reused."""
         ...
 
     def paused(self, sandbox: Sandbox) -> bool:

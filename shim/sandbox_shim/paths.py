@@ -19,6 +19,8 @@ import os
 import stat
 from dataclasses import dataclass
 
+from . import posix
+
 MAX_SYMLINKS = 40  # as the kernel's path walk (path_resolution(7))
 
 
@@ -100,7 +102,7 @@ def ensure_in_root(root: str, path: str, is_dir: bool = True) -> str:
         if os.path.lexists(cur):
             continue
         if last and not is_dir:
-            fd = os.open(cur, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            fd = os.open(cur, os.O_WRONLY | os.O_CREAT | os.O_EXCL | posix.O_NOFOLLOW, 0o644)
             os.close(fd)
         else:
             os.mkdir(cur, 0o755)

@@ -20,11 +20,11 @@ Lifecycle rules live here, on the status (runtime-spec "Lifecycle"): ``can_start
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 
 from . import durable as _durable
 from . import fastjson as json  # the standard library's text, without loading json, re and enum
+from . import posix as _posix
 from .durable import MARKER, write_atomic
 from .durable import fsync_dir as _fsync_dir
 from .durable import rmtree as _rmtree
@@ -112,14 +112,6 @@ def check_id(sandbox_id: str) -> None:
             f"invalid container id {shown!r}",
             "use 1 to 200 letters, digits, and _ . + - (not starting with a symbol)",
         )
-
-
-def same_process(pid: int, start: float | None) -> bool:
-    """True if ``pid`` is alive (not a zombie) and started at ``start`` (proc(5) field 22, as
-    ``mechanism.Identity`` records it)."""
-    if not pid or start is None:
-        return False
-    return proc_start_time(pid) == start and proc_state(pid) not in (None, "Z", "X")
 
 
 class Record(Value):
@@ -214,7 +206,7 @@ class StateStore:
             raise StateUnwritable(tmp, e.errno or 0, e.strerror or str(e)) from e
         fd = _lock_fd(tmp)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _posix.flock_exclusive(fd)
             try:
                 with open(os.path.join(tmp, MARKER), "w"):
                     pass
@@ -253,7 +245,7 @@ class StateStore:
     def _flock(self, d: str) -> Generator[None, None, None]:
         fd = _lock_fd(d)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _posix.flock_exclusive(fd)
             yield
         finally:
             os.close(fd)
@@ -336,7 +328,7 @@ class StateStore:
             try:
                 for n in os.listdir(os.path.join(self.root, sub)):
                     pid = n.rsplit(".tmp.", 1)[-1]
-                    dead = pid.isdigit() and not os.path.exists(f"/proc/{pid}")
+                    dead = pid.isdigit() and not _posix.pid_exists(int(pid))
                     if n.startswith(".") and ".tmp." in n and dead:
                         os.unlink(os.path.join(self.root, sub, n))
             except OSError:
@@ -349,7 +341,7 @@ class StateStore:
             for prefix in (f".new-{sandbox_id}.", f".dead-{sandbox_id}."):
                 pid = n[len(prefix) :]
                 if n.startswith(prefix) and pid.isdigit():
-                    if int(pid) != os.getpid() and os.path.exists(f"/proc/{pid}"):
+                    if int(pid) != os.getpid() and _posix.pid_exists(int(pid)):
                         continue
                     p = os.path.join(self.root, n)
                     if os.path.isfile(os.path.join(p, MARKER)) or not os.listdir(p):
@@ -392,7 +384,7 @@ class StateStore:
         (``CGROUP_PARENTS_DIR``: nested ``cgroupsPath`` parents are shared by every state root on the
         host, so the last sandbox to leave one removes it whichever root made it), else this root's
         ``.cgroups``."""
-        return CGROUP_PARENTS_DIR if os.geteuid() == 0 else os.path.join(self.root, ".cgroups")
+        return CGROUP_PARENTS_DIR if _posix.geteuid() == 0 else os.path.join(self.root, ".cgroups")
 
     @scoped
     def cgroup_lock(self) -> Generator[None, None, None]:
@@ -455,10 +447,10 @@ def _lock_fd(d: str) -> int:
     """An fd of directory ``d`` to flock, numbered 3 or above: a caller started with stdin, stdout or
     stderr closed would otherwise get it as fd 0, 1 or 2 — which it hands to the sandbox as its stdio,
     and the sandbox would then hold the lock and block every later verb (F_DUPFD_CLOEXEC, fcntl(2))."""
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = os.open(d, os.O_RDONLY | _posix.O_DIRECTORY | _posix.O_CLOEXEC)
     if fd > 2:
         return fd
     try:
-        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+        return _posix.dup_above(fd, 3)
     finally:
         os.close(fd)

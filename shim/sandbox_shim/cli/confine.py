@@ -1,9 +1,9 @@
 """``sandbox-shim confine`` in the click group (for ``--help`` listings and ``CliRunner``).
 
 The command line is parsed by ``cli/confine_run.py`` (no click: ``cli/__init__.py`` sends ``confine``
-there directly, since it runs once per confined command); this only hands the arguments over, and,
-when it is called on its own rather than through ``cli.main``, turns what it raises into a status with
-the boundary's ``status_of``.
+there directly, since it runs once per confined command); this command runs only when it is called
+on its own (``CliRunner``, a script), and then hands the command line to the one boundary
+(``cli.run``), which sends it the same way.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ import sys
 
 import click
 
-from . import status_of
-from .confine_run import run
-from .output import Globals
+from . import run
 
 
 @click.command(
@@ -27,17 +25,11 @@ from .output import Globals
     add_help_option=False,
 )
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED, metavar="[OPTIONS] -- CMD [ARGS]...")
-@click.pass_context
-def command(ctx: click.Context, argv: tuple[str, ...]) -> None:
+def command(argv: tuple[str, ...]) -> None:
     """Run CMD with only --permit-path (and extra subpaths) readable and writable.
 
     The environment passes through unmodified; egress is open unless --allow-host is given; a
     runtime read set is read-only, /tmp private; everything else (siblings, .., home directories,
     the platform's files) is out of reach.  See `sandbox-shim confine --help`.
     """
-    g = ctx.obj if isinstance(ctx.obj, Globals) else Globals()
-    try:
-        status = run(list(argv))
-    except Exception as e:  # called on its own (CliRunner, a script): the boundary's own mapping
-        status = status_of(g, e)
-    sys.exit(status)
+    sys.exit(run(["confine", *argv]))

@@ -42,17 +42,13 @@ def command(
     fail (the breach succeeded), error (the control failed: a dead process is never "denied"),
     skip (a needed tool is missing).
     """
-    from ..conformance.runner import exit_status, load_target, render_table, run_suite, to_json
+    from ..conformance.runner import exit_status, render_table, run_target, to_json
 
-    target = load_target(mechanism)
-    try:
-        progress = (
-            (lambda r: click.echo(f"  {r.verdict:5} {r.group} / {r.check}", err=True))
-            if fmt == "table" and sys.stderr.isatty()
-            else None
-        )
-        rows = run_suite(target, groups or None, name_contains, on_result=progress)
-    finally:
-        target.close()
-    click.echo(render_table(rows) if fmt == "table" else to_json(rows, target))
+    progress = (
+        (lambda r: click.echo(f"  {r.verdict:5} {r.group} / {r.check}", err=True))
+        if fmt == "table" and sys.stderr.isatty()
+        else None
+    )
+    name, rows = run_target(mechanism, groups or None, name_contains, on_result=progress)
+    click.echo(render_table(rows) if fmt == "table" else to_json(rows, name))
     sys.exit(exit_status(rows, accept_skips))

@@ -16,10 +16,12 @@ import os
 import shutil
 import signal as _signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import posix
 from .target import (
     COMPLETED,
     COULD_NOT_RUN,
@@ -171,7 +173,8 @@ class ApiTarget(ConformanceTarget):
         )
         fsize = rlimits.get("RLIMIT_FSIZE")
         at_limit = fsize is not None and (len(done.stdout) >= fsize or len(done.stderr) >= fsize)
-        if fsize is not None and (done.signal == _signal.SIGXFSZ or (at_limit and done.exit_status != 0)):
+        xfsz = sys.platform != "win32" and done.signal == _signal.SIGXFSZ
+        if fsize is not None and (xfsz or (at_limit and done.exit_status != 0)):
             # RLIMIT_FSIZE (setrlimit(2)) stopped a write past the output limit (stdout is a file here):
             # SIGXFSZ, or, for the sandbox's pid 1 (which the kernel does not kill with a signal it has
             # no handler for: pid_namespaces(7)), EFBIG once the file reached the limit.
@@ -197,46 +200,24 @@ class ApiTarget(ConformanceTarget):
         Raises:
             ToolMissing: bwrap is missing, or this process is not root (``--cap-add`` needs it: bwrap(1)).
         """
-        from ..platforms.select import bwrap_path
+        from ..capability import bare_control_argv
 
-        exe = bwrap_path()
-        if exe is None or os.geteuid() != 0:
-            raise ToolMissing(
-                "the control runs the probe under bare bwrap with --cap-add: needs bwrap and root"
-            )
+        need = "the control runs the probe under bare bwrap with --cap-add: needs bwrap and root"
+        if posix.geteuid() != 0:
+            raise ToolMissing(need)
         b = bundle or self.bundle(overrides=overrides)
         over = dict(overrides or {})
         sets = ((over.get("process") or {}).get("capabilities") or {}).values()
         caps = sorted({c for v in sets for c in v})
         nss = (over.get("linux") or {}).get("namespaces")
         share_net = nss is not None and not any(n.get("type") == "network" for n in nss)
-        args = [
-            exe,
-            "--die-with-parent",
-            "--new-session",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            *([] if share_net else ["--unshare-net"]),
-            "--ro-bind",
-            os.path.join(b.path, "rootfs"),
-            "/",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--tmpfs",
-            "/tmp",
-            "--bind",
-            b.storage,
-            b.storage_inside,
-            "--chdir",
-            "/",
-        ]
-        for c in caps:
-            args += ["--cap-add", c]
         cmd = list(argv) if argv is not None else ["sh", "-c", script]
-        return _run_outside([*args, "--", *cmd], timeout, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        args = bare_control_argv(
+            os.path.join(b.path, "rootfs"), b.storage, b.storage_inside, caps, share_net, cmd
+        )
+        if args is None:
+            raise ToolMissing(need)
+        return _run_outside(args, timeout, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
 
     def confine_probe(self, script: str, permit_path: str, timeout: float = 30.0) -> ProbeResult:
         from ..errors import CannotEnforce
@@ -334,6 +315,8 @@ class ApiTarget(ConformanceTarget):
 
     def _reap(self) -> None:
         """Collect exited container processes of sandboxes made here (we are their subreaper)."""
+        if sys.platform == "win32":  # no subreaper there
+            return
         for pid in list(self._pids):
             try:
                 if os.waitpid(pid, os.WNOHANG)[0] == pid:

@@ -1,6 +1,7 @@
 """Running the suite outside pytest (``sandbox-shim conformance``): load a target, run every check, render.
 
 ``load_target("module:Class")`` imports a ``ConformanceTarget`` subclass (or a factory returning one);
+``run_target(spec)`` loads one, runs the suite on it and closes it (the CLI's one call);
 ``run_suite(target)`` runs the checks in group order and returns ``CheckResult`` rows; ``render_table`` and
 ``to_json`` format them; ``exit_status`` is non-zero when any row is ``fail`` or ``error``,
 or (unless skips are accepted) ``skip``.
@@ -73,6 +74,24 @@ def run_suite(
     return out
 
 
+def run_target(
+    spec: str | None = None,
+    groups: Iterable[str] | None = None,
+    name_contains: str | None = None,
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> tuple[str, list[CheckResult]]:
+    """Load the target ``spec`` names (``load_target``), run the checks on it (``run_suite``) and close
+    it whatever happens: ``(the target's name, the rows)``.
+
+    Raises: UsageError (status 2): the target cannot be loaded, or a group has no check.
+    """
+    target = load_target(spec)
+    try:
+        return target.name, run_suite(target, groups, name_contains, on_result)
+    finally:
+        target.close()
+
+
 COLUMNS = ("group", "check", "control", "breach", "verdict", "detail")
 
 
@@ -92,8 +111,10 @@ def render_table(rows: list[CheckResult], detail_width: int = 90) -> str:
     return "\n".join(out)
 
 
-def to_json(rows: list[CheckResult], target: ConformanceTarget) -> str:
-    return json.dumps({"target": target.name, "results": [r.to_dict() for r in rows]}, indent=2)
+def to_json(rows: list[CheckResult], target: ConformanceTarget | str) -> str:
+    """``{"target": its name, "results": [row, ...]}`` as indented JSON (``target``: one, or its name)."""
+    name = target if isinstance(target, str) else target.name
+    return json.dumps({"target": name, "results": [r.to_dict() for r in rows]}, indent=2)
 
 
 #: exit status of a run in which some checks could not run (skips), unless skips are accepted

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import os
 
+from .. import posix
+
 TYPE_CHECKING = False  # start-up cost: no typing at run time
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -82,7 +84,7 @@ def _save_cache(path: str, data: dict[str, tuple[int, int, int, tuple[str, ...],
 
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | posix.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(marshal.dumps(data))
         os.rename(tmp, path)
@@ -357,7 +359,7 @@ def disarm(gitdir: str) -> list[str]:
             lines.append(f"\t{k} = {_quote(v)}")
         try:
             os.rename(path, path + DISARMED)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | posix.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write("\n".join(lines) + "\n")
             changed.append(path)
@@ -396,7 +398,7 @@ def write_snapshot(path: str, roots: Sequence[str], known: Sequence[str]) -> Non
     """Record ``roots`` and the git directories ``known`` before a run (NUL-separated, the two
     lists apart by an empty field), atomically (a temporary name, then rename(2)).  Raises OSError."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | posix.O_NOFOLLOW, 0o600)
     try:
         os.write(fd, b"\0".join([*(os.fsencode(r) for r in roots), b"", *(os.fsencode(k) for k in known)]))
     finally:

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import os
 
+from .. import posix
+
 TYPE_CHECKING = False  # start-up cost: no typing at run time
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -36,10 +38,8 @@ def journal_dir(env: Mapping[str, str]) -> str | None:
     if not os.path.isabs(state):
         home = env.get("HOME", "")
         if not os.path.isabs(home):
-            import pwd
-
             try:
-                home = pwd.getpwuid(os.geteuid()).pw_dir
+                home = posix.home()
             except KeyError:
                 return None
         if not os.path.isabs(home) or os.path.realpath(home) == "/":
@@ -63,7 +63,7 @@ def record(directory: str, paths: Sequence[str], owner: int) -> str:
     name = f"{owner}-{start_time(owner)}"
     final = os.path.join(directory, name)
     tmp = os.path.join(directory, f".{name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | posix.O_NOFOLLOW, 0o600)
     try:
         os.write(fd, b"\0".join(os.fsencode(p) for p in paths))
     finally:

@@ -24,6 +24,7 @@ jsonschema, only when a settings file is given).
 from __future__ import annotations
 
 import os
+import sys
 
 from ..errors import CouldNotRun, UsageError
 
@@ -169,6 +170,8 @@ def exec_spec(spec: LaunchSpec) -> NoReturn:
 def serve_after(spec: LaunchSpec) -> None:
     """Fork the child that outlives the exec: it serves the egress proxy (if any) and, when the
     exec'd command's process ends, releases the spec (``LaunchSpec.release``).  Returns in the parent."""
+    if sys.platform == "win32":  # no fork(2); confine has no Windows backend (platforms.select)
+        raise UsageError("confine is not supported on Windows")
     import _signal as signal  # type: ignore[import-not-found]  # C module: no enum (signal.py)
 
     egress = spec.egress

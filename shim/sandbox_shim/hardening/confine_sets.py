@@ -27,9 +27,9 @@ Rules (each checked here, once):
 from __future__ import annotations
 
 import os
-import pwd
 import sys
 
+from .. import posix
 from ..errors import CannotEnforce
 from . import confine_git, readset
 
@@ -142,7 +142,7 @@ def make_placeholders(
             if q.endswith(PLACEHOLDER_JSON) and any(
                 q == os.path.join(r, n) for r in roots for n in PLACEHOLDER_JSON
             ):
-                fd = os.open(q, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                fd = os.open(q, os.O_WRONLY | os.O_CREAT | os.O_EXCL | posix.O_NOFOLLOW, 0o644)
                 made.append(q)
                 try:
                     os.write(fd, _EMPTY_JSON)
@@ -259,7 +259,7 @@ def _planted(p: str, writable: Sequence[str], what: str) -> None:
 
 def _passwd_home() -> str:
     try:
-        return pwd.getpwuid(os.geteuid()).pw_dir
+        return posix.home()
     except KeyError:
         return ""
 

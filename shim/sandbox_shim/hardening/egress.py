@@ -31,6 +31,7 @@ import json
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -201,7 +202,11 @@ class EgressProxy:
         self.report = report
         self.host_map = {(host_name(k) or k): v for k, v in (host_map or {}).items()}
         self._lock = threading.Lock()
+        self._sock: socket.socket
+        self.port: int
         if tcp_port is None:
+            if sys.platform == "win32":  # Windows: pass tcp_port
+                raise OSError("the egress proxy's unix socket is POSIX-only: listen on tcp_port")
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self._sock.bind(self.socket_path)
             self.port = 0

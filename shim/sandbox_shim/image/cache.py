@@ -27,6 +27,8 @@ import stat
 import tempfile
 from dataclasses import dataclass
 
+from .. import posix
+
 FICLONE = 0x40049409  # linux/fs.h _IOW(0x94, 9, int)
 
 
@@ -59,17 +61,17 @@ class Cache:
     def _sweep(self) -> None:
         """Remove builds whose builder is gone (killed mid-unpack): a live builder holds ``flock(2)``
         on its directory, so a lock we can take is an abandoned build's."""
-        import fcntl
-
         tmp = os.path.join(self.dir, "tmp")
         for name in os.listdir(tmp):
             try:
-                fd = os.open(os.path.join(tmp, name), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+                fd = os.open(os.path.join(tmp, name), os.O_RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW)
             except OSError:
                 continue
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = posix.flock_exclusive(fd, wait=False)
             except OSError:
+                held = False
+            if not held:
                 os.close(fd)
                 continue
             shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
@@ -86,11 +88,9 @@ class Cache:
     def building(self, with_rootfs: bool = True) -> str:
         """A fresh temp directory to build a snapshot in (``DIR/rootfs`` made, mode 0755, if asked),
         locked until ``commit`` or ``abandon``."""
-        import fcntl
-
         tmp = tempfile.mkdtemp(dir=os.path.join(self.dir, "tmp"))
-        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fd = os.open(tmp, os.O_RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW | posix.O_CLOEXEC)
+        posix.flock_exclusive(fd)
         self._held[tmp] = fd
         if with_rootfs:
             os.mkdir(os.path.join(tmp, "rootfs"), 0o755)
@@ -160,20 +160,18 @@ def materialize(src: str, dst: str, readonly: bool) -> Materialized:
 
 
 def _owner(path: str, st: os.stat_result, link: bool) -> None:
-    if os.geteuid() == 0:
-        os.chown(path, st.st_uid, st.st_gid, follow_symlinks=not link)
+    if posix.geteuid() == 0:
+        posix.chown(path, st.st_uid, st.st_gid, follow=not link)
 
 
 def _copy(src: str, dst: str, st: os.stat_result, res: Materialized) -> None:
-    import fcntl
-
     with open(src, "rb") as fi:
-        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o600)
         try:
             cloned = False
             if res.method == "reflink":
                 try:
-                    fcntl.ioctl(fd, FICLONE, fi.fileno())
+                    posix.ioctl(fd, FICLONE, fi.fileno())
                     cloned = True
                 except OSError:
                     res.method = "copy"  # this file system cannot: copy the rest without trying again
@@ -181,9 +179,9 @@ def _copy(src: str, dst: str, st: os.stat_result, res: Materialized) -> None:
                 with os.fdopen(os.dup(fd), "wb") as fo:
                     shutil.copyfileobj(fi, fo, 1 << 20)
                 res.bytes_copied += st.st_size
-            if os.geteuid() == 0:
-                os.fchown(fd, st.st_uid, st.st_gid)
-            os.fchmod(fd, stat.S_IMODE(st.st_mode))
+            if posix.geteuid() == 0:
+                posix.fchown(fd, st.st_uid, st.st_gid)
+            posix.fchmod(fd, stat.S_IMODE(st.st_mode))
             os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
         finally:
             os.close(fd)

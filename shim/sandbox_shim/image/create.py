@@ -12,6 +12,8 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
+from .. import posix
+from ..errors import OutputUnwritable, ShimError, StateUnwritable
 from .blobs import Bounded, Limits, Reader, Verified, decompressor, sniff
 from .cache import Cache, Materialized, materialize, snapshot_key
 from .config_gen import generate
@@ -61,17 +63,33 @@ def create_bundle(
     ``bundle_dir`` must be missing or empty.  Layers are unpacked once into the cache under
     ``state_root`` and shared (``cache.py``).  The config.json is validated as ``sandbox-shim
     validate`` would; on any error nothing of the bundle is left behind.
-    Raises ImageInvalid (image, limits, hostile entries), BundleInvalid (the generated config),
-    UsageError (``bundle_dir`` not empty), ShimError (the host refused a read or write: path and why).
+    Raises ImageInvalid (image, limits, hostile entries; exit 3), BundleInvalid (the generated
+    config; 3), UsageError (``bundle_dir`` not empty; 2); when the host refuses a read or write
+    (``OSError``), by where: StateUnwritable (the layer cache under ``state_root``; 11),
+    OutputUnwritable (``bundle_dir``; 74), else ImageInvalid (the image could not be read; 3).
     """
-    from ..errors import ShimError
-
     try:
         return _create_bundle(reference, bundle_dir, state_root, opts, progress)
     except OSError as e:
-        raise ShimError(
-            f"bundle create: {e.strerror or e}: {e.filename or bundle_dir}", "check the paths and permissions"
-        ) from e
+        raise _host_refused(e, bundle_dir, state_root) from e
+
+
+def _host_refused(e: OSError, bundle_dir: str, state_root: str) -> ShimError:
+    """The documented error for an ``OSError`` of ``create_bundle``, by the path it names (README
+    "Exit statuses"): the cache is state, the bundle is the caller's output, anything else is input
+    (a path on the way to the state root or the bundle, a parent ``makedirs`` met, counts as it)."""
+    path = os.fsdecode(e.filename) if e.filename is not None else bundle_dir
+    why = e.strerror or str(e)
+
+    def on_the_way(root: str) -> bool:  # ``root`` itself, inside it, or one of its parents (makedirs)
+        a, b = os.path.abspath(path), os.path.abspath(root)
+        return a == b or a.startswith(b.rstrip(os.sep) + os.sep) or b.startswith(a.rstrip(os.sep) + os.sep)
+
+    if on_the_way(state_root):
+        return StateUnwritable(path, e.errno or 0, why)
+    if on_the_way(bundle_dir):
+        return OutputUnwritable(f"bundle {path}", why, "check the bundle directory's permissions and space")
+    return ImageInvalid(f"cannot read the image: {why}: {path}", "check the paths and permissions")
 
 
 def _create_bundle(
@@ -79,7 +97,7 @@ def _create_bundle(
 ) -> Result:
     from ..errors import UsageError
 
-    if not hasattr(os, "O_DIRECTORY"):
+    if sys.platform == "win32":  # no O_DIRECTORY, fchown, flock: a POSIX host
         raise UsageError(
             "bundle create --image needs a POSIX host (directory file descriptors)",
             "run it on Linux (or macOS) and copy the bundle",
@@ -148,7 +166,7 @@ def _unpack(
     image: Image, cache: Cache, key: str, opts: Options, report: LayerReport, say: Callable[[str], None]
 ) -> str:
     diff_ids = [la.diff_id for la in image.layers]
-    chown = os.geteuid() == 0
+    chown = posix.geteuid() == 0
     # an image built on a cached one (its first k layers are that image's layers): start from its snapshot
     base = next(
         (

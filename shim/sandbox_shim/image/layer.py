@@ -25,6 +25,7 @@ import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .. import posix
 from .errors import ImageInvalid
 from .rootdir import RootDir, remove_at, split_entry
 
@@ -97,7 +98,7 @@ class Applier:
     keep_setuid: bool = False
     max_entries: int = MAX_ENTRIES
     report: LayerReport = field(default_factory=LayerReport)
-    _chown: bool = field(default_factory=lambda: os.geteuid() == 0)
+    _chown: bool = field(default_factory=lambda: posix.geteuid() == 0)
 
     def apply(self, stream: Reader, what: str, progress: Callable[[], None] | None = None) -> None:
         """Read the tar ``stream`` to its end-of-archive and apply every entry.  Raises ImageInvalid."""
@@ -174,14 +175,19 @@ class Applier:
         if m.isdir():
             if old is None or not stat.S_ISDIR(old.st_mode):
                 os.mkdir(name, 0o700, dir_fd=pfd)
-            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+            fd = os.open(
+                name, os.O_RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW | posix.O_CLOEXEC, dir_fd=pfd
+            )
             try:
                 self._meta_fd(fd, m)
             finally:
                 os.close(fd)
         elif m.isreg():
             fd = os.open(
-                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=pfd
+                name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | posix.O_NOFOLLOW | posix.O_CLOEXEC,
+                0o600,
+                dir_fd=pfd,
             )
             try:
                 src = tf.extractfile(m)
@@ -232,18 +238,18 @@ class Applier:
     def _meta_fd(self, fd: int, m: tarfile.TarInfo) -> None:
         if self._chown:
             try:
-                os.fchown(fd, m.uid, m.gid)
+                posix.fchown(fd, m.uid, m.gid)
             except OSError:
                 self.report.chown_failed += 1
         else:
             self.report.chown_failed += 1
-        os.fchmod(fd, self._mode(m))  # after chown, which clears setuid bits
+        posix.fchmod(fd, self._mode(m))  # after chown, which clears setuid bits
 
     def _chown_at(self, pfd: int, name: str, m: tarfile.TarInfo) -> None:
         if not self._chown:
             self.report.chown_failed += 1
             return
         try:
-            os.chown(name, m.uid, m.gid, dir_fd=pfd, follow_symlinks=False)
+            posix.chown(name, m.uid, m.gid, dir_fd=pfd)
         except OSError:
             self.report.chown_failed += 1

@@ -21,6 +21,7 @@ import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .. import posix
 from .errors import ImageInvalid
 
 _SYS_OPENAT2 = 437  # the same number on every Linux architecture (include/uapi/asm-generic/unistd.h)
@@ -107,7 +108,7 @@ class RootDir:
 
     def __init__(self, path: str, in_root: bool | None = None) -> None:
         self.path = path
-        self.fd = os.open(path, _DIR_FLAGS | os.O_NOFOLLOW)
+        self.fd = os.open(path, _DIR_FLAGS | posix.O_NOFOLLOW)
         self.in_root = have_openat2() if in_root is None else in_root
 
     def close(self) -> None:
@@ -124,7 +125,7 @@ class RootDir:
         try:
             for i, comp in enumerate(parts):
                 try:
-                    nfd = os.open(comp, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+                    nfd = os.open(comp, _DIR_FLAGS | posix.O_NOFOLLOW, dir_fd=fd)
                 except OSError as e:
                     if e.errno in (errno.ELOOP, errno.ENOTDIR) and stat.S_ISLNK(
                         os.stat(comp, dir_fd=fd, follow_symlinks=False).st_mode
@@ -198,7 +199,7 @@ class RootDir:
         """Contents of the regular file ``rel`` inside the root (symlinks resolved inside it), at most
         ``limit`` bytes; None if missing or not a regular file."""
         parts = split_entry(rel)
-        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # O_NONBLOCK: a FIFO must not hang us
+        flags = os.O_RDONLY | posix.O_NONBLOCK | posix.O_CLOEXEC  # O_NONBLOCK: a FIFO must not hang us
         try:
             if self.in_root:
                 fd = openat2(self.fd, "/".join(parts), flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
@@ -206,7 +207,7 @@ class RootDir:
                 with self.at(parts, create=False) as pfd:
                     if pfd is None:
                         return None
-                    fd = os.open(parts[-1], flags | os.O_NOFOLLOW, dir_fd=pfd)
+                    fd = os.open(parts[-1], flags | posix.O_NOFOLLOW, dir_fd=pfd)
         except (OSError, ImageInvalid):
             return None
         try:
@@ -227,7 +228,7 @@ def remove_at(pfd: int, name: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=pfd)
         return
-    fd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=pfd)  # never a link: it was lstat'd a directory
+    fd = os.open(name, _DIR_FLAGS | posix.O_NOFOLLOW, dir_fd=pfd)  # never a link: it was lstat'd a directory
     try:
         for child in os.listdir(fd):
             remove_at(fd, child)

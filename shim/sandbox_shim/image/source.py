@@ -26,6 +26,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import IO, Any
 
+from .. import posix
 from .blobs import Descriptor, descriptor, parse_json, read_json_blob
 from .errors import ImageInvalid
 
@@ -98,7 +99,7 @@ class LayoutDir(Store):
     def open(self, desc: Descriptor) -> IO[bytes]:
         p = os.path.join(self.path, "blobs", "sha256", desc.hex)
         try:
-            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(p, os.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK | posix.O_CLOEXEC)
         except OSError as e:
             raise ImageInvalid(
                 f"blob {desc.digest[:19]}: {e.strerror} ({p})", "the layout is incomplete; copy it again"

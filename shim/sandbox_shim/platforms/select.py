@@ -9,7 +9,8 @@ platform folder's mechanism class and fails when ``_contract`` does not name it)
 
 What the core asks of a platform beyond the ``Mechanism`` protocol is host facts that exist before
 any mechanism does: the probes to register, the capability cache's key, config rules that need only
-the config (``bundle.load``), the seccomp architectures of the features document, and where bwrap is.
+the config (``bundle.load``), the seccomp architectures and libseccomp version of the features
+document, and where bwrap is.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 
 TYPE_CHECKING = False  # typing is not imported at run time: the lifecycle verbs import this module
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
     from ..errors import BundleProblem
@@ -80,6 +82,7 @@ def register_probes() -> None:
     All three are imported on every OS: a name is known everywhere (``sandbox-shim.requires`` is
     checked against the registry) and reports unavailable where it does not apply."""
     from .darwin import probes as _darwin  # noqa: F401
+    from .linux import kernel_probes as _kernel  # noqa: F401
     from .linux import probes as _linux_probes  # noqa: F401
     from .windows import probes as _windows  # noqa: F401
 
@@ -115,11 +118,41 @@ def seccomp_arches() -> tuple[str, ...]:
     return tuple(ARCHES)
 
 
+def libseccomp_version() -> str:
+    """The loaded libseccomp's version ``"major.minor.micro"`` (seccomp_version(3)).
+
+    Raises: ImportError / OSError when pyseccomp or libseccomp.so cannot be loaded."""
+    from .linux.kernel_probes import libseccomp_version as version
+
+    return version()
+
+
 def bwrap_path() -> str | None:
     """The bwrap binary create runs (``$SANDBOX_SHIM_BWRAP``, PATH, ``/usr/bin/bwrap``), or None."""
     from .linux.locate import bwrap_path as find
 
     return find()
+
+
+def bare_control_argv(
+    rootfs: str,
+    storage: str,
+    storage_inside: str,
+    capabilities: Sequence[str],
+    share_net: bool,
+    command: Sequence[str],
+) -> list[str] | None:
+    """The conformance suite's control outside the tenant profile (``platforms/linux/bare.py``: the
+    rootfs under bare bwrap, capabilities kept), or None where there is none (off Linux, no bwrap)."""
+    if not _linux():
+        return None
+    from .linux.bare import control_argv
+    from .linux.locate import bwrap_path as find
+
+    exe = find()
+    if exe is None:
+        return None
+    return control_argv(exe, rootfs, storage, storage_inside, capabilities, share_net, command)
 
 
 def bwrap_version() -> str | None:

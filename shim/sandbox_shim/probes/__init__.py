@@ -3,15 +3,15 @@
 Modules:
   ``proc``    cheap proc(5) reads (``/proc/self/status`` fields, sysctls) shared by all.
   ``child``   running a trial in a forked child; libc through ctypes.
-  ``kernel``  namespaces (unshare(2)), no_new_privs, seccomp, Landlock.
-  ``host``    registers the platforms' probes (bwrap, cgroups, sandbox-exec, Job Objects), which live
-              in ``platforms/<os>/probes.py``, through the composition point ``platforms.select``.
+  ``host``    registers the platforms' probes (bwrap, cgroups, sandbox-exec, Job Objects; the kernel's
+              namespaces, no_new_privs, seccomp and Landlock in ``platforms/linux/kernel_probes.py``),
+              which live in ``platforms/<os>/``, through the composition point ``platforms.select``.
   ``cache``   the cross-process cache (``cached_report``, ``cache_key``).
 
 Every report says what was tried (``measured_by``) and, when unavailable, why in words a person can
-act on (``detail``).  ``capability._load_probes()`` imports ``kernel`` and ``host``, which register
-their probes.  The names below are loaded on first use (PEP 562), so ``from . import probes`` is free
-and a cache hit on a lifecycle verb never loads ctypes or runs a program.
+act on (``detail``). ``capability._load_probes()`` imports ``host``, which registers them. The names
+below are loaded on first use (PEP 562), so ``from . import probes`` is free and a cache hit on a
+lifecycle verb never loads ctypes or runs a program.
 """
 
 from __future__ import annotations
@@ -19,13 +19,6 @@ from __future__ import annotations
 from .._lazy import lazy_exports
 
 _LAZY: dict[str, str] = {
-    "NAMESPACES": "kernel",
-    "UNSHARE": "kernel",
-    "probe_namespace": "kernel",
-    "probe_no_new_privs": "kernel",
-    "probe_seccomp": "kernel",
-    "probe_landlock": "kernel",
-    "libseccomp_version": "kernel",
     "in_child": "child",
     "CHILD_TIMEOUT": "child",
     "PROBES_VERSION": "cache",
@@ -42,7 +35,6 @@ def load_all() -> None:
     """Import the modules that register probes with ``capability.register``."""
     from importlib import import_module
 
-    import_module(f"{__name__}.kernel")
     import_module(f"{__name__}.host")
 
 

@@ -14,6 +14,7 @@ import os
 import sys
 
 from .. import fastjson as json  # start reads the cache on every call: no json, re, enum
+from .. import posix
 from ..capability import Capability
 from .proc import read as _read
 from .proc import status_fields
@@ -74,11 +75,11 @@ def cache_key() -> dict[str, str]:
 def _load(path: str, key: dict[str, str]) -> dict[str, dict[str, object]]:
     """The reports of the cache file at ``path`` if it is ours and its key is ``key``, else {}."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | posix.O_NOFOLLOW | posix.O_CLOEXEC)
     except OSError:
         return {}
     try:
-        if os.fstat(fd).st_uid != os.geteuid():
+        if os.fstat(fd).st_uid != posix.geteuid():
             return {}
         with os.fdopen(fd, "rb", closefd=False) as fh:
             doc = json.loads(fh.read())
@@ -95,7 +96,7 @@ def _store(cache_dir: str, key: dict[str, str], reports: dict[str, dict[str, obj
     """Write the cache atomically: a temp file in ``cache_dir``, fsync, ``os.replace``."""
     os.makedirs(cache_dir, mode=0o700, exist_ok=True)
     tmp = os.path.join(cache_dir, f".capabilities-{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump({"key": key, "reports": reports}, fh)

@@ -12,6 +12,7 @@ import functools
 import os
 import select
 import signal
+import sys
 from collections.abc import Callable
 
 CHILD_TIMEOUT = 5.0  # seconds a probe child may take before it is killed and reported
@@ -49,6 +50,8 @@ def in_child(trial: Callable[[], str]) -> tuple[bool, str]:
     ``"<ERRNAME> from <what>"`` text.  A child killed by a signal (e.g. SIGSYS from a seccomp
     filter) or running past ``CHILD_TIMEOUT`` seconds is a failure.  Never raises.
     """
+    if sys.platform == "win32":
+        return False, "no fork(2) on Windows: the probe cannot run there"
     _libc()
     try:
         r, w = os.pipe()

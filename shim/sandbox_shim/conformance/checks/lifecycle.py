@@ -13,6 +13,7 @@ import signal
 import time
 from collections.abc import Callable
 
+from ... import posix
 from ..helpers import ERROR, FAIL, PASS, Outcome, check, marker, split
 from ..target import BundleHandle, ConformanceTarget
 
@@ -159,7 +160,7 @@ def state_after_death(t: ConformanceTarget) -> Outcome:
         pid = t.host_pid(sid) if printed else 0
         if t.state(sid) != "running" or not printed or not pid:
             return Outcome("failed", "not run", ERROR, f"control: the sandbox did not run ({t.state(sid)})")
-        os.kill(pid, signal.SIGKILL)  # dies behind the runtime's back (OOM killer, operator)
+        os.kill(pid, posix.SIGKILL)  # dies behind the runtime's back (OOM killer, operator)
         now = _until(t, sid, "stopped")
         code = t.exit_status(sid)
         kill = _refused(lambda: t.kill(sid, signal.SIGTERM), "InvalidState")
@@ -169,7 +170,7 @@ def state_after_death(t: ConformanceTarget) -> Outcome:
             t.delete(sid, force=True)
     if now != "stopped":
         return Outcome("ok", "succeeded", FAIL, f"state still says {now} after its process died")
-    if code != 128 + signal.SIGKILL or kill != "InvalidState" or delete is not None:
+    if code != 128 + posix.SIGKILL or kill != "InvalidState" or delete is not None:
         return Outcome(
             "ok",
             "unclear",
@@ -193,7 +194,7 @@ def reconcile(t: ConformanceTarget) -> Outcome:
         before = t.list_running()
         if not printed or [before.get(s) for s in sids] != ["running", "running"]:
             return Outcome("failed", "not run", ERROR, f"control: list_running gave {before}")
-        os.kill(t.host_pid(sids[1]), signal.SIGKILL)
+        os.kill(t.host_pid(sids[1]), posix.SIGKILL)
         fresh = t.reopen()  # a new process on the same state: everything it knows comes from the mechanism
         deadline = time.monotonic() + 10
         after = fresh.list_running()

@@ -1,10 +1,11 @@
 """``DarwinSeatbeltMechanism``: the ``Mechanism`` protocol on macOS ``sandbox-exec`` (tenant bundles).
 
-create (``provision``): plan (``plan.py``), refuse on missing capabilities, write the tenant SBPL
-profile (``tenant_profile``) into the state dir, **compile-check** it by running ``/usr/bin/true``
-under the very launch command (a rule this macOS rejects is a ``CannotEnforce`` with sandbox-exec's
-message, never the workload's exit status), then start the held monitor (``launcher.py``) whose
-command is ``/usr/bin/env -i ENV... sandbox-exec -f PROFILE -D NAME=PATH... -- PROGRAM ARGS``.
+create (``provision``): plan (``plan.py``), refuse on missing capabilities (``trials.py`` tries
+them), write the tenant SBPL profile into the state dir, **compile-check** it by running
+``/usr/bin/true`` under the very launch command (``command.py``: a rule this macOS rejects is a
+``CannotEnforce`` with sandbox-exec's message, never the workload's exit status), then start the held
+monitor (``launcher.py``) whose command is ``/usr/bin/env -i ENV... sandbox-exec -f PROFILE -D
+NAME=PATH... -- PROGRAM ARGS``.
 start: release the FIFO.  kill: the workload (the monitor's child), or with ``all_processes`` every
 member of the process group but the monitor (so it still records the status).  delete: SIGKILL to
 the process group.  usage: psutil over the monitor's descendants.  The wall clock is enforced by
@@ -21,137 +22,23 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 
 from ...capability import Capability
-from ...errors import CannotEnforce, CapabilityUnavailable, LaunchFailed, LimitExceeded
+from ...errors import CapabilityUnavailable, LaunchFailed, LimitExceeded
 from ...mechanism import Identity, ProvisionOptions, Sandbox, Status, Usage
 from . import launcher
-from .plan import NOT_ON_MACOS, PROBED, DarwinPlan, check_requirements, plan_from_spec
-from .seatbelt import RUNTIME_READ, SANDBOX_EXEC, Profile, build_profile
+from .command import TRUE, compile_check, launch_argv, tenant_profile
+from .plan import DarwinPlan, check_requirements, plan_from_spec
+from .seatbelt import SANDBOX_EXEC
+from .trials import darwin_capabilities
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ...bundle import Spec
     from ...mechanism import CgroupControl, ExecSpec, HostRecord, LaunchPlan, Started
     from ...state import StateStore
-
-ENV = "/usr/bin/env"
-TRUE = "/usr/bin/true"
-COMPILE_TIMEOUT = 20.0  # seconds
-MECHANISM = "sandbox-exec"
-#: the runtime read set plus ``/private/var/select``: macOS ``/bin/sh`` is a trampoline that execs the
-#: shell named by the symlink ``/private/var/select/sh`` (so ``#!/bin/sh`` scripts need to read it).
-TENANT_READ = (*RUNTIME_READ, "/private/var/select")
-
-
-def _ancestors(paths: Sequence[str]) -> list[str]:
-    """Every proper ancestor directory of ``paths`` except ``/``, sorted."""
-    out: set[str] = set()
-    for p in paths:
-        d = os.path.dirname(p)
-        while d not in ("/", ""):
-            out.add(d)
-            d = os.path.dirname(d)
-    return sorted(out)
-
-
-def tenant_profile(
-    plan: DarwinPlan,
-    *,
-    resolve: Callable[[str], str] = os.path.realpath,
-    runtime_read: Sequence[str] = TENANT_READ,
-) -> Profile:
-    """The deny-default SBPL profile of a tenant bundle.
-
-    Order (a later matching rule wins): the builder's header, the runtime read set, the blanket deny
-    of the bundles root (the bundle's parent: sibling tenants and this bundle's own config.json),
-    unless that parent contains a runtime path or is ``/``; ``(allow network*)`` only for
-    ``network == "host"``, else a deny of the DNS services' mach-lookup (mDNSResponder); then,
-    after the deny, the rootfs read-only (``ROOTFS``), storage read-write or read-only
-    (``STORAGE``) and metadata of their ancestors (``TMETA_i``).  Every path goes through
-    ``resolve`` (macOS: ``/tmp`` -> ``/private/tmp``) and is a ``-D`` parameter.
-
-    Returns: the ``Profile`` (text + params).  Raises: ValueError for a relative path.
-    """
-    runtime = [resolve(p) for p in runtime_read]
-    parent = resolve(os.path.dirname(plan.bundle))
-    covers_runtime = any(r == parent or r.startswith(parent.rstrip("/") + "/") for r in runtime)
-    deny = [] if parent == "/" or covers_runtime else [parent]
-    base = build_profile(runtime, [], network=plan.network == "host", deny=deny, resolve=resolve)
-    params = dict(base.params)
-    rootfs = resolve(plan.rootfs)
-    params["ROOTFS"] = rootfs
-    lines = []
-    if plan.network != "host":  # the header allows mach-lookup; name resolution by proxy would leak
-        lines.append(
-            '(deny mach-lookup (global-name "com.apple.dnssd.service") '
-            '(global-name "com.apple.mDNSResponder"))'
-        )
-    lines += [
-        "; the bundle, after the deny: rootfs read-only, storage as mounted",
-        '(allow file-read* (subpath (param "ROOTFS")))',
-    ]
-    granted = [rootfs]
-    if plan.storage:
-        params["STORAGE"] = resolve(plan.storage)
-        granted.append(params["STORAGE"])
-        access = "file-read*" if plan.storage_readonly else "file-read* file-write*"
-        lines.append(f'(allow {access} (subpath (param "STORAGE")))')
-    meta = _ancestors(granted)
-    if meta:
-        refs = []
-        for i, p in enumerate(meta):
-            params[f"TMETA_{i}"] = p
-            refs.append(f'(literal (param "TMETA_{i}"))')
-        lines.append("(allow file-read-metadata\n  " + "\n  ".join(refs) + ")")
-    return Profile(base.text + "\n".join(lines) + "\n", params)
-
-
-def launch_argv(
-    plan: DarwinPlan,
-    profile: Profile,
-    profile_file: str,
-    *,
-    program: Sequence[str] | None = None,
-    sandbox_exec: str = SANDBOX_EXEC,
-) -> list[str]:
-    """``env -i NAME=VALUE... sandbox-exec -f FILE -D NAME=PATH... -- PROGRAM ARGS``.
-
-    ``program`` replaces ``plan.args`` (the compile check passes ``["/usr/bin/true"]``).
-    """
-    env = [f"{k}={v}" for k, v in plan.env.items()]
-    return [
-        ENV,
-        "-i",
-        *env,
-        sandbox_exec,
-        "-f",
-        profile_file,
-        *profile.define_args(),
-        "--",
-        *(program if program is not None else plan.args),
-    ]
-
-
-def compile_check(argv: Sequence[str], timeout: float = COMPILE_TIMEOUT) -> None:
-    """Run ``argv`` (a launch argv whose program is ``/usr/bin/true``); exit 0 or ``CannotEnforce``.
-
-    Raises:
-        CannotEnforce("seatbelt", sandbox-exec's message): the profile was rejected or did not apply.
-    """
-    try:
-        r = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, env=launcher.MONITOR_ENV
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise CannotEnforce("seatbelt", f"sandbox-exec did not run: {e}") from e
-    if r.returncode != 0:
-        msg = (r.stderr.strip() or r.stdout.strip())[:400]
-        raise CannotEnforce("seatbelt", f"sandbox-exec rejected the profile (exit {r.returncode}): {msg}")
-
 
 #: the report ``exec`` refuses with (exit status 4, "not available")
 EXEC_UNAVAILABLE = Capability(
@@ -230,6 +117,10 @@ class DarwinSeatbeltMechanism:
         if missing:
             raise CapabilityUnavailable(missing)
 
+    def preflight(self, spec: Spec) -> None:
+        """Nothing: ``make_plan`` resolves ``args[0]`` inside the rootfs (``plan._program``) and raises
+        ``CouldNotRun`` there, before anything is made."""
+
     def provision(self, sandbox: Sandbox, plan: LaunchPlan, options: ProvisionOptions) -> Identity:
         """OCI create: profile written and compile-checked, monitor held on the FIFO.
 
@@ -299,6 +190,10 @@ class DarwinSeatbeltMechanism:
     def exit_status(self, sandbox: Sandbox) -> int | None:
         """The status the monitor recorded (128+n for a signal), or None while running / unknown."""
         return launcher.read_status(sandbox.private.get("status_file", ""))
+
+    def same_process(self, pid: int, start: float | None) -> bool:
+        """``pid`` runs, not a zombie, and started at ``start`` (psutil's create_time, seconds)."""
+        return launcher.running(pid, start)
 
     def alive(self, sandbox: Sandbox) -> bool:
         """True while the monitor (same pid and start time) runs and has recorded no status."""
@@ -446,149 +341,3 @@ def _unlink(path: str | None) -> None:
     if path:
         with contextlib.suppress(OSError):
             os.unlink(path)
-
-
-# ---- capability probes: each one tried on this host (a control that must pass, then the breach) ----
-
-_MARK = "sandbox-shim-probe-ok"
-
-
-def _run(argv: Sequence[str], preexec: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        list(argv),
-        capture_output=True,
-        text=True,
-        timeout=COMPILE_TIMEOUT,
-        preexec_fn=preexec,
-        env=launcher.MONITOR_ENV,
-    )
-
-
-def _sbpl(read: Sequence[str], network: bool) -> Profile:
-    return build_profile([*RUNTIME_READ, *read], [], network=network)
-
-
-def _under(profile: Profile, argv: Sequence[str], sandbox_exec: str) -> subprocess.CompletedProcess[str]:
-    return _run([sandbox_exec, "-p", profile.text, *profile.define_args(), "--", *argv])
-
-
-def _trial(
-    name: str,
-    measured: str,
-    control: Callable[[], subprocess.CompletedProcess[str]],
-    breach: Callable[[], subprocess.CompletedProcess[str]],
-) -> Capability:
-    try:
-        c = control()
-        if c.returncode != 0 or _MARK not in c.stdout:
-            return Capability(
-                name, False, MECHANISM, f"control failed ({c.returncode}): {c.stderr[:200]}", measured
-            )
-        b = breach()
-    except (OSError, subprocess.SubprocessError) as e:
-        return Capability(name, False, MECHANISM, f"cannot run the trial: {e}", measured)
-    if _MARK in b.stdout:
-        return Capability(name, False, MECHANISM, "the breach succeeded: not enforced here", measured)
-    return Capability(name, True, MECHANISM, "", measured)
-
-
-def _rlimit(*limits: tuple[str, int]) -> Callable[[], None]:
-    import resource
-
-    def apply() -> None:  # in the forked child
-        for kind, value in limits:
-            resource.setrlimit(getattr(resource, kind), (value, value))
-
-    return apply
-
-
-def darwin_capabilities(sandbox_exec: str = SANDBOX_EXEC) -> list[Capability]:
-    """Probe what this mechanism can enforce here; every report is a trial, never a version check.
-
-    * ``seatbelt``: the tenant-shaped deny-default profile runs ``/usr/bin/true`` under sandbox-exec.
-    * ``filesystem.confinement``: ``/bin/cat`` of a temp file prints it when granted (control) and
-      is refused without the grant (breach).
-    * ``network.deny``: ``/usr/bin/nc -z`` to a listener on 127.0.0.1 connects with
-      ``(allow network*)`` and fails without it.
-    * ``rlimit.memory``: a Python child allocates 1 GiB; refused under RLIMIT_AS+RLIMIT_DATA 256 MiB.
-    * ``rlimit.cpu``: a Python child spinning is stopped within RLIMIT_CPU 1 s.
-    * ``rlimit.nproc``: fork(2) in a Python child fails under RLIMIT_NPROC 1.
-    Names in ``NOT_ON_MACOS`` are always unavailable.  Off macOS every report is unavailable.
-
-    Returns: one ``Capability`` per name; never raises.
-    """
-    fixed = [Capability(n, False, MECHANISM, why, "not provided by macOS") for n, why in NOT_ON_MACOS.items()]
-    if sys.platform != "darwin":
-        return [Capability(n, False, MECHANISM, "not macOS", "sys.platform") for n in PROBED] + fixed
-    import socket
-    import tempfile
-
-    out: list[Capability] = []
-    base, measured = _sbpl([], False), "sandbox-exec -p <deny default> -D ... -- /usr/bin/true"
-    try:
-        compile_check([sandbox_exec, "-p", base.text, *base.define_args(), "--", TRUE])
-        out.append(Capability("seatbelt", True, MECHANISM, "", measured))
-    except CannotEnforce as e:
-        out.append(Capability("seatbelt", False, MECHANISM, e.detail, measured))
-    with tempfile.TemporaryDirectory() as tmp:
-        f = os.path.join(os.path.realpath(tmp), "probe")
-        with open(f, "w") as fh:
-            fh.write(_MARK)
-        out.append(
-            _trial(
-                "filesystem.confinement",
-                "/bin/cat of a file granted vs not granted",
-                lambda: _under(_sbpl([f], False), ["/bin/cat", f], sandbox_exec),
-                lambda: _under(_sbpl([], False), ["/bin/cat", f], sandbox_exec),
-            )
-        )
-    with socket.socket() as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(4)
-        port = str(srv.getsockname()[1])
-        nc = ["/bin/sh", "-c", f"/usr/bin/nc -z -w 3 127.0.0.1 {port} && echo {_MARK}"]
-        out.append(
-            _trial(
-                "network.deny",
-                "nc -z 127.0.0.1 with and without (allow network*)",
-                lambda: _under(_sbpl([], True), nc, sandbox_exec),
-                lambda: _under(_sbpl([], False), nc, sandbox_exec),
-            )
-        )
-    py = sys.executable
-    alloc = [py, "-c", f"b = bytearray(1 << 30); b[::4096] = b'x' * len(b[::4096]); print('{_MARK}')"]
-    out.append(
-        _trial(
-            "rlimit.memory",
-            "1 GiB allocation with/without RLIMIT_AS+RLIMIT_DATA 256 MiB",
-            lambda: _run(alloc),
-            lambda: _run(alloc, _rlimit(("RLIMIT_AS", 1 << 28), ("RLIMIT_DATA", 1 << 28))),
-        )
-    )
-    spin = [
-        py,
-        "-c",
-        f"import time\nt = time.process_time()\nwhile time.process_time() - t < 3: pass\nprint('{_MARK}')",
-    ]
-    out.append(
-        _trial(
-            "rlimit.cpu",
-            "3 s CPU loop with/without RLIMIT_CPU 1 s",
-            lambda: _run(spin),
-            lambda: _run(spin, _rlimit(("RLIMIT_CPU", 1))),
-        )
-    )
-    fork = [
-        py,
-        "-c",
-        f"import os\npid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0)\nprint('{_MARK}')",
-    ]
-    out.append(
-        _trial(
-            "rlimit.nproc",
-            "fork(2) with/without RLIMIT_NPROC 1",
-            lambda: _run(fork),
-            lambda: _run(fork, _rlimit(("RLIMIT_NPROC", 1))),
-        )
-    )
-    return out + fixed

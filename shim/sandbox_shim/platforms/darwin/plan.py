@@ -92,7 +92,7 @@ NOT_ON_MACOS = {
     "cpu.rate": "macOS has no CPU quota for a process tree (only RLIMIT_CPU, a time budget)",
     "network.isolated": "no per-sandbox network stack on macOS (only allow-all or deny-all)",
 }
-#: the names the planner requires that ``mechanism.darwin_capabilities`` tries on the host (the
+#: the names the planner requires that ``trials.darwin_capabilities`` tries on the host (the
 #: ``NOT_ON_MACOS`` names are reported too, unavailable); ``probes.py`` registers both lists, so the
 #: capability registry, the report and ``sandbox-shim.requires`` use the planner's names
 PROBED = ("seatbelt", "filesystem.confinement", "network.deny", "rlimit.memory", "rlimit.cpu", "rlimit.nproc")

@@ -35,9 +35,9 @@ def probe_sandbox_exec() -> Capability:
 
 
 def _report(name: str) -> Capability:
-    """The report for ``name`` from the macOS trials (``mechanism.darwin_capabilities``, run once per
+    """The report for ``name`` from the macOS trials (``trials.darwin_capabilities``, run once per
     process: one trial run answers every name)."""
-    from .mechanism import darwin_capabilities
+    from .trials import darwin_capabilities
 
     global _reports
     if _reports is None:
@@ -50,10 +50,10 @@ def _report(name: str) -> Capability:
 _reports: dict[str, Capability] | None = None
 
 # Where macOS is the platform in use, the registry holds every name its planner requires
-# (``plan.plan_from_spec``: the trials of ``mechanism.PROBED`` and the ``NOT_ON_MACOS`` names), so
+# (``plan.plan_from_spec``: the trials of ``plan.PROBED`` and the ``NOT_ON_MACOS`` names), so
 # ``sandbox-shim.requires`` is checked against the one list the planner and the capability report
 # use.  A name another module already registers (``namespace.*``, ``seccomp``, ``no_new_privs``:
-# ``probes/kernel.py``) keeps its probe.
+# ``platforms/linux/kernel_probes.py``) keeps its probe.
 if sys.platform == "darwin":
     from ...capability import PROBES
     from .plan import NOT_ON_MACOS, PROBED

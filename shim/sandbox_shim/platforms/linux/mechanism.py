@@ -24,8 +24,9 @@ import os
 
 from ...errors import LaunchFailed
 from ...mechanism import Identity, ProvisionOptions, Sandbox, Status, Usage
-from ...state import proc_start_time, same_process
+from ...state import proc_start_time
 from . import process as procs
+from .process import same_process as _same_process
 
 TYPE_CHECKING = False  # typing is not loaded at run time: the lifecycle verbs stay cheap
 if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load them
@@ -92,6 +93,13 @@ class LinuxMechanism:
         root = getattr(self, "root", None)
         require(names, cache_dir=os.path.join(root, ".capabilities") if root else None)
 
+    def preflight(self, spec: Spec) -> None:
+        """``CouldNotRun`` when ``args[0]`` is not an executable file in the rootfs as bwrap lays it out
+        (``program.check``)."""
+        from .program import check
+
+        check(spec)
+
     # -- create ---------------------------------------------------------------------------------
     def provision(self, sandbox: Sandbox, plan: LaunchPlan, options: ProvisionOptions) -> Identity:
         """Launch bwrap held before user code; fill ``sandbox.private`` with pids, cgroup, files.
@@ -152,8 +160,8 @@ class LinuxMechanism:
                 undo.callback(os.close, null)
                 stdio = (null, null, null)
 
-            from ...tree_claims import claim
             from .bwrap import walked_trees
+            from .tree_claims import claim
 
             # no other live sandbox may write a tree this set-up makes mount points in (tree_claims)
             root = getattr(self, "root", None) or os.path.dirname(d)
@@ -414,7 +422,11 @@ class LinuxMechanism:
     def alive(self, sandbox: Sandbox) -> bool:
         """True while the container process (same pid and start time, not a zombie) runs."""
         p = sandbox.private
-        return same_process(p.get("pid", 0), p.get("pid_start"))
+        return _same_process(p.get("pid", 0), p.get("pid_start"))
+
+    def same_process(self, pid: int, start: float | None) -> bool:
+        """``pid`` runs, not a zombie, and started at ``start`` (proc(5) field 22 ticks)."""
+        return _same_process(pid, start)
 
     def cgroup(self, sandbox: Sandbox) -> CgroupManager | None:
         cg = sandbox.private.get("cgroup")
@@ -452,7 +464,7 @@ class LinuxMechanism:
     def workload_pid(self, sandbox: Sandbox) -> int:
         """The container process (``state.pid``): bwrap's child, which execve's the workload in place."""
         p = sandbox.private
-        return p["pid"] if same_process(p.get("pid", 0), p.get("pid_start")) else 0
+        return p["pid"] if _same_process(p.get("pid", 0), p.get("pid_start")) else 0
 
     def usage(self, sandbox: Sandbox) -> Usage:
         cg = self.cgroup(sandbox)
@@ -517,8 +529,8 @@ class LinuxMechanism:
     def remove_residue(self, store: StateStore, sandbox_id: str) -> list[str]:
         """Remove the cgroups, parents and network links recorded for ``sandbox_id`` (``residue.py``)
         and probe cgroups a killed prober left.  Returns problems, one line each."""
-        from ...tree_claims import drop
         from . import residue
+        from .tree_claims import drop
 
         problems = residue.remove(store, sandbox_id)
         residue.sweep_probe_cgroups()  # a prober killed mid-probe (a first create on this root) left these

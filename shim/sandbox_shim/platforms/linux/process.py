@@ -17,6 +17,16 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
+def same_process(pid: int, start: float | None) -> bool:
+    """True if ``pid`` is alive (not a zombie) and started at ``start`` (proc(5) field 22, as
+    ``mechanism.Identity`` records it on Linux)."""
+    from ...procstat import proc_start_time, proc_state
+
+    if not pid or start is None:
+        return False
+    return proc_start_time(pid) == start and proc_state(pid) not in (None, "Z", "X")
+
+
 def prctl(option: int, arg: int) -> None:
     """prctl(2) ``option`` with one argument.  Raises ``OSError`` with the kernel's errno."""
     import ctypes

@@ -153,6 +153,10 @@ class WindowsJobMechanism:
         if missing:
             raise CapabilityUnavailable(missing)
 
+    def preflight(self, spec: Spec) -> None:
+        """Nothing: CreateProcessW finds the program, and ``provision`` reports a missing one as
+        ``CouldNotRun`` with the job undone."""
+
     def provision(self, sandbox: Sandbox, plan: LaunchPlan, options: ProvisionOptions) -> Identity:
         """OCI create: a job with the plan's limits holding the suspended process.
 
@@ -288,6 +292,11 @@ class WindowsJobMechanism:
             return Status(sandbox.id, "stopped", 0, sandbox.bundle, {}, exit_status=code)
         state = "running" if sandbox.private.get("started") else "created"
         return Status(sandbox.id, state, int(sandbox.private["pid"]), sandbox.bundle, {})
+
+    def same_process(self, pid: int, start: float | None) -> bool:
+        """Always False: no start time is recorded here (a reused pid is told apart by
+        IsProcessInJob), so the library never signals a recorded pid itself; ``destroy`` closes the job."""
+        return False
 
     def alive(self, sandbox: Sandbox) -> bool:
         """True until the primary process ended (or the job is gone)."""

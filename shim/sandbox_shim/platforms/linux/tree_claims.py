@@ -19,9 +19,9 @@ from __future__ import annotations
 import fcntl
 import os
 
-from .errors import BundleInvalid, BundleProblem
-from .scoped import scoped
-from .state import proc_start_time, proc_state
+from ...errors import BundleInvalid, BundleProblem
+from ...scoped import scoped
+from ...state import proc_start_time, proc_state
 
 TYPE_CHECKING = False  # ``drop`` is on delete's path: no typing, collections or contextlib at run time
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class Claim:
 
 
 def _overlap(a: list[str], b: list[str]) -> tuple[str, str] | None:
-    from .paths import contains  # not on delete's path (``drop``): paths loads what the verbs avoid
+    from ...paths import contains  # not on delete's path (``drop``): paths loads what the verbs avoid
 
     for x in a:
         for y in b:

@@ -1,5 +1,7 @@
 """Probes of kernel features, each tried in a forked child: namespaces (unshare(2)), no_new_privs and
-seccomp (prctl(2), seccomp(2)), Landlock (landlock(7)).  Importing this module registers them.
+seccomp (prctl(2), seccomp(2)), Landlock (landlock(7)).  Importing this module registers them; the
+composition point imports it on every OS (``platforms.select.register_probes``), where each reports
+unavailable off Linux.
 
 Rules come from the man pages: unshare(2) (CLONE_NEW* flags and their errors), prctl(2)
 (PR_SET/GET_NO_NEW_PRIVS, PR_SET_SECCOMP), seccomp(2) (SECCOMP_MODE_FILTER, struct sock_fprog),
@@ -17,12 +19,12 @@ import sys
 from collections.abc import Callable
 from functools import partial
 
-from ..capability import Capability, register
-from .child import _call, _libc, _prctl, in_child
-from .proc import linux_only as _linux_only
-from .proc import read as _read
-from .proc import seccomp_note as _seccomp_note
-from .proc import status_field as _status_field
+from ...capability import Capability, register
+from ...probes.child import _call, _libc, _prctl, in_child
+from ...probes.proc import linux_only as _linux_only
+from ...probes.proc import read as _read
+from ...probes.proc import seccomp_note as _seccomp_note
+from ...probes.proc import status_field as _status_field
 
 UNSHARE = "unshare(2)"
 #: CLONE_NEW* flags, from <linux/sched.h> (unshare(2)); the probe name suffix -> (flag, /proc/self/ns entry)
