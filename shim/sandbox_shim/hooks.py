@@ -23,7 +23,6 @@ Hooks run through nsenter lose a custom ``args[0]`` (nsenter passes ``path`` as 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
@@ -138,8 +137,10 @@ def _run_one(phase: str, hook: Mapping[str, Any], state: dict[str, Any], ns_pid:
         try:
             rc = proc.wait(timeout=timeout if isinstance(timeout, int) and timeout > 0 else None)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(OSError):
+            try:
                 posix.killpg(proc.pid, posix.SIGKILL)
+            except OSError:
+                pass
             proc.wait()
             return f"{phase} hook {path}: timed out after {timeout} s (killed)"
         if rc == 0:
@@ -178,7 +179,9 @@ def run(
         if phase in REQUIRED:
             raise HookFailed(problem, "fix the hook (runtime-spec config.md hooks); sandbox destroyed")
         warnings.append(problem)
-        with contextlib.suppress(OSError):
+        try:
             sys.stderr.write(f"sandbox-shim: warning: {problem}\n")
             sys.stderr.flush()
+        except OSError:
+            pass
     return warnings

@@ -252,5 +252,6 @@ def _remove_cgroups(store: StateStore, info: dict[str, Any]) -> list[str]:
                 os.rmdir(p)
             except OSError:
                 pass  # never made, gone, or holding another cgroup
-        store.write_cgroup_parents(left)
+        if set(left) != set(shared):  # unchanged (the common case: every parent still holds another cgroup):
+            store.write_cgroup_parents(left)  # no rewrite, no fsyncs under the host-wide lock
     return problems
