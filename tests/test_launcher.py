@@ -108,3 +108,35 @@ def test_exit_status_and_arguments_pass_through(tmp_path: Path) -> None:
     assert p.returncode == 2 and "invalid container id 'no such id'" in p.stderr, p.stderr  # one argument
     p = subprocess.run([str(launcher), "--root", str(tmp_path / "state"), "state", "a"], capture_output=True)
     assert p.returncode == 6, p.stderr
+
+
+def test_a_symlink_to_the_launcher_runs_the_venv_it_points_into(tmp_path: Path) -> None:
+    """pipx's layout: the venv's command linked from a directory on PATH that holds no python3.  The
+    interpreter and the package are the venv's (the control: the same link to a venv without the
+    package fails to import, so the package is not found some other way)."""
+    launcher, sp = make_venv(tmp_path / "venv")
+    (sp / "sandbox_shim").symlink_to(PACKAGE)
+    on_path = tmp_path / "bin"
+    on_path.mkdir()
+    (on_path / "sandbox-shim").symlink_to(launcher)
+    env = {"PATH": f"{on_path}:/usr/bin:/bin"}
+    p = subprocess.run(
+        ["sandbox-shim", "--root", str(tmp_path / "state"), "state", "nope"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert (p.returncode, p.stdout) == (6, ""), p.stderr
+    assert not (tmp_path / "venv" / "site-ran").exists()
+    (sp / "sandbox_shim").unlink()
+    p = subprocess.run(
+        ["sandbox-shim", "--root", str(tmp_path / "state"), "state", "nope"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert p.returncode == 1 and "No module named 'sandbox_shim'" in p.stderr, p.stderr
