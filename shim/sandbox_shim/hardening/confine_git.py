@@ -427,8 +427,10 @@ def check_snapshot(path: str | None) -> list[str]:
 
 
 def walk_cache(directory: str, roots: Sequence[str]) -> str:
-    """The ``git_dirs`` cache file for ``roots`` in ``directory`` (the journal directory)."""
-    import zlib
-
-    key = zlib.crc32(b"\0".join(os.fsencode(r) for r in roots))
+    """The ``git_dirs`` cache file for ``roots`` in ``directory`` (the journal directory), named by
+    the 32-bit FNV-1a hash of the roots (a name, not a check: the cache holds the roots' own paths;
+    no ``zlib``, whose import costs confine's start-up a shared library)."""
+    key = 0x811C9DC5
+    for byte in b"\0".join(os.fsencode(r) for r in roots):
+        key = ((key ^ byte) * 0x01000193) & 0xFFFFFFFF
     return os.path.join(directory, f"walk-{key:08x}")

@@ -98,13 +98,15 @@ def sweep(directory: str | None, remove: Callable[[Sequence[str]], None]) -> int
         return 0
     done = 0
     for name in names:
-        path = os.path.join(directory, name)
+        if name.startswith("walk-"):  # confine_git's walk caches share the directory: no journal
+            continue
         temporary = name.endswith(".tmp")
         git = name.endswith(".git") or name.endswith(".git.tmp")
         base = name.removeprefix(".").removesuffix(".tmp").removesuffix(".git")
         pid, _, started = base.partition("-")
         if not pid.isdigit() or start_time(int(pid)) == started:
             continue  # its owner still runs
+        path = os.path.join(directory, name)
         try:
             with open(path, "rb") as fh:
                 paths = [os.fsdecode(p) for p in fh.read().split(b"\0") if p]
