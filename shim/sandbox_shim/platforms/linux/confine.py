@@ -225,8 +225,11 @@ def render(
     Raises: CannotEnforce("bwrap" | "landlock", detail): bwrap unusable; Landlock required but absent.
     """
     from ...errors import CannotEnforce
+    from ...hardening.confine_launch import read_ahead
 
     path = bwrap_path(bwrap)
+    native = native_helper()
+    read_ahead([path, native] if native is not None else [path])  # exec'd in a moment: from disk now
     if trial:
         cap = probe_bwrap(bwrap)
         if not cap.available:
@@ -276,7 +279,6 @@ def render(
     layers.append("seccomp: no TIOCSTI/TIOCLINUX")
     ro_inside = [p for p in (*sets.read_only, *sets.islands) if not os.path.islink(p)] + ["/proc"]
     rw_inside = [*sets.read_write, "/tmp"]
-    native = native_helper()
     if native is not None and egress is None:
         argv += ["--ro-bind", native, NATIVE_INSIDE]
         program = native_argv(
