@@ -21,7 +21,8 @@ egress is the outer layer's business (its own network namespace when an allow-li
 Start-up cost matters (it runs once per confined command, in a second interpreter: Landlock cannot be
 applied before bwrap has made the mounts).  The restrict-and-exec path imports only ``_ctypes`` (the
 C module under ``ctypes``, without the ``ctypes`` package's class set-up), ``os``, ``struct`` and
-``sys``; the forwarder's ``socket``/``threading`` only when
+``sys`` (``struct`` there only: ``tty_filter``, which confine's start-up calls, does without it); the
+forwarder's ``socket``/``threading`` only when
 ``--forward`` is given.
 """
 
@@ -30,7 +31,6 @@ from __future__ import annotations
 import _ctypes
 import errno
 import os
-import struct
 import sys
 
 TYPE_CHECKING = False  # start-up cost: no typing at run time
@@ -187,6 +187,8 @@ def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None, scop
     Raises:
         LandlockError: Landlock unavailable, or a syscall failed (errno kept).
     """
+    import struct
+
     nums = _syscall_numbers()
     abi = abi_version() if abi is None else abi
     if nums is None or abi < 1:
@@ -273,8 +275,9 @@ def tty_filter() -> bytes:
     def rel(t: int | str, at: int) -> int:
         return labels[t] - at - 1 if isinstance(t, str) else int(t)
 
+    order = sys.byteorder  # struct sock_filter {__u16 code; __u8 jt; __u8 jf; __u32 k;}, native order
     for i, (code, k, jt, jf) in enumerate(real):
-        out += struct.pack("=HBBI", code, rel(jt, i), rel(jf, i), k)
+        out += code.to_bytes(2, order) + bytes((rel(jt, i), rel(jf, i))) + k.to_bytes(4, order)
     return out
 
 
@@ -287,6 +290,8 @@ def apply_tty_filter(libc: _Libc | None = None) -> None:
 
     Raises: LandlockError (an OSError) with the kernel's errno when seccomp refuses it.
     """
+    import struct
+
     libc = libc or _libc()
     code = tty_filter()
 
