@@ -128,3 +128,25 @@ def test_elf_reader_every_class_and_byte_order(tmp_path: Path, is64: bool, littl
         assert got is None or got[0] in (None, "/opt/ld.so")
     f.write_bytes(b"\x7fELF\x03" + data[5:])  # no such class
     assert readset.elf_dynamic(str(f)) is None
+
+
+def test_landlock_abi_is_kept_for_the_boot(tmp_path: Path) -> None:
+    """The ABI is asked of the kernel once per boot, then read from the state directory."""
+    from sandbox_shim.platforms.linux import confine as linux_confine
+    from sandbox_shim.platforms.linux import landlock
+
+    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    real = landlock.abi_version()
+    assert linux_confine.landlock_abi(env) == real  # control: the kernel's answer, now kept
+    kept = tmp_path / "state" / "sandbox-shim" / "landlock-abi"
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert kept.read_text() == f"{boot} {real}\n"
+    kept.write_text(f"{boot} {real + 3}\n")  # what is kept for this boot is what is used
+    assert linux_confine.landlock_abi(env) == real + 3
+    kept.write_text(f"another-boot {real + 3}\n")  # another boot's value: asked again, kept anew
+    assert linux_confine.landlock_abi(env) == real
+    assert kept.read_text() == f"{boot} {real}\n"
+    kept.write_text(f"{boot} {real + 3}\n")
+    # a read-write path around the state directory: the confined program could have written it
+    assert linux_confine.landlock_abi(env, [str(tmp_path)]) == real
+    assert linux_confine.landlock_abi(None) == real

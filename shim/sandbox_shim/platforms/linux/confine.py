@@ -220,7 +220,8 @@ def render(
 ) -> tuple[list[str], tuple[str, ...], list[str]]:
     """bwrap argv and the inside step; returns ``(argv, layers, not_enforced)``.  With ``env`` (the
     command's environment: where the user's state directory is) the read-only entries directly in
-    ``/etc`` come from one bind of an ``etc_view`` when one can be made, else one bind each.
+    ``/etc`` come from one bind of an ``etc_view`` when one can be made, else one bind each, and the
+    Landlock ABI is the one kept for this boot (``landlock_abi``).
 
     Raises: CannotEnforce("bwrap" | "landlock", detail): bwrap unusable; Landlock required but absent.
     """
@@ -239,7 +240,7 @@ def render(
         if not os.access(path, os.X_OK):
             raise CannotEnforce("bwrap", f"{path} is missing or not executable")
         layers = ["bubblewrap"]
-    abi = ll.abi_version()
+    abi = landlock_abi(env, sets.read_write)
     if landlock and abi < 1:
         raise CannotEnforce("landlock", "kernel has no Landlock (or it is not enabled at boot)")
     use_ll = abi > 0 and landlock is not False
@@ -307,6 +308,63 @@ def render(
     return argv, tuple(layers), not_enforced
 
 
+def state_dir(env: Mapping[str, str], read_write: Sequence[str]) -> str | None:
+    """The user's sandbox-shim state directory (the placeholder journal's parent,
+    ``confine_journal.journal_dir``), or None when there is none or it lies in (or around) a
+    read-write path: what is kept there (the /etc view, the Landlock ABI) the confined program must
+    not be able to write."""
+    from ...hardening.confine_journal import journal_dir
+    from ...hardening.readset import within
+
+    journal = journal_dir(env)
+    if journal is None:
+        return None
+    state = os.path.dirname(journal)
+    if any(within(state, w) or within(w, state) for w in read_write):
+        return None
+    return state
+
+
+def landlock_abi(env: Mapping[str, str] | None = None, read_write: Sequence[str] = ()) -> int:
+    """``landlock.abi_version()``, kept for the boot in ``STATE/landlock-abi`` (``state_dir``) as
+    ``BOOT_ID ABI``: the ABI is the running kernel's (Landlock is built in, not a module) and
+    ``/proc/sys/kernel/random/boot_id`` changes with every boot (proc(5)).  Asking the kernel takes
+    ``_ctypes`` (a shared library to load) and a libc call; reading the file does not.  Without a
+    usable state directory, or a boot id, the kernel is asked.  Never raises."""
+    state = state_dir(env, read_write) if env is not None else None
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as fh:
+            boot = fh.read(64).strip()
+    except OSError:
+        boot = b""
+    if state is None or not boot:
+        return ll.abi_version()
+    path = os.path.join(state, "landlock-abi")
+    try:
+        with open(path, "rb") as fh:
+            seen, _, value = fh.read(128).partition(b" ")
+        if seen == boot and value.strip().isdigit():
+            return int(value)
+    except OSError:
+        pass
+    abi = ll.abi_version()
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(state, 0o700, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, boot + b" %d\n" % abi)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    return abi
+
+
 #: the largest /etc file copied into the view (bigger: no view, every entry bound)
 ETC_VIEW_MAX_BYTES = 4 << 20
 #: a view not used for this long is removed when a new one is made (one used meanwhile may be about
@@ -328,8 +386,8 @@ def etc_view(
     rules are the same paths either way.  A file bind holds the inode it found when the sandbox
     was made, as the copy holds the content.
 
-    The view lives in ``confine-etc/KEY`` beside the placeholder journal (``confine_journal``:
-    the user's state directory, never inside a read-write path, mode 0700), ``KEY`` a hash of each
+    The view lives in ``confine-etc/KEY`` in the user's state directory (``state_dir``: beside
+    the placeholder journal, never in or around a read-write path), ``KEY`` a hash of each
     entry's ``lstat`` (device, inode, size, mode, mtime, ctime) and link target: an entry replaced,
     written or touched gives another key, hence a new view, made under a temporary name, each copy
     checked against the ``lstat`` it was keyed by, then renamed into place (rename(2): whole or
@@ -340,18 +398,15 @@ def etc_view(
     ``etc`` is a link, the state directory is missing or inside (or around) a read-write path, a
     file is unreadable or over ``ETC_VIEW_MAX_BYTES``, or anything changes while the view is made.
     Never raises."""
-    from ...hardening.confine_journal import journal_dir
     from ...hardening.readset import within
 
     top = [p for p in read_only if p != etc and within(p, etc)]
     if not top or any(os.path.dirname(p) != etc for p in top) or os.path.islink(etc):
         return None
-    journal = journal_dir(env)
-    if journal is None:
+    state = state_dir(env, read_write)
+    if state is None:
         return None
-    base = os.path.join(os.path.dirname(journal), "confine-etc")
-    if any(within(base, w) or within(w, base) for w in read_write):
-        return None
+    base = os.path.join(state, "confine-etc")
     try:
         entries = []
         for p in top:
