@@ -23,14 +23,21 @@ pytestmark = pytest.mark.skipif(
 
 
 def fake_etc(tmp_path: Path) -> tuple[Path, list[str]]:
-    """An /etc stand-in: two files, a link, a directory; returns it and its entries."""
+    """An /etc stand-in: two files, a link, a small directory tree (copied into the view) and a big
+    one (bound on its own); returns it and its entries."""
     etc = tmp_path / "etc"
-    (etc / "ssl").mkdir(parents=True)
+    (etc / "ssl" / "certs").mkdir(parents=True)
+    for i in range(linux_confine.ETC_VIEW_MAX_TREE + 1):
+        (etc / "ssl" / "certs" / f"c{i}.pem").write_text(f"cert {i}\n")
+    (etc / "python3" / "sub").mkdir(parents=True)
+    (etc / "python3" / "sitecustomize.py").write_text("# site\n")
+    (etc / "python3" / "sub" / "link").symlink_to("../sitecustomize.py")
+    os.chmod(etc / "python3" / "sub", 0o555)
     (etc / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
     (etc / "hosts").write_text("127.0.0.1 localhost\n")
     os.chmod(etc / "hosts", 0o4755)  # setuid dropped in the copy
     (etc / "localtime").symlink_to("/usr/share/zoneinfo/UTC")
-    return etc, sorted(str(etc / n) for n in ("ssl", "passwd", "hosts", "localtime"))
+    return etc, sorted(str(etc / n) for n in ("ssl", "python3", "passwd", "hosts", "localtime"))
 
 
 def state_env(tmp_path: Path) -> dict[str, str]:
@@ -43,12 +50,18 @@ def test_view_holds_copies_links_and_mount_points_only(tmp_path: Path) -> None:
     got = linux_confine.etc_view(entries, [str(tmp_path / "rw")], state_env(tmp_path), etc=str(etc))
     assert got is not None
     view, folded = got
-    assert folded == {str(etc / "passwd"), str(etc / "hosts"), str(etc / "localtime")}  # ssl: bound
-    assert sorted(os.listdir(view)) == ["hosts", "localtime", "passwd", "ssl"]
+    # ssl (more than ETC_VIEW_MAX_TREE entries) stays bound: only its mount point is in the view
+    assert folded == {str(etc / n) for n in ("passwd", "hosts", "localtime", "python3")}
+    assert sorted(os.listdir(view)) == ["hosts", "localtime", "passwd", "python3", "ssl"]
     assert Path(view, "passwd").read_text() == "root:x:0:0::/root:/bin/sh\n"
     assert os.stat(Path(view, "hosts")).st_mode & 0o7777 == 0o755
     assert os.readlink(Path(view, "localtime")) == "/usr/share/zoneinfo/UTC"
     assert Path(view, "ssl").is_dir() and os.listdir(Path(view, "ssl")) == []
+    assert Path(view, "python3", "sitecustomize.py").read_text() == "# site\n"
+    assert os.readlink(Path(view, "python3", "sub", "link")) == "../sitecustomize.py"
+    assert os.stat(Path(view, "python3", "sub")).st_mode & 0o777 == 0o555
+    for rel in ("passwd", "python3", "python3/sitecustomize.py", "python3/sub"):  # times kept
+        assert os.stat(Path(view, rel)).st_mtime_ns == os.stat(etc / rel).st_mtime_ns
     assert str(tmp_path / "state") in view  # the user's state directory
     # the same entries unchanged: the same view, not a new copy
     again = linux_confine.etc_view(entries, [str(tmp_path / "rw")], state_env(tmp_path), etc=str(etc))
@@ -65,6 +78,12 @@ def test_a_changed_entry_gives_a_new_view_and_stale_ones_go(tmp_path: Path) -> N
     assert second is not None and second[0] != first[0]
     assert Path(second[0], "hosts").read_text() == "10.0.0.1 changed\n"
     assert os.path.isdir(first[0])  # used a moment ago: another confinement may be binding it
+    (etc / "python3" / "sitecustomize.py").write_text("# changed\n")  # in a copied tree
+    changed = linux_confine.etc_view(entries, rw, env, etc=str(etc))
+    assert changed is not None and changed[0] != second[0]
+    assert Path(changed[0], "python3", "sitecustomize.py").read_text() == "# changed\n"
+    (etc / "ssl" / "certs" / "new.pem").write_text("new\n")  # in a bound tree: still the same view
+    assert linux_confine.etc_view(entries, rw, env, etc=str(etc)) == changed
     tmp = etc / "hosts.new"
     tmp.write_text("10.0.0.2 replaced\n")
     os.rename(tmp, etc / "hosts")  # replaced by rename (a new inode)
@@ -87,6 +106,10 @@ def test_no_view_when_it_cannot_hold_the_entries(tmp_path: Path) -> None:
     assert linux_confine.etc_view(entries, [str(tmp_path)], env, etc=str(etc)) is None
     os.mkfifo(etc / "fifo")
     assert linux_confine.etc_view([*entries, str(etc / "fifo")], [], env, etc=str(etc)) is None
+    os.mkfifo(etc / "python3" / "fifo")  # in a small tree: that tree is bound instead of copied
+    got = linux_confine.etc_view(entries, [], env, etc=str(etc))
+    assert got is not None and str(etc / "python3") not in got[1] and str(etc / "passwd") in got[1]
+    assert os.listdir(Path(got[0], "python3")) == []
     assert linux_confine.etc_view([], [], env, etc=str(etc)) is None
 
 
