@@ -448,11 +448,10 @@ def etc_view(
     each here; ``LINUX_ETC`` alone is some 20 entries).  The view holds, for each read-only entry
     directly in ``etc``: a copy of a regular file (same permission bits, no setuid/setgid), the same
     symbolic link, a copy of a small directory tree (``_small_tree``; times and permission bits
-    kept), or an empty directory as the
-    mount point of a bigger directory, which stays bound on its own.  Nothing else is in it, so
-    nothing more is readable than with the binds, and only what this user can read is copied;
-    Landlock's rules are the same paths either way.  A bind holds the inode it found when the
-    sandbox was made, as the copy holds the content.
+    kept), or an empty directory as the mount point of a bigger directory, which stays bound on its
+    own.  Nothing else is in it, so nothing more is readable than with the binds, and only what this
+    user can read is copied; Landlock's rules are the same paths either way.  A bound file, too, is
+    the inode found when the sandbox was made.
 
     The view lives in ``confine-etc/KEY`` in the user's state directory (``state_dir``: beside
     the placeholder journal, never in or around a read-write path), ``KEY`` a hash of the
