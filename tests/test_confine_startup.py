@@ -150,3 +150,27 @@ def test_landlock_abi_is_kept_for_the_boot(tmp_path: Path) -> None:
     # a read-write path around the state directory: the confined program could have written it
     assert linux_confine.landlock_abi(env, [str(tmp_path)]) == real
     assert linux_confine.landlock_abi(None) == real
+
+
+def test_node_packages_read_without_json_and_survive_a_nesting_bomb(tmp_path: Path) -> None:
+    """package.json is read with fastjson (no json, re, enum on a node tool's start-up); one nested
+    past the interpreter's limit (a confined run can write one) is a package not followed."""
+    nm = tmp_path / "proj" / "node_modules"
+    for name, deps in (("a", {"b": "1"}), ("b", {"c": "1"}), ("c", {})):
+        (nm / name).mkdir(parents=True)
+        (nm / name / "package.json").write_text(json.dumps({"name": name, "dependencies": deps}))
+    (nm / "a" / "cli.js").write_text("#!/usr/bin/env node\n")
+    probe = (
+        "import sys\n"
+        "from sandbox_shim.hardening import readset\n"
+        f"print(readset.node_packages({str(nm / 'a' / 'cli.js')!r}), "
+        "'json' in sys.modules, 're' in sys.modules)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-S", "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert r.stdout.split() == [f"['{nm / 'a'}',", f"'{nm / 'b'}',", f"'{nm / 'c'}']", "False", "False"]
+    (nm / "b" / "package.json").write_text("[" * 200_000 + "]" * 200_000)
+    from sandbox_shim.hardening import readset
+
+    assert readset.node_packages(str(nm / "a" / "cli.js")) == [str(nm / "a"), str(nm / "b")]
