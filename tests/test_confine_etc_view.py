@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from sandbox_shim.hardening.confinement import confine
-from sandbox_shim.platforms.linux import confine as linux_confine
+from sandbox_shim.platforms.linux import confine_state
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
@@ -27,7 +27,7 @@ def fake_etc(tmp_path: Path) -> tuple[Path, list[str]]:
     one (bound on its own); returns it and its entries."""
     etc = tmp_path / "etc"
     (etc / "ssl" / "certs").mkdir(parents=True)
-    for i in range(linux_confine.ETC_VIEW_MAX_TREE + 1):
+    for i in range(confine_state.ETC_VIEW_MAX_TREE + 1):
         (etc / "ssl" / "certs" / f"c{i}.pem").write_text(f"cert {i}\n")
     (etc / "python3" / "sub").mkdir(parents=True)
     (etc / "python3" / "sitecustomize.py").write_text("# site\n")
@@ -47,7 +47,7 @@ def state_env(tmp_path: Path) -> dict[str, str]:
 def test_view_holds_copies_links_and_mount_points_only(tmp_path: Path) -> None:
     etc, entries = fake_etc(tmp_path)
     (etc / "shadow").write_text("secret\n")  # on the host, not in the read set
-    got = linux_confine.etc_view(entries, [str(tmp_path / "rw")], state_env(tmp_path), etc=str(etc))
+    got = confine_state.etc_view(entries, [str(tmp_path / "rw")], state_env(tmp_path), etc=str(etc))
     assert got is not None
     view, folded = got
     # ssl (more than ETC_VIEW_MAX_TREE entries) stays bound: only its mount point is in the view
@@ -64,32 +64,32 @@ def test_view_holds_copies_links_and_mount_points_only(tmp_path: Path) -> None:
         assert os.stat(Path(view, rel)).st_mtime_ns == os.stat(etc / rel).st_mtime_ns
     assert str(tmp_path / "state") in view  # the user's state directory
     # the same entries unchanged: the same view, not a new copy
-    again = linux_confine.etc_view(entries, [str(tmp_path / "rw")], state_env(tmp_path), etc=str(etc))
+    again = confine_state.etc_view(entries, [str(tmp_path / "rw")], state_env(tmp_path), etc=str(etc))
     assert again == got
 
 
 def test_a_changed_entry_gives_a_new_view_and_stale_ones_go(tmp_path: Path) -> None:
     etc, entries = fake_etc(tmp_path)
     env, rw = state_env(tmp_path), [str(tmp_path / "rw")]
-    first = linux_confine.etc_view(entries, rw, env, etc=str(etc))
+    first = confine_state.etc_view(entries, rw, env, etc=str(etc))
     assert first is not None
     (etc / "hosts").write_text("10.0.0.1 changed\n")  # written in place
-    second = linux_confine.etc_view(entries, rw, env, etc=str(etc))
+    second = confine_state.etc_view(entries, rw, env, etc=str(etc))
     assert second is not None and second[0] != first[0]
     assert Path(second[0], "hosts").read_text() == "10.0.0.1 changed\n"
     assert os.path.isdir(first[0])  # used a moment ago: another confinement may be binding it
     (etc / "python3" / "sitecustomize.py").write_text("# changed\n")  # in a copied tree
-    changed = linux_confine.etc_view(entries, rw, env, etc=str(etc))
+    changed = confine_state.etc_view(entries, rw, env, etc=str(etc))
     assert changed is not None and changed[0] != second[0]
     assert Path(changed[0], "python3", "sitecustomize.py").read_text() == "# changed\n"
     (etc / "ssl" / "certs" / "new.pem").write_text("new\n")  # in a bound tree: still the same view
-    assert linux_confine.etc_view(entries, rw, env, etc=str(etc)) == changed
+    assert confine_state.etc_view(entries, rw, env, etc=str(etc)) == changed
     tmp = etc / "hosts.new"
     tmp.write_text("10.0.0.2 replaced\n")
     os.rename(tmp, etc / "hosts")  # replaced by rename (a new inode)
-    old = time.time() - linux_confine.ETC_VIEW_STALE_S - 5
+    old = time.time() - confine_state.ETC_VIEW_STALE_S - 5
     os.utime(first[0], (old, old))
-    third = linux_confine.etc_view(entries, rw, env, etc=str(etc))
+    third = confine_state.etc_view(entries, rw, env, etc=str(etc))
     assert third is not None and Path(third[0], "hosts").read_text() == "10.0.0.2 replaced\n"
     assert not os.path.exists(first[0])  # unused past ETC_VIEW_STALE_S: removed
     assert os.path.isdir(second[0])
@@ -98,19 +98,19 @@ def test_a_changed_entry_gives_a_new_view_and_stale_ones_go(tmp_path: Path) -> N
 def test_no_view_when_it_cannot_hold_the_entries(tmp_path: Path) -> None:
     etc, entries = fake_etc(tmp_path)
     env = state_env(tmp_path)
-    assert linux_confine.etc_view(entries, [str(tmp_path / "rw")], env, etc=str(etc)) is not None
+    assert confine_state.etc_view(entries, [str(tmp_path / "rw")], env, etc=str(etc)) is not None
     deeper = [*entries, str(etc / "ssl" / "certs")]  # its mount point would be needed in the view
-    assert linux_confine.etc_view(deeper, [str(tmp_path / "rw")], env, etc=str(etc)) is None
+    assert confine_state.etc_view(deeper, [str(tmp_path / "rw")], env, etc=str(etc)) is None
     # the state directory inside a read-write path: the confined program could write the view
-    assert linux_confine.etc_view(entries, [str(tmp_path / "state")], env, etc=str(etc)) is None
-    assert linux_confine.etc_view(entries, [str(tmp_path)], env, etc=str(etc)) is None
+    assert confine_state.etc_view(entries, [str(tmp_path / "state")], env, etc=str(etc)) is None
+    assert confine_state.etc_view(entries, [str(tmp_path)], env, etc=str(etc)) is None
     os.mkfifo(etc / "fifo")
-    assert linux_confine.etc_view([*entries, str(etc / "fifo")], [], env, etc=str(etc)) is None
+    assert confine_state.etc_view([*entries, str(etc / "fifo")], [], env, etc=str(etc)) is None
     os.mkfifo(etc / "python3" / "fifo")  # in a small tree: that tree is bound instead of copied
-    got = linux_confine.etc_view(entries, [], env, etc=str(etc))
+    got = confine_state.etc_view(entries, [], env, etc=str(etc))
     assert got is not None and str(etc / "python3") not in got[1] and str(etc / "passwd") in got[1]
     assert os.listdir(Path(got[0], "python3")) == []
-    assert linux_confine.etc_view([], [], env, etc=str(etc)) is None
+    assert confine_state.etc_view([], [], env, etc=str(etc)) is None
 
 
 def test_confined_program_reads_the_host_etc_through_one_bind(tmp_path: Path) -> None:

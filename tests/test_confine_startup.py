@@ -132,24 +132,23 @@ def test_elf_reader_every_class_and_byte_order(tmp_path: Path, is64: bool, littl
 
 def test_landlock_abi_is_kept_for_the_boot(tmp_path: Path) -> None:
     """The ABI is asked of the kernel once per boot, then read from the state directory."""
-    from sandbox_shim.platforms.linux import confine as linux_confine
-    from sandbox_shim.platforms.linux import landlock
+    from sandbox_shim.platforms.linux import confine_state, landlock
 
     env = {"XDG_STATE_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)}
     real = landlock.abi_version()
-    assert linux_confine.landlock_abi(env) == real  # control: the kernel's answer, now kept
+    assert confine_state.landlock_abi(env) == real  # control: the kernel's answer, now kept
     kept = tmp_path / "state" / "sandbox-shim" / "landlock-abi"
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     assert kept.read_text() == f"{boot} {real}\n"
     kept.write_text(f"{boot} {real + 3}\n")  # what is kept for this boot is what is used
-    assert linux_confine.landlock_abi(env) == real + 3
+    assert confine_state.landlock_abi(env) == real + 3
     kept.write_text(f"another-boot {real + 3}\n")  # another boot's value: asked again, kept anew
-    assert linux_confine.landlock_abi(env) == real
+    assert confine_state.landlock_abi(env) == real
     assert kept.read_text() == f"{boot} {real}\n"
     kept.write_text(f"{boot} {real + 3}\n")
     # a read-write path around the state directory: the confined program could have written it
-    assert linux_confine.landlock_abi(env, [str(tmp_path)]) == real
-    assert linux_confine.landlock_abi(None) == real
+    assert confine_state.landlock_abi(env, [str(tmp_path)]) == real
+    assert confine_state.landlock_abi(None) == real
 
 
 def test_node_packages_read_without_json_and_survive_a_nesting_bomb(tmp_path: Path) -> None:

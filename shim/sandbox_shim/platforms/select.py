@@ -172,6 +172,7 @@ LINUX_CONFINE_MODULES = (
     "platforms/linux/__init__",
     "platforms/linux/landlock",
     "platforms/linux/confine",
+    "platforms/linux/confine_state",
     "platforms/linux/locate",
 )
 
