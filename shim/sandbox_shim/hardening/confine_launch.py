@@ -45,6 +45,7 @@ NEXT_MODULES = (
     "hardening/confine_sets",
     "hardening/confine_journal",
     "procstat",
+    "posix",
 )
 
 
@@ -76,7 +77,7 @@ def read_ahead(paths: Sequence[str], limit: int = 0) -> None:
     willneed = os.POSIX_FADV_WILLNEED  # type: ignore[attr-defined,unused-ignore]  # absent on macOS
     for p in paths:
         try:
-            fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(p, os.O_RDONLY)  # not inherited (PEP 446)
         except OSError:
             continue
         try:
