@@ -4,6 +4,8 @@ The request (the sandbox process's ids, capabilities, rlimits, seccomp programs 
 recorded at create, with the exec's own asks over them) goes to the helper in a memfd; the helper
 (``python -I -S enter.py SPEC_FD STATUS_FD``, never imported) joins the workload's namespaces,
 cgroup, root, credentials and seccomp filters, then execve's, and reports each step on a pipe.
+Both ways the messages are ``marshal``-ed (the same interpreter on each side), so the helper
+imports no json, re or enum.
 ``exec_in`` returns once the program has exec'd, or raises the fact that stopped it: ``CouldNotRun``
 from the kernel's errno, ``LaunchFailed``, a refusal of ids or capabilities beyond the sandbox's.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
+import marshal
 import os
 import signal as _signal
 import socket
@@ -65,9 +67,8 @@ class HelperStarted:
     def result(self) -> Ended | None:
         """The helper's last report (``{"exit": N}`` or ``{"signal": N}`` with ``rusage``), or None."""
         last: dict[str, Any] = {}
-        for line in self._status:
-            with contextlib.suppress(ValueError):
-                last = json.loads(line)
+        while (msg := _message(self._status)) is not None:
+            last = msg
         self._status.close()
         if not last:
             return None
@@ -79,6 +80,23 @@ class HelperStarted:
             ru.get("stime_us"),
             ru.get("maxrss_bytes"),
         )
+
+
+def _message(status: IO[bytes]) -> dict[str, Any] | None:
+    """The helper's next status message (``enter.frame``: 4 bytes of length, little-endian, then a
+    ``marshal``-ed dict), or None at the end of the stream or on a truncated or malformed one."""
+    head = status.read(4)
+    if len(head) < 4:
+        return None
+    n = int.from_bytes(head, "little")
+    data = status.read(n)
+    if len(data) < n:
+        return None
+    try:
+        msg = marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
+        return None
+    return msg if isinstance(msg, dict) else None
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -153,7 +171,7 @@ def exec_in(sandbox: Sandbox, wpid: int, cg: CgroupControl | None, req: ExecSpec
             "detach": req.detach,
             "console_fd": console_fd,
         }
-        spec_fd = _memfd("exec-spec", json.dumps(spec).encode())
+        spec_fd = _memfd("exec-spec", marshal.dumps(spec))
         r, w = os.pipe()
         os.set_inheritable(r, False)
         try:
@@ -175,8 +193,7 @@ def exec_in(sandbox: Sandbox, wpid: int, cg: CgroupControl | None, req: ExecSpec
             os.close(w)
         status = os.fdopen(r, "rb")
         pid = 0
-        for line in status:
-            msg = json.loads(line)
+        while (msg := _message(status)) is not None:
             if "pid" in msg:
                 pid = int(msg["pid"])
             elif msg.get("exec") == "ok":
