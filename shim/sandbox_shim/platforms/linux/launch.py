@@ -139,11 +139,13 @@ def check_sysctl_plan(plan: Plan) -> None:
 
 def child_pid_from(info: bytes) -> int | None:
     """The ``child-pid`` of the JSON object bwrap writes to ``--info-fd``, once it is whole."""
-    import json
+    from ...fastjson import loads  # bwrap's record: no json (re, enum) import on create's path
 
+    if not info.rstrip().endswith(b"}"):  # bwrap writes the object in pieces, a flat one: not whole yet
+        return None
     try:
-        obj = json.loads(info)
-    except ValueError:  # not all of it yet
+        obj = loads(info)
+    except ValueError:  # not all of it yet (or bytes cut inside a UTF-8 sequence)
         return None
     pid = obj.get("child-pid") if isinstance(obj, dict) else None
     return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
