@@ -1,9 +1,12 @@
 """Enter a running sandbox and execve a program there (the helper behind ``exec``).
 
-Run as a standalone script, ``python -I -S enter.py SPEC_FD STATUS_FD`` (no package imports: after
-``setns(CLONE_NEWNS)`` the host's files, Python's own included, are out of reach, so everything is
-imported first).  ``SPEC_FD`` holds one JSON object (``Spec`` below); ``STATUS_FD`` receives one JSON
-object per line (``Status`` below).  The library side is ``sandbox_shim.execution``.
+H is forked from the library's own process (``enter_client.exec_in`` calls ``run`` in the child: no
+interpreter starts per exec, ~15 ms of start-up and imports saved) with its stdio set and every
+other fd closed; ``python -I -S enter.py SPEC_FD STATUS_FD`` runs the same steps standalone.  This
+module imports only the standard library, all of it before any step: after ``setns(CLONE_NEWNS)``
+the host's files, Python's own included, are out of reach.  ``run`` takes the spec (``Spec`` below;
+standalone: ``marshal``-ed in ``SPEC_FD``); ``STATUS_FD`` receives the reports (``Status`` below).
+The library side is ``sandbox_shim.execution``.
 
 Steps, in this order (each cites its man page).  Everything that becomes visible inside the sandbox is
 already confined: H does every step up to the seccomp filter itself, and only then forks C, the one
@@ -402,14 +405,23 @@ def unframe(data: bytes) -> list[dict]:
 
 
 def main(spec_fd: int, status_fd: int) -> int:
-    """Steps 1-8 in H, the fork, then report and (without ``detach``) wait for C.  Returns H's status."""
+    """The standalone form (``python -I -S enter.py SPEC_FD STATUS_FD``): ``run`` on the spec read
+    from ``SPEC_FD``.  Returns H's status."""
+    with os.fdopen(spec_fd, "rb") as fh:
+        spec = marshal.loads(fh.read())
+    return run(spec, status_fd)
+
+
+def run(spec: dict, status_fd: int) -> int:
+    """Steps 1-8 in H, the fork, then report and (without ``detach``) wait for C.  Returns H's status.
+
+    H is a process of its own: the library forks it (``enter_client.exec_in``) with stdio set and
+    every other fd closed but ``status_fd`` and ``console_fd``, so no interpreter starts per exec."""
 
     def report(obj: dict) -> None:
         os.write(status_fd, frame(obj))
 
     os.set_inheritable(status_fd, False)  # never into C or the program
-    with os.fdopen(spec_fd, "rb") as fh:
-        spec = marshal.loads(fh.read())
     if spec.get("console_fd") is not None:
         os.set_inheritable(int(spec["console_fd"]), False)  # C uses it before execve, never after
         _import_console()
@@ -451,9 +463,9 @@ def main(spec_fd: int, status_fd: int) -> int:
         report({"error": "setup", "step": "fork", "errno": e.errno or 0, "detail": str(e)})
         return 125
     if c == 0:
+        for s in (*forwarded, signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores SIGPIPE and SIGXFSZ:
+            signal.signal(s, signal.SIG_DFL)  # the program gets the defaults (Popen's restore_signals)
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        for s in forwarded:
-            signal.signal(s, signal.SIG_DFL)
         child(spec, procs, err_w)
     os.close(err_w)
     for fd in procs:
