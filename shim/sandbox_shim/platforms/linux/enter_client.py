@@ -1,11 +1,10 @@
 """Start a program inside a running sandbox: the library side of ``enter.py`` (``LinuxMechanism.exec``).
 
 The request (the sandbox process's ids, capabilities, rlimits, seccomp programs and environment as
-recorded at create, with the exec's own asks over them) goes to the helper in a memfd; the helper
-(``python -I -S enter.py SPEC_FD STATUS_FD``, never imported) joins the workload's namespaces,
-cgroup, root, credentials and seccomp filters, then execve's, and reports each step on a pipe.
-Both ways the messages are ``marshal``-ed (the same interpreter on each side), so the helper
-imports no json, re or enum.
+recorded at create, with the exec's own asks over them) goes to the helper H, forked from this
+process (``_fork_helper``: no interpreter starts per exec), which runs ``enter.run``: it joins the
+workload's namespaces, cgroup, root, credentials and seccomp filters, then execve's, and reports each
+step on a pipe, each report ``marshal``-ed (``enter.frame``).
 ``exec_in`` returns once the program has exec'd, or raises the fact that stopped it: ``CouldNotRun``
 from the kernel's errno, ``LaunchFailed``, a refusal of ids or capabilities beyond the sandbox's.
 """
