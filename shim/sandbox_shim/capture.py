@@ -111,6 +111,7 @@ def _drive(
     """``collect``'s loop: read, write and wait until the helper has exited and its pipes are drained
     (at most ``LINGER`` seconds after the exit), or ``KILL_WAIT`` seconds after a kill."""
     p = s.helper
+    stdin = p.stdin
     exited_at: float | None = None
     killed_at: float | None = None
     while True:

@@ -18,9 +18,8 @@ import errno
 import os
 import stat
 
-from .values import FrozenValue
-
 from . import posix
+from .values import FrozenValue
 
 MAX_SYMLINKS = 40  # as the kernel's path walk (path_resolution(7))
 
