@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from sandbox_shim.hardening import confine_launch
 
+PACKAGE_ROOT = Path(confine_launch.__file__).resolve().parents[2]  # the directory holding sandbox_shim/
+
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
     reason="needs Linux with bwrap at /usr/bin/bwrap",
@@ -165,8 +167,9 @@ def test_node_packages_read_without_json_and_survive_a_nesting_bomb(tmp_path: Pa
         f"print(readset.node_packages({str(nm / 'a' / 'cli.js')!r}), "
         "'json' in sys.modules, 're' in sys.modules)"
     )
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}  # -S: no site, so no editable install's .pth
     r = subprocess.run(
-        [sys.executable, "-S", "-c", probe], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-S", "-c", probe], capture_output=True, text=True, timeout=60, check=True, env=env
     )
     assert r.stdout.split() == [f"['{nm / 'a'}',", f"'{nm / 'b'}',", f"'{nm / 'c'}']", "False", "False"]
     (nm / "b" / "package.json").write_text("[" * 200_000 + "]" * 200_000)
