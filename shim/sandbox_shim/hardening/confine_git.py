@@ -72,11 +72,21 @@ def _load_cache(path: str | None) -> dict[str, tuple[int, int, int, tuple[str, .
         return {}
     import marshal
 
+    from .confine_journal import owned_file
+
+    try:  # only a regular file of this user's, not through a link (confine_journal.prepare_state)
+        fd = os.open(path, os.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
+    except OSError:
+        return {}
     try:
-        with open(path, "rb") as fh:
+        if not owned_file(fd):
+            return {}
+        with os.fdopen(fd, "rb", closefd=False) as fh:
             data = marshal.loads(fh.read())
     except (OSError, EOFError, ValueError, TypeError):
         return {}
+    finally:
+        os.close(fd)
     return data if isinstance(data, dict) else {}
 
 

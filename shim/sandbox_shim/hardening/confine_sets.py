@@ -180,9 +180,21 @@ def remove_placeholders(made: Sequence[str]) -> None:
 
 class Sets:
     """Resolved absolute paths.  ``read_only`` is sorted, without entries under another (non-link)
-    entry; links are listed as links (recreated inside, not followed)."""
+    entry; links are listed as links (recreated inside, not followed).  ``state``: sandbox-shim's
+    state directory when it is trusted (``confine_journal.prepare_state``: its caches may be
+    used), else None; ``relinked``: protected files given a new inode (``unshare_links``)."""
 
-    __slots__ = ("read_only", "read_write", "islands", "anchors", "placeholders", "journal", "snapshot")
+    __slots__ = (
+        "read_only",
+        "read_write",
+        "islands",
+        "anchors",
+        "placeholders",
+        "journal",
+        "snapshot",
+        "state",
+        "relinked",
+    )
 
     def __init__(
         self,
@@ -193,10 +205,12 @@ class Sets:
         placeholders: tuple[str, ...] = (),
         journal: str | None = None,
         snapshot: str | None = None,
+        state: str | None = None,
+        relinked: tuple[str, ...] = (),
     ) -> None:
         self.read_only, self.read_write, self.islands = read_only, read_write, islands
         self.anchors, self.placeholders, self.journal = anchors, placeholders, journal
-        self.snapshot = snapshot
+        self.snapshot, self.state, self.relinked = snapshot, state, relinked
 
     def __repr__(self) -> str:
         return (
@@ -429,6 +443,89 @@ def anchors(islands: Sequence[str], writable: Sequence[str]) -> list[str]:
     return sorted(out, key=lambda p: (p.count("/"), p))
 
 
+def check_state(state: str, read_write: Sequence[str]) -> None:
+    """Refuse a read-write path equal to or inside sandbox-shim's state directory ``state``
+    (``confine_journal.state_root``): the journals, walk caches, the /etc copy and the kept Landlock
+    ABI there steer later confinements, so no confined program may write them (one around it gets
+    it held read-only instead: ``build_sets``).  ``read_write[0]`` is the permit path, the rest the
+    extra subpaths.
+
+    Raises: ValueError naming the option and its settings pointer (``confine``: exit 2)."""
+    for i, w in enumerate(read_write):
+        if _within(w, state):
+            what = "--permit-path (/permitPath)" if i == 0 else "--permit-extra-subpath (/permitExtraSubpaths)"
+            raise ValueError(
+                f"{what} {w!r} lies inside sandbox-shim's state directory {state}, which no "
+                "confinement may write (journals, caches, the /etc copy); name a directory outside "
+                "it, or set XDG_STATE_HOME elsewhere"
+            )
+
+
+def unshare_links(held: Sequence[str]) -> list[str]:
+    """Give every regular file in ``held`` (a protected path, or a file at any depth in a
+    protected directory such as ``.git/hooks``) that has other hard links (``st_nlink > 1``) an
+    inode of its own: a copy (same content and permission bits) under a temporary name in the same
+    directory, renamed over it (rename(2): atomic).  A protected name is held read-only by its
+    mount, but a link made in an earlier run (``ln .git/config x``, while it was not yet protected)
+    would reach the same inode from a writable name; after this none does.  Links are not
+    followed.  Returns the paths replaced.
+
+    Raises: OSError when a file cannot be replaced (the confinement is not built: fail closed)."""
+    out: list[str] = []
+    todo = list(held)
+    while todo:
+        p = todo.pop()
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        kind = st.st_mode & 0o170000
+        if kind == 0o040000:
+            with os.scandir(p) as it:
+                todo += [e.path for e in it if not e.is_symlink()]
+        elif kind == 0o100000 and st.st_nlink > 1:
+            _replace_with_copy(p, st)
+            out.append(p)
+    return sorted(out)
+
+
+def _replace_with_copy(path: str, st: os.stat_result) -> None:
+    """``path`` (lstat ``st``) replaced by a copy with a new inode.  Raises OSError."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.relink")
+    src = os.open(path, os.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
+    try:
+        now = os.fstat(src)
+        if (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):
+            raise OSError(f"{path} changed while it was copied")
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | posix.O_NOFOLLOW, 0o600)
+        try:
+            while True:
+                chunk = os.read(src, 1 << 20)
+                if not chunk:
+                    break
+                os.write(out, chunk)
+            posix.fchmod(out, st.st_mode & 0o7777)
+        finally:
+            os.close(out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    finally:
+        os.close(src)
+    try:
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def build_sets(
     exe: str,
     env: Mapping[str, str],
@@ -497,6 +594,7 @@ def build_sets(
         if real == "/":
             raise ValueError("permit_read must not be / (it would permit reading everything)")
         (islands if any(_within(real, r) for r in read_write) else extra_ro).append(real)
+    extra_islands = set(islands)  # the caller's own read-only grants: held, never relinked
     ro = [p for p in system + runtime if not any(_within(p, r) for r in read_write)]
     for r in read_write:
         boundary = os.path.dirname(r)
@@ -507,21 +605,26 @@ def build_sets(
                 f"{r}: its parent {boundary} lies inside the "
                 f"runtime read set entry {cover[0]}, so siblings would be readable",
             )
+    from . import confine_journal
+
+    state, trusted = confine_journal.prepare_state(env)
+    if state is not None:
+        check_state(state, read_write)
+        if any(_within(state, w) for w in read_write):
+            islands.append(state)  # held read-only inside, whatever ``protect`` says: the shim's
     made: list[str] = []
     record = snapshot = None
     journal: str | None = None
     if protect and linux:
-        from . import confine_journal
-
         journal = confine_journal.journal_dir(env)
-        if journal is None or any(_within(journal, w) or _within(w, journal) for w in read_write):
+        if journal is None or not trusted:
             raise CannotEnforce(
                 "confinement.protected",
-                f"no place outside the read-write paths for the "
-                f"placeholder journal ({journal or 'no $HOME'}): set XDG_STATE_HOME to a "
-                "directory outside them, or pass --allow-protected-writes",
+                f"no usable place for the placeholder journal ({journal or 'no $HOME'}): "
+                "sandbox-shim's state directory must be a directory owned by you (uid "
+                f"{posix.geteuid()}), not writable by group or others, and not a symbolic link; "
+                "set XDG_STATE_HOME to one of your own, or pass --allow-protected-writes",
             )
-        os.makedirs(journal, 0o700, exist_ok=True)
         confine_journal.sweep(journal, remove_placeholders)  # what killed confinements left
         if placeholders:
             made, record = make_placeholders(read_write, read_write, journal, owner)
@@ -545,6 +648,13 @@ def build_sets(
         confine_journal.forget(snapshot)
         raise
     held = dedupe(islands)
+    try:  # before the launch: no link elsewhere may reach a protected inode
+        relinked = unshare_links(dedupe([p for p in islands if p != state and p not in extra_islands]))
+    except BaseException:
+        remove_placeholders(made)
+        confine_journal.forget(record)
+        confine_journal.forget(snapshot)
+        raise
     return Sets(
         tuple(dedupe(ro + extra_ro)),
         tuple(read_write),
@@ -553,4 +663,6 @@ def build_sets(
         tuple(made),
         record,
         snapshot,
+        state if trusted else None,
+        tuple(relinked),
     )
