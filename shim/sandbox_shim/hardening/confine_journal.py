@@ -69,9 +69,7 @@ def owned_dir(path: str) -> bool:
         st = os.lstat(path)
     except (OSError, ValueError):
         return False
-    return (
-        st.st_mode & 0o170000 == 0o040000 and st.st_uid == posix.geteuid() and not st.st_mode & 0o022
-    )
+    return st.st_mode & 0o170000 == 0o040000 and st.st_uid == posix.geteuid() and not st.st_mode & 0o022
 
 
 def owned_file(fd: int) -> bool:
@@ -81,9 +79,7 @@ def owned_file(fd: int) -> bool:
         st = os.fstat(fd)
     except OSError:
         return False
-    return (
-        st.st_mode & 0o170000 == 0o100000 and st.st_uid == posix.geteuid() and not st.st_mode & 0o022
-    )
+    return st.st_mode & 0o170000 == 0o100000 and st.st_uid == posix.geteuid() and not st.st_mode & 0o022
 
 
 def prepare_state(env: Mapping[str, str]) -> tuple[str | None, bool]:

@@ -453,7 +453,9 @@ def check_state(state: str, read_write: Sequence[str]) -> None:
     Raises: ValueError naming the option and its settings pointer (``confine``: exit 2)."""
     for i, w in enumerate(read_write):
         if _within(w, state):
-            what = "--permit-path (/permitPath)" if i == 0 else "--permit-extra-subpath (/permitExtraSubpaths)"
+            what = (
+                "--permit-path (/permitPath)" if i == 0 else "--permit-extra-subpath (/permitExtraSubpaths)"
+            )
             raise ValueError(
                 f"{what} {w!r} lies inside sandbox-shim's state directory {state}, which no "
                 "confinement may write (journals, caches, the /etc copy); name a directory outside "
@@ -565,7 +567,16 @@ def build_sets(
         CannotEnforce("confinement.read_set" | "confinement.boundary" | "confinement.permit_read",
             detail): a runtime entry contains a home directory or the parent of a read-write path;
             a ``permit_read`` entry resolves through a symlink inside a read-write path.
-        ValueError: a ``permit_read`` entry does not exist or is ``/``.
+        CannotEnforce("confinement.protected"): with ``protect`` on Linux, the state directory
+            (``confine_journal.prepare_state``) is missing or not this user's own.
+        ValueError: a ``permit_read`` entry does not exist or is ``/``; a read-write path is (or
+            lies inside) the state directory (``check_state``).
+        OSError: a protected file with other hard links cannot be replaced (``unshare_links``).
+
+    The state directory is made before anything else and, when a read-write path covers it, held
+    read-only (an island, whatever ``protect`` says: it is the shim's, not the project's).
+    Protected files with other hard links are replaced by copies (``unshare_links``; listed in
+    ``Sets.relinked``).
     """
     linux = sys.platform == "linux" if linux is None else linux
     system = _system(linux)

@@ -22,9 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 
-def state_dir(
-    env: Mapping[str, str], read_write: Sequence[str], held: Sequence[str] = ()
-) -> str | None:
+def state_dir(env: Mapping[str, str], read_write: Sequence[str], held: Sequence[str] = ()) -> str | None:
     """The user's sandbox-shim state directory (the placeholder journal's parent,
     ``confine_journal.state_root``) when what is kept there may be trusted, else None: it must be
     a directory owned by the effective uid, not writable by group or others, not a symbolic link
