@@ -83,6 +83,21 @@ def test_unshare_links_keeps_content_and_mode(tmp_path: Path) -> None:
     assert os.stat(tmp_path / "other").st_nlink == 1 and unshare_links([str(d)]) == []
 
 
+def test_settings_file_outside_with_a_link_inside_is_relinked(tmp_path: Path) -> None:
+    """A settings file outside the permit path steers the next run (allowProtectedWrites): a hard
+    link to it inside the permit path must not reach it."""
+    work, env = tmp_path / "w", state_env(tmp_path)
+    work.mkdir()
+    settings = tmp_path / "s.json"
+    settings.write_text('{"permitPath": "w"}')
+    os.link(settings, work / "s-link.json")
+    r = sh(work, "echo MARK; cat s-link.json", env, settings_file=str(settings))
+    assert "MARK" in r.stdout and "permitPath" in r.stdout, r.stderr  # control: the link is there
+    r = sh(work, """printf '{"allowProtectedWrites": true}' > s-link.json && echo WROTE""", env)
+    assert "WROTE" in r.stdout, r.stderr
+    assert settings.read_text() == '{"permitPath": "w"}' and settings.stat().st_nlink == 1
+
+
 def test_state_directory_is_never_writable_inside(tmp_path: Path) -> None:
     """F2: a permit path in the state directory is refused (exit 2); one around it holds it
     read-only, with --allow-protected-writes too."""

@@ -472,7 +472,8 @@ def unshare_links(held: Sequence[str]) -> list[str]:
     would reach the same inode from a writable name; after this none does.  Links are not
     followed.  Returns the paths replaced.
 
-    Raises: OSError when a file cannot be replaced (the confinement is not built: fail closed)."""
+    Raises: ValueError when a file cannot be replaced (the confinement is not built: fail
+    closed; ``confine``: exit 2)."""
     out: list[str] = []
     todo = list(held)
     while todo:
@@ -486,7 +487,13 @@ def unshare_links(held: Sequence[str]) -> list[str]:
             with os.scandir(p) as it:
                 todo += [e.path for e in it if not e.is_symlink()]
         elif kind == 0o100000 and st.st_nlink > 1:
-            _replace_with_copy(p, st)
+            try:
+                _replace_with_copy(p, st)
+            except OSError as e:
+                raise ValueError(
+                    f"{p} is held read-only but has {st.st_nlink - 1} other hard link(s), and it could "
+                    f"not be given an inode of its own ({e.strerror or e}); remove the other links"
+                ) from e
             out.append(p)
     return sorted(out)
 
@@ -570,12 +577,13 @@ def build_sets(
         CannotEnforce("confinement.protected"): with ``protect`` on Linux, the state directory
             (``confine_journal.prepare_state``) is missing or not this user's own.
         ValueError: a ``permit_read`` entry does not exist or is ``/``; a read-write path is (or
-            lies inside) the state directory (``check_state``).
-        OSError: a protected file with other hard links cannot be replaced (``unshare_links``).
+            lies inside) the state directory (``check_state``); a protected file (or the settings
+            file) with other hard links cannot be replaced (``unshare_links``).
 
     The state directory is made before anything else and, when a read-write path covers it, held
     read-only (an island, whatever ``protect`` says: it is the shim's, not the project's).
-    Protected files with other hard links are replaced by copies (``unshare_links``; listed in
+    Protected files with other hard links, and the settings file (inside a read-write path or
+    not: the next run reads it), are replaced by copies (``unshare_links``; listed in
     ``Sets.relinked``).
     """
     linux = sys.platform == "linux" if linux is None else linux
@@ -660,7 +668,10 @@ def build_sets(
         raise
     held = dedupe(islands)
     try:  # before the launch: no link elsewhere may reach a protected inode
-        relinked = unshare_links(dedupe([p for p in islands if p != state and p not in extra_islands]))
+        steer = [os.path.realpath(settings_file)] if settings_file is not None else []  # read next run
+        relinked = unshare_links(
+            dedupe([p for p in [*islands, *steer] if p != state and p not in extra_islands])
+        )
     except BaseException:
         remove_placeholders(made)
         confine_journal.forget(record)

@@ -281,9 +281,8 @@ def confine(
         ValueError: a path is not an existing directory (file, for ``permit_read``) or is ``/``;
             ``cd`` is not reachable inside; an ``allow_hosts`` entry is not a host pattern; the
             report file lies inside a read-write path; a read-write path is (or lies inside)
-            sandbox-shim's state directory (``confine_sets.check_state``).
-        OSError: a protected file with other hard links could not be given its own inode
-            (``confine_sets.unshare_links``).
+            sandbox-shim's state directory (``confine_sets.check_state``); a protected file with
+            other hard links could not be given its own inode (``confine_sets.unshare_links``).
     """
     cmd, args = command
     env = dict(os.environ if env is None else env)
