@@ -104,6 +104,9 @@ def landlock_abi(
     return abi
 
 
+#: the views' name prefix: views made before the state directory was held read-only in every
+#: confinement (issue #22) may have been written from inside one, so none of them is used again
+VIEW_FORMAT = "v2-"
 #: the largest /etc file copied into the view (bigger: no view, every entry bound)
 ETC_VIEW_MAX_BYTES = 4 << 20
 #: a directory in /etc with at most this many entries beneath it is copied into the view too
@@ -196,7 +199,7 @@ def etc_view(
     user can read is copied; Landlock's rules are the same paths either way.  A bound file, too, is
     the inode found when the sandbox was made.
 
-    The view lives in ``confine-etc/KEY`` in the user's state directory (``state_dir``: beside
+    The view lives in ``confine-etc/VIEW_FORMAT KEY`` in the user's state directory (``state_dir``: beside
     the placeholder journal, never in or around a read-write path), ``KEY`` a hash of the
     ``lstat`` (device, inode, size, mode, mtime, ctime) and link target of every copied entry: one
     replaced, written or touched gives another key, hence a new view, made under a temporary name,
@@ -253,7 +256,7 @@ def etc_view(
             for p, tree in entries
         )
     )
-    name = f"{key & 0xFFFFFFFFFFFFFFFF:016x}"
+    name = f"{VIEW_FORMAT}{key & 0xFFFFFFFFFFFFFFFF:016x}"
     view = os.path.join(base, name)
     folded = frozenset(p for p, tree in entries if tree is not None)
     if owned_dir(view):  # lstat: a link planted as a view is no view
