@@ -81,6 +81,12 @@ def test_unshare_links_keeps_content_and_mode(tmp_path: Path) -> None:
     st = os.stat(d / "a")
     assert st.st_nlink == 1 and st.st_mode & 0o7777 == 0o751 and (d / "a").read_text() == "#!/bin/sh\n"
     assert os.stat(tmp_path / "other").st_nlink == 1 and unshare_links([str(d)]) == []
+    if os.geteuid() == 0:  # root confining a user's project: the copy stays the user's
+        os.chown(d / "a", 65534, 65534)
+        os.link(d / "a", tmp_path / "third")
+        assert unshare_links([str(d)]) == [str(d / "a")]
+        st = os.stat(d / "a")
+        assert (st.st_uid, st.st_gid, st.st_nlink) == (65534, 65534, 1) and st.st_mode & 0o7777 == 0o751
 
 
 def test_settings_file_outside_with_a_link_inside_is_relinked(tmp_path: Path) -> None:

@@ -499,7 +499,8 @@ def unshare_links(held: Sequence[str]) -> list[str]:
 
 
 def _replace_with_copy(path: str, st: os.stat_result) -> None:
-    """``path`` (lstat ``st``) replaced by a copy with a new inode.  Raises OSError."""
+    """``path`` (lstat ``st``) replaced by a copy with a new inode: same content, permission bits,
+    times and (when run as root) owner.  Raises OSError."""
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.relink")
     src = os.open(path, os.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
     try:
@@ -513,6 +514,8 @@ def _replace_with_copy(path: str, st: os.stat_result) -> None:
                 if not chunk:
                     break
                 os.write(out, chunk)
+            if posix.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
+                posix.fchown(out, st.st_uid, st.st_gid)  # root confining a user's project: theirs still
             posix.fchmod(out, st.st_mode & 0o7777)
         finally:
             os.close(out)
