@@ -640,12 +640,17 @@ def build_sets(
     if protect and linux:
         journal = confine_journal.journal_dir(env)
         if journal is None or not trusted:
+            why = (
+                "could not be made"
+                if state is not None and not os.path.lexists(state)
+                else f"must be a directory owned by you (uid {posix.geteuid()}), not writable by "
+                "group or others, and not a symbolic link"
+            )
             raise CannotEnforce(
                 "confinement.protected",
                 f"no usable place for the placeholder journal ({journal or 'no $HOME'}): "
-                "sandbox-shim's state directory must be a directory owned by you (uid "
-                f"{posix.geteuid()}), not writable by group or others, and not a symbolic link; "
-                "set XDG_STATE_HOME to one of your own, or pass --allow-protected-writes",
+                f"sandbox-shim's state directory {why}; set XDG_STATE_HOME to a directory of your "
+                "own, or pass --allow-protected-writes",
             )
         confine_journal.sweep(journal, remove_placeholders)  # what killed confinements left
         if placeholders:
