@@ -43,8 +43,8 @@ Options:
   --cd DIR                    where CMD starts (default: the permit path); not a boundary
   --print-launch-spec         print the launch spec as JSON (variable names only) instead of running
 
-Exit status: CMD's own; 2 for a usage or settings error; 5 when the confinement cannot be built;
-127 / 126 when CMD cannot be found / run.
+Exit status: CMD's own; 2 for a usage or settings error (a read-write path in sandbox-shim's state
+directory included); 5 when the confinement cannot be built; 127 / 126 when CMD cannot be found / run.
 """
 _LISTS = {
     "--permit-extra-subpath": "permitExtraSubpaths",

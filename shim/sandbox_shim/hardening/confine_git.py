@@ -72,11 +72,21 @@ def _load_cache(path: str | None) -> dict[str, tuple[int, int, int, tuple[str, .
         return {}
     import marshal
 
+    from .confine_journal import owned_file
+
+    try:  # only a regular file of this user's, not through a link (confine_journal.prepare_state)
+        fd = os.open(path, os.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
+    except OSError:
+        return {}
     try:
-        with open(path, "rb") as fh:
+        if not owned_file(fd):
+            return {}
+        with os.fdopen(fd, "rb", closefd=False) as fh:
             data = marshal.loads(fh.read())
     except (OSError, EOFError, ValueError, TypeError):
         return {}
+    finally:
+        os.close(fd)
     return data if isinstance(data, dict) else {}
 
 
@@ -432,8 +442,13 @@ def check_snapshot(path: str | None) -> list[str]:
     return changed
 
 
+#: the walk caches' name prefix: caches written before the state directory was held read-only in
+#: every confinement (issue #22) may have been emptied from inside one, so none of them is read again
+WALK_FORMAT = "walk2-"
+
+
 def walk_cache(directory: str, roots: Sequence[str]) -> str | None:
-    """The ``git_dirs`` cache file for ``roots``: ``confine-walk/walk-KEY`` beside ``directory``
+    """The ``git_dirs`` cache file for ``roots``: ``confine-walk/walk2-KEY`` beside ``directory``
     (the journal directory), ``KEY`` the 32-bit FNV-1a hash of the roots (a name, not a check: the
     cache holds the roots' own paths; no ``zlib``, whose import costs confine's start-up a shared
     library).  None when that directory lies in (or around) one of ``roots``: the confined program
@@ -445,4 +460,4 @@ def walk_cache(directory: str, roots: Sequence[str]) -> str | None:
     key = 0x811C9DC5
     for byte in b"\0".join(os.fsencode(r) for r in roots):
         key = ((key ^ byte) * 0x01000193) & 0xFFFFFFFF
-    return os.path.join(cache_dir, f"walk-{key:08x}")
+    return os.path.join(cache_dir, f"{WALK_FORMAT}{key:08x}")

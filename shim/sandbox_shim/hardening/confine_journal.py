@@ -48,6 +48,63 @@ def journal_dir(env: Mapping[str, str]) -> str | None:
     return os.path.join(os.path.realpath(state), "sandbox-shim", "confine")
 
 
+#: the state directory's subdirectories (``state_root``): journals, git walk caches, /etc views
+STATE_SUBDIRS = ("confine", "confine-walk", "confine-etc")
+
+
+def state_root(env: Mapping[str, str]) -> str | None:
+    """sandbox-shim's state directory for this user: the journal directory's parent
+    (``$XDG_STATE_HOME/sandbox-shim``, else ``~/.local/state/sandbox-shim``; resolved), or None
+    when there is no home to hold it.  No confinement may write it: a read-write path inside it
+    is refused, one around it gets it held read-only (``confine_sets.build_sets``)."""
+    journal = journal_dir(env)
+    return None if journal is None else os.path.dirname(journal)
+
+
+def owned_dir(path: str) -> bool:
+    """True when ``path`` is a directory (lstat(2): a symbolic link is not one) owned by the
+    effective uid and not writable by group or others: what only this user (or root) can change.
+    A few microseconds: one lstat, no walk.  Never raises."""
+    try:
+        st = os.lstat(path)
+    except (OSError, ValueError):
+        return False
+    return st.st_mode & 0o170000 == 0o040000 and st.st_uid == posix.geteuid() and not st.st_mode & 0o022
+
+
+def owned_file(fd: int) -> bool:
+    """True when the open ``fd`` is a regular file owned by the effective uid and not writable by
+    group or others (fstat(2)).  Never raises."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return False
+    return st.st_mode & 0o170000 == 0o100000 and st.st_uid == posix.geteuid() and not st.st_mode & 0o022
+
+
+def prepare_state(env: Mapping[str, str]) -> tuple[str | None, bool]:
+    """Make the state directory and its ``STATE_SUBDIRS`` (mode 0700) when missing, before any
+    launch; returns ``(state, trusted)``: its path (None: no home) and whether it and each
+    subdirectory is ``owned_dir`` (what is kept there — journals, walk caches, the /etc view, the
+    Landlock ABI — is used only then).  Another user's directory (root run with that user's
+    ``HOME``), a symbolic link or a group-writable one is not trusted.  Never raises."""
+    state = state_root(env)
+    if state is None:
+        return None, False
+    try:
+        os.makedirs(state, 0o700, exist_ok=True)
+    except OSError:
+        return state, False
+    if not owned_dir(state):  # nothing made in a directory that is not ours (or through a link)
+        return state, False
+    for sub in STATE_SUBDIRS:
+        try:
+            os.mkdir(os.path.join(state, sub), 0o700)
+        except OSError:
+            pass  # there already (checked next), or not makeable (then not trusted)
+    return state, all(owned_dir(os.path.join(state, s)) for s in STATE_SUBDIRS)
+
+
 def start_time(pid: int) -> str | None:
     """Field 22 of ``/proc/PID/stat`` (clock ticks since boot) as text, or None when ``pid`` is gone
     (read by ``procstat.proc_start_time``, the one reader of that file)."""

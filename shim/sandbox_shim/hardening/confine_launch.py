@@ -89,7 +89,8 @@ def read_ahead(paths: Sequence[str], limit: int = 0) -> None:
 
 
 def load_settings(path: str) -> dict[str, Any]:
-    """Read and validate a settings file; relative paths resolved against its directory.
+    """Read and validate a settings file (a regular file: ``jsonguard.read_regular``; a FIFO or
+    device is refused, not waited on); relative paths resolved against its directory.
 
     Raises: UsageError naming the JSON pointer of the first problem and how to fix it.
     """
@@ -99,11 +100,10 @@ def load_settings(path: str) -> dict[str, Any]:
 
     from .. import fastjson, jsonguard
 
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(jsonguard.MAX_BYTES + 1)
+    try:  # a FIFO or device planted as the file must not block: the rule config.json follows
+        data = jsonguard.read_regular(path)
     except OSError as e:
-        raise UsageError(f"settings {path}: {e.strerror}") from e
+        raise UsageError(f"--settings {path}: {e.strerror}; name a regular JSON file") from e
     doc, problems = jsonguard.loads(data, "the settings file")  # depth, size, NUL: before the schema
     if problems:
         raise UsageError(f"settings {path}: {problems[0].line()}")

@@ -180,9 +180,21 @@ def remove_placeholders(made: Sequence[str]) -> None:
 
 class Sets:
     """Resolved absolute paths.  ``read_only`` is sorted, without entries under another (non-link)
-    entry; links are listed as links (recreated inside, not followed)."""
+    entry; links are listed as links (recreated inside, not followed).  ``state``: sandbox-shim's
+    state directory when it is trusted (``confine_journal.prepare_state``: its caches may be
+    used), else None; ``relinked``: protected files given a new inode (``unshare_links``)."""
 
-    __slots__ = ("read_only", "read_write", "islands", "anchors", "placeholders", "journal", "snapshot")
+    __slots__ = (
+        "read_only",
+        "read_write",
+        "islands",
+        "anchors",
+        "placeholders",
+        "journal",
+        "snapshot",
+        "state",
+        "relinked",
+    )
 
     def __init__(
         self,
@@ -193,10 +205,12 @@ class Sets:
         placeholders: tuple[str, ...] = (),
         journal: str | None = None,
         snapshot: str | None = None,
+        state: str | None = None,
+        relinked: tuple[str, ...] = (),
     ) -> None:
         self.read_only, self.read_write, self.islands = read_only, read_write, islands
         self.anchors, self.placeholders, self.journal = anchors, placeholders, journal
-        self.snapshot = snapshot
+        self.snapshot, self.state, self.relinked = snapshot, state, relinked
 
     def __repr__(self) -> str:
         return (
@@ -429,6 +443,101 @@ def anchors(islands: Sequence[str], writable: Sequence[str]) -> list[str]:
     return sorted(out, key=lambda p: (p.count("/"), p))
 
 
+def check_state(state: str, read_write: Sequence[str]) -> None:
+    """Refuse a read-write path equal to or inside sandbox-shim's state directory ``state``
+    (``confine_journal.state_root``): the journals, walk caches, the /etc copy and the kept Landlock
+    ABI there steer later confinements, so no confined program may write them (one around it gets
+    it held read-only instead: ``build_sets``).  ``read_write[0]`` is the permit path, the rest the
+    extra subpaths.
+
+    Raises: ValueError naming the option and its settings pointer (``confine``: exit 2)."""
+    for i, w in enumerate(read_write):
+        if _within(w, state):
+            what = (
+                "--permit-path (/permitPath)" if i == 0 else "--permit-extra-subpath (/permitExtraSubpaths)"
+            )
+            raise ValueError(
+                f"{what} {w!r} lies inside sandbox-shim's state directory {state}, which no "
+                "confinement may write (journals, caches, the /etc copy); name a directory outside "
+                "it, or set XDG_STATE_HOME elsewhere"
+            )
+
+
+def unshare_links(held: Sequence[str]) -> list[str]:
+    """Give every regular file in ``held`` (a protected path, or a file at any depth in a
+    protected directory such as ``.git/hooks``) that has other hard links (``st_nlink > 1``) an
+    inode of its own: a copy (same content and permission bits) under a temporary name in the same
+    directory, renamed over it (rename(2): atomic).  A protected name is held read-only by its
+    mount, but a link made in an earlier run (``ln .git/config x``, while it was not yet protected)
+    would reach the same inode from a writable name; after this none does.  Links are not
+    followed.  Returns the paths replaced.
+
+    Raises: ValueError when a file cannot be replaced (the confinement is not built: fail
+    closed; ``confine``: exit 2)."""
+    out: list[str] = []
+    todo = list(held)
+    while todo:
+        p = todo.pop()
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        kind = st.st_mode & 0o170000
+        if kind == 0o040000:
+            with os.scandir(p) as it:
+                todo += [e.path for e in it if not e.is_symlink()]
+        elif kind == 0o100000 and st.st_nlink > 1:
+            try:
+                _replace_with_copy(p, st)
+            except OSError as e:
+                raise ValueError(
+                    f"{p} is held read-only but has {st.st_nlink - 1} other hard link(s), and it could "
+                    f"not be given an inode of its own ({e.strerror or e}); remove the other links"
+                ) from e
+            out.append(p)
+    return sorted(out)
+
+
+def _replace_with_copy(path: str, st: os.stat_result) -> None:
+    """``path`` (lstat ``st``) replaced by a copy with a new inode: same content, permission bits,
+    times and (when run as root) owner.  Raises OSError."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.relink")
+    src = os.open(path, os.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
+    try:
+        now = os.fstat(src)
+        if (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):
+            raise OSError(f"{path} changed while it was copied")
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | posix.O_NOFOLLOW, 0o600)
+        try:
+            while True:
+                chunk = os.read(src, 1 << 20)
+                if not chunk:
+                    break
+                os.write(out, chunk)
+            if posix.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
+                posix.fchown(out, st.st_uid, st.st_gid)  # root confining a user's project: theirs still
+            posix.fchmod(out, st.st_mode & 0o7777)
+        finally:
+            os.close(out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    finally:
+        os.close(src)
+    try:
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def build_sets(
     exe: str,
     env: Mapping[str, str],
@@ -468,7 +577,17 @@ def build_sets(
         CannotEnforce("confinement.read_set" | "confinement.boundary" | "confinement.permit_read",
             detail): a runtime entry contains a home directory or the parent of a read-write path;
             a ``permit_read`` entry resolves through a symlink inside a read-write path.
-        ValueError: a ``permit_read`` entry does not exist or is ``/``.
+        CannotEnforce("confinement.protected"): with ``protect`` on Linux, the state directory
+            (``confine_journal.prepare_state``) is missing or not this user's own.
+        ValueError: a ``permit_read`` entry does not exist or is ``/``; a read-write path is (or
+            lies inside) the state directory (``check_state``); a protected file (or the settings
+            file) with other hard links cannot be replaced (``unshare_links``).
+
+    The state directory is made before anything else and, when a read-write path covers it, held
+    read-only (an island, whatever ``protect`` says: it is the shim's, not the project's).
+    Protected files with other hard links, and the settings file (inside a read-write path or
+    not: the next run reads it), are replaced by copies (``unshare_links``; listed in
+    ``Sets.relinked``).
     """
     linux = sys.platform == "linux" if linux is None else linux
     system = _system(linux)
@@ -497,6 +616,7 @@ def build_sets(
         if real == "/":
             raise ValueError("permit_read must not be / (it would permit reading everything)")
         (islands if any(_within(real, r) for r in read_write) else extra_ro).append(real)
+    extra_islands = set(islands)  # the caller's own read-only grants: held, never relinked
     ro = [p for p in system + runtime if not any(_within(p, r) for r in read_write)]
     for r in read_write:
         boundary = os.path.dirname(r)
@@ -507,21 +627,31 @@ def build_sets(
                 f"{r}: its parent {boundary} lies inside the "
                 f"runtime read set entry {cover[0]}, so siblings would be readable",
             )
+    from . import confine_journal
+
+    state, trusted = confine_journal.prepare_state(env)
+    if state is not None:
+        check_state(state, read_write)
+        if any(_within(state, w) for w in read_write):
+            islands.append(state)  # held read-only inside, whatever ``protect`` says: the shim's
     made: list[str] = []
     record = snapshot = None
     journal: str | None = None
     if protect and linux:
-        from . import confine_journal
-
         journal = confine_journal.journal_dir(env)
-        if journal is None or any(_within(journal, w) or _within(w, journal) for w in read_write):
+        if journal is None or not trusted:
+            why = (
+                "could not be made"
+                if state is not None and not os.path.lexists(state)
+                else f"must be a directory owned by you (uid {posix.geteuid()}), not writable by "
+                "group or others, and not a symbolic link"
+            )
             raise CannotEnforce(
                 "confinement.protected",
-                f"no place outside the read-write paths for the "
-                f"placeholder journal ({journal or 'no $HOME'}): set XDG_STATE_HOME to a "
-                "directory outside them, or pass --allow-protected-writes",
+                f"no usable place for the placeholder journal ({journal or 'no $HOME'}): "
+                f"sandbox-shim's state directory {why}; set XDG_STATE_HOME to a directory of your "
+                "own, or pass --allow-protected-writes",
             )
-        os.makedirs(journal, 0o700, exist_ok=True)
         confine_journal.sweep(journal, remove_placeholders)  # what killed confinements left
         if placeholders:
             made, record = make_placeholders(read_write, read_write, journal, owner)
@@ -545,6 +675,16 @@ def build_sets(
         confine_journal.forget(snapshot)
         raise
     held = dedupe(islands)
+    try:  # before the launch: no link elsewhere may reach a protected inode
+        steer = [os.path.realpath(settings_file)] if settings_file is not None else []  # read next run
+        relinked = unshare_links(
+            dedupe([p for p in [*islands, *steer] if p != state and p not in extra_islands])
+        )
+    except BaseException:
+        remove_placeholders(made)
+        confine_journal.forget(record)
+        confine_journal.forget(snapshot)
+        raise
     return Sets(
         tuple(dedupe(ro + extra_ro)),
         tuple(read_write),
@@ -553,4 +693,6 @@ def build_sets(
         tuple(made),
         record,
         snapshot,
+        state if trusted else None,
+        tuple(relinked),
     )

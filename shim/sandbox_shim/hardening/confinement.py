@@ -62,7 +62,9 @@ class LaunchSpec(dict):  # type: ignore[type-arg]
     """``{"cmd": str, "args": list[str], "env": dict[str, str], "cd": str}``; launch ``[cmd, *args]``
     with ``env`` in ``cd``.  ``.layers`` names the confinement layers in force, e.g.
     ``("bwrap 0.8.0", "landlock ABI 7")``; ``.not_enforced`` what this host leaves open;
-    ``.egress`` the proxy to serve (or None); ``.report`` the report file (or None)."""
+    ``.egress`` the proxy to serve (or None); ``.report`` the report file (or None);
+    ``.relinked`` the protected files that had other hard links and were given an inode of their
+    own before the launch (``confine_sets.unshare_links``)."""
 
     layers: tuple[str, ...] = ()
     not_enforced: tuple[str, ...] = ()
@@ -71,6 +73,7 @@ class LaunchSpec(dict):  # type: ignore[type-arg]
     placeholders: tuple[str, ...] = ()
     journal: str | None = None
     snapshot: str | None = None
+    relinked: tuple[str, ...] = ()
 
     def release(self) -> list[str]:
         """After the command: close the egress proxy (if any), remove the empty placeholders made
@@ -273,10 +276,13 @@ def confine(
     Raises:
         CannotEnforce(capability, detail): the confinement cannot be built on this host (bwrap
             unusable, Landlock required but absent, sandbox-exec rejecting the profile, a runtime
-            read-set entry covering the data boundary or a home directory, an unsupported platform).
+            read-set entry covering the data boundary or a home directory, an unsupported platform,
+            a state directory that is not this user's own while the journal needs it).
         ValueError: a path is not an existing directory (file, for ``permit_read``) or is ``/``;
             ``cd`` is not reachable inside; an ``allow_hosts`` entry is not a host pattern; the
-            report file lies inside a read-write path.
+            report file lies inside a read-write path; a read-write path is (or lies inside)
+            sandbox-shim's state directory (``confine_sets.check_state``); a protected file with
+            other hard links could not be given its own inode (``confine_sets.unshare_links``).
     """
     cmd, args = command
     env = dict(os.environ if env is None else env)
@@ -392,6 +398,7 @@ def _launch_spec(
     spec = LaunchSpec(cmd=argv[0], args=argv[1:], env=env, cd=start)
     spec.layers, spec.not_enforced, spec.egress, spec.report = layers, tuple(not_enforced), egress, report
     spec.placeholders, spec.journal, spec.snapshot = sets.placeholders, sets.journal, sets.snapshot
+    spec.relinked = sets.relinked
     if report is not None:
         try:
             write_start_record(report, spec)
@@ -422,6 +429,8 @@ def write_start_record(report: str, spec: LaunchSpec) -> None:
         "not_observed": unobserved,
         "not_enforced": list(spec.not_enforced),
     }
+    if spec.relinked:  # protected files that had other hard links: now an inode of their own
+        rec["relinked"] = list(spec.relinked)
     with open(report, "a", encoding="utf-8") as fh:
         fh.write(fastjson.dumps(rec) + "\n")
 

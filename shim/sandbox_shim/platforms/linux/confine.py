@@ -188,11 +188,13 @@ def native_argv(
     scopes: Sequence[str] = (),
     landlock: bool = True,
 ) -> list[str]:
-    """argv of the C helper: ``--ruleset HANDLED SCOPED`` (rights ``landlock.handled_fs(abi)``, the
-    ``SCOPES`` bits), one ``--rule ACCESS PATH`` per path (``READ_ONLY``, ``READ_WRITE``, ``DEVICES``,
-    each masked by HANDLED), ``--seccomp HEX`` (``landlock.tty_filter``), then ``-- program args``.
-    ``landlock=False``: the filter only."""
-    out = [helper]
+    """argv of the C helper: ``--abi ABI`` (the ABI these rights were computed for: the helper
+    asks the kernel and runs nothing when they differ), ``--ruleset HANDLED SCOPED`` (rights
+    ``landlock.handled_fs(abi)``, the ``SCOPES`` bits), one ``--rule ACCESS PATH`` per path
+    (``READ_ONLY``, ``READ_WRITE``, ``DEVICES``, each masked by HANDLED), ``--seccomp HEX``
+    (``landlock.tty_filter``), then ``-- program args``.  ``landlock=False``: the filter only (the
+    ABI is still checked: a kept ABI of 0 must not drop Landlock on a kernel that has it)."""
+    out = [helper, "--abi", str(abi)]
     if landlock:
         handled = ll.handled_fs(abi)
         scoped = 0
@@ -241,7 +243,7 @@ def render(
         if not os.access(path, os.X_OK):
             raise CannotEnforce("bwrap", f"{path} is missing or not executable")
         layers = ["bubblewrap"]
-    abi = landlock_abi(env, sets.read_write)
+    abi = landlock_abi(env, sets.read_write, sets.islands)
     if landlock and abi < 1:
         raise CannotEnforce("landlock", "kernel has no Landlock (or it is not enabled at boot)")
     use_ll = abi > 0 and landlock is not False
@@ -262,7 +264,7 @@ def render(
         argv.append("--unshare-net")
         not_enforced = []  # abstract sockets are per network namespace
     argv += ["--cap-drop", "ALL", "--tmpfs", "/tmp"]
-    view = etc_view(sets.read_only, sets.read_write, env) if env is not None else None
+    view = etc_view(sets.read_only, sets.read_write, env, held=sets.islands) if env is not None else None
     folded: frozenset[str] = frozenset()
     if view is not None:
         argv += ["--ro-bind", view[0], "/etc"]
@@ -304,6 +306,7 @@ def render(
             scopes=scopes,
             forward=forward,
             landlock=use_ll,
+            abi=abi,
         )
     argv += ["--remount-ro", "/", "--chdir", cd, "--", *program]
     return argv, tuple(layers), not_enforced

@@ -16,7 +16,12 @@
  * right comes on the command line (platforms/linux/confine.py builds it).  Fails closed: if any step
  * fails the program is not run (exit 126); exec failures exit 127 (not found) or 126, like a shell.
  *
- * Usage: sandbox-shim-confine-exec [--ruleset HANDLED SCOPED] [--rule ACCESS PATH]...
+ * First, with --abi N, it asks the kernel for its Landlock ABI (landlock_create_ruleset(NULL, 0,
+ * LANDLOCK_CREATE_RULESET_VERSION); 0 when it has none) and runs nothing when that differs from N:
+ * the rights and scopes were computed for N (possibly from a kept value), and a stale or altered one
+ * must never lower the enforcement.
+ *
+ * Usage: sandbox-shim-confine-exec [--abi N] [--ruleset HANDLED SCOPED] [--rule ACCESS PATH]...
  *                                  [--seccomp HEX] -- PROGRAM [ARGS]...
  */
 #define _GNU_SOURCE
@@ -37,6 +42,7 @@
 #define __NR_landlock_restrict_self 446
 #endif
 #define RULE_PATH_BENEATH 1
+#define CREATE_RULESET_VERSION (1U << 0)
 /* rights valid on a rule whose target is not a directory: EXECUTE WRITE_FILE READ_FILE TRUNCATE IOCTL_DEV */
 #define FILE_RIGHTS ((1ULL << 0) | (1ULL << 1) | (1ULL << 2) | (1ULL << 14) | (1ULL << 15))
 
@@ -79,13 +85,17 @@ static int hexval(char c)
 
 int main(int argc, char **argv)
 {
-    int i = 1, have_ruleset = 0, nrules = 0;
-    uint64_t handled = 0, scoped = 0;
+    int i = 1, have_ruleset = 0, nrules = 0, have_abi = 0;
+    uint64_t handled = 0, scoped = 0, told = 0;
     const char *seccomp_hex = NULL;
 
     /* first pass: the ruleset's attributes and the filter; rules are applied in the second */
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
-        if (strcmp(argv[i], "--ruleset") == 0 && i + 2 < argc) {
+        if (strcmp(argv[i], "--abi") == 0 && i + 1 < argc) {
+            if (number(argv[i + 1], &told)) goto usage;
+            have_abi = 1;
+            i += 1;
+        } else if (strcmp(argv[i], "--ruleset") == 0 && i + 2 < argc) {
             if (number(argv[i + 1], &handled) || number(argv[i + 2], &scoped) || !handled) goto usage;
             have_ruleset = 1;
             i += 2;
@@ -103,6 +113,16 @@ int main(int argc, char **argv)
     if (i + 1 >= argc || (nrules && !have_ruleset)) goto usage;
     char **program = argv + i + 1;
 
+    if (have_abi) {
+        long kernel = syscall(__NR_landlock_create_ruleset, NULL, 0, CREATE_RULESET_VERSION);
+        if (kernel < 0) kernel = 0; /* ENOSYS / EOPNOTSUPP: no Landlock */
+        if ((uint64_t)kernel != told) {
+            fprintf(stderr, "sandbox-shim confine: the Landlock ABI given (%llu) is not the kernel's (%ld); "
+                    "not running\n", (unsigned long long)told, kernel);
+            return 126;
+        }
+    }
+
     if (have_ruleset) {
         struct ruleset_attr attr = {handled, 0, scoped};
         size_t size = scoped ? sizeof attr : sizeof attr.handled_access_fs; /* the ABI 1 size without scopes */
@@ -111,7 +131,7 @@ int main(int argc, char **argv)
         for (int j = 1; j < i; j++) {
             if (strcmp(argv[j], "--rule") != 0) {
                 if (strcmp(argv[j], "--ruleset") == 0) j += 2;
-                else if (strcmp(argv[j], "--seccomp") == 0) j += 1;
+                else if (strcmp(argv[j], "--seccomp") == 0 || strcmp(argv[j], "--abi") == 0) j += 1;
                 continue;
             }
             uint64_t access;

@@ -2,9 +2,11 @@
 ``/etc`` entries of the read set bound as one (``etc_view``) and the Landlock ABI of this boot
 (``landlock_abi``).
 
-The state directory is the placeholder journal's parent (``confine_journal.journal_dir``:
-``$XDG_STATE_HOME/sandbox-shim``, else ``~/.local/state/sandbox-shim``); nothing here is used when it
-lies in or around a read-write path (``state_dir``), where the confined program could write it.
+The state directory is the placeholder journal's parent (``confine_journal.state_root``:
+``$XDG_STATE_HOME/sandbox-shim``, else ``~/.local/state/sandbox-shim``); nothing here is used unless
+it is this user's own (``state_dir``: owned by the effective uid, not group/other-writable, not a
+link) and out of the confined program's reach (no read-write path in it; one around it only when it
+is held read-only inside).
 Both are caches of what the renderer (``platforms/linux/confine.py``) would otherwise compute or
 bind each time: a missing or unusable one means the slower way, never a weaker confinement.
 """
@@ -20,30 +22,51 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 
-def state_dir(env: Mapping[str, str], read_write: Sequence[str]) -> str | None:
+def state_dir(env: Mapping[str, str], read_write: Sequence[str], held: Sequence[str] = ()) -> str | None:
     """The user's sandbox-shim state directory (the placeholder journal's parent,
-    ``confine_journal.journal_dir``), or None when there is none or it lies in (or around) a
-    read-write path: what is kept there (the /etc view, the Landlock ABI) the confined program must
-    not be able to write."""
-    from ...hardening.confine_journal import journal_dir
+    ``confine_journal.state_root``) when what is kept there may be trusted, else None: it must be
+    a directory owned by the effective uid, not writable by group or others, not a symbolic link
+    (``confine_journal.owned_dir``: one lstat, no walk), and out of the confined program's reach —
+    no read-write path in it, none around it unless it is ``held`` read-only inside (an island:
+    ``confine_sets.build_sets`` holds it).  Another user's directory (root run with that user's
+    ``HOME``) is not: its owner could plant a view, an ABI or a cache for root's confinement."""
+    from ...hardening.confine_journal import owned_dir, state_root
     from ...hardening.readset import within
 
-    journal = journal_dir(env)
-    if journal is None:
+    state = state_root(env)
+    if state is None:
         return None
-    state = os.path.dirname(journal)
-    if any(within(state, w) or within(w, state) for w in read_write):
+    if any(within(w, state) for w in read_write):
         return None
-    return state
+    if any(within(state, w) for w in read_write) and not any(within(state, h) for h in held):
+        return None
+    if not os.path.lexists(state):
+        try:
+            os.makedirs(state, 0o700, exist_ok=True)
+        except OSError:
+            return None
+    return state if owned_dir(state) else None
 
 
-def landlock_abi(env: Mapping[str, str] | None = None, read_write: Sequence[str] = ()) -> int:
+#: the largest Landlock ABI a kept value may name (Linux 6.15 has 7); more is no kernel's answer
+ABI_MAX = 64
+
+
+def landlock_abi(
+    env: Mapping[str, str] | None = None, read_write: Sequence[str] = (), held: Sequence[str] = ()
+) -> int:
     """``landlock.abi_version()``, kept for the boot in ``STATE/landlock-abi`` (``state_dir``) as
     ``BOOT_ID ABI``: the ABI is the running kernel's (Landlock is built in, not a module) and
     ``/proc/sys/kernel/random/boot_id`` changes with every boot (proc(5)).  Asking the kernel takes
     ``_ctypes`` (a shared library to load) and a libc call; reading the file does not.  Without a
-    usable state directory, or a boot id, the kernel is asked.  Never raises."""
-    state = state_dir(env, read_write) if env is not None else None
+    usable state directory, or a boot id, the kernel is asked; so it is when the file is not a
+    regular file of this user's (``confine_journal.owned_file``) or names no ABI in ``0..ABI_MAX``.
+    The helper that applies Landlock asks the kernel itself and refuses to run the program when
+    the two differ (``confine_exec.c`` ``--abi``), so a value altered here cannot lower the
+    enforcement, only stop the launch.  Never raises."""
+    from ...hardening.confine_journal import owned_file
+
+    state = state_dir(env, read_write, held) if env is not None else None
     try:
         with open("/proc/sys/kernel/random/boot_id", "rb") as fh:
             boot = fh.read(64).strip()
@@ -53,9 +76,13 @@ def landlock_abi(env: Mapping[str, str] | None = None, read_write: Sequence[str]
         return ll.abi_version()
     path = os.path.join(state, "landlock-abi")
     try:
-        with open(path, "rb") as fh:
-            seen, _, value = fh.read(128).partition(b" ")
-        if seen == boot and value.strip().isdigit():
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            seen, _, value = os.read(fd, 128).partition(b" ") if owned_file(fd) else (b"", b"", b"")
+        finally:
+            os.close(fd)
+        value = value.strip()
+        if seen == boot and value.isdigit() and len(value) <= 2 and int(value) <= ABI_MAX:
             return int(value)
     except OSError:
         pass
@@ -77,6 +104,9 @@ def landlock_abi(env: Mapping[str, str] | None = None, read_write: Sequence[str]
     return abi
 
 
+#: the views' name prefix: views made before the state directory was held read-only in every
+#: confinement (issue #22) may have been written from inside one, so none of them is used again
+VIEW_FORMAT = "v2-"
 #: the largest /etc file copied into the view (bigger: no view, every entry bound)
 ETC_VIEW_MAX_BYTES = 4 << 20
 #: a directory in /etc with at most this many entries beneath it is copied into the view too
@@ -151,7 +181,11 @@ def _copy_file(src: str, dest: str, st: os.stat_result) -> None:
 
 
 def etc_view(
-    read_only: Sequence[str], read_write: Sequence[str], env: Mapping[str, str], etc: str = "/etc"
+    read_only: Sequence[str],
+    read_write: Sequence[str],
+    env: Mapping[str, str],
+    etc: str = "/etc",
+    held: Sequence[str] = (),
 ) -> tuple[str, frozenset[str]] | None:
     """One directory to bind read-only at ``/etc`` instead of one bind per ``/etc`` entry, and the
     entries it holds whole (not to be bound), or None (then each entry is bound as before).
@@ -165,7 +199,7 @@ def etc_view(
     user can read is copied; Landlock's rules are the same paths either way.  A bound file, too, is
     the inode found when the sandbox was made.
 
-    The view lives in ``confine-etc/KEY`` in the user's state directory (``state_dir``: beside
+    The view lives in ``confine-etc/VIEW_FORMAT KEY`` in the user's state directory (``state_dir``: beside
     the placeholder journal, never in or around a read-write path), ``KEY`` a hash of the
     ``lstat`` (device, inode, size, mode, mtime, ctime) and link target of every copied entry: one
     replaced, written or touched gives another key, hence a new view, made under a temporary name,
@@ -174,7 +208,8 @@ def etc_view(
     seconds are removed when a new one is made.
 
     None when: an entry lies deeper in ``etc`` (it would need its mount point made in the view),
-    ``etc`` is a link, the state directory is missing or inside (or around) a read-write path, a
+    ``etc`` is a link, the state directory is missing, not trusted (``state_dir``: not this user's,
+    a link, group-writable) or inside (or around, unless ``held``) a read-write path, a
     file is unreadable or over ``ETC_VIEW_MAX_BYTES``, or anything changes while the view is made.
     Never raises."""
     from ...hardening.readset import within
@@ -182,10 +217,14 @@ def etc_view(
     top = [p for p in read_only if p != etc and within(p, etc)]
     if not top or any(os.path.dirname(p) != etc for p in top) or os.path.islink(etc):
         return None
-    state = state_dir(env, read_write)
+    from ...hardening.confine_journal import owned_dir
+
+    state = state_dir(env, read_write, held)
     if state is None:
         return None
     base = os.path.join(state, "confine-etc")
+    if os.path.lexists(base) and not owned_dir(base):
+        return None  # a link, or not this user's: nothing in it is used
     entries: list[tuple[str, list[_Entry] | None]] = []  # (path, what is copied; None: a mount point)
     try:
         for p in top:
@@ -217,10 +256,10 @@ def etc_view(
             for p, tree in entries
         )
     )
-    name = f"{key & 0xFFFFFFFFFFFFFFFF:016x}"
+    name = f"{VIEW_FORMAT}{key & 0xFFFFFFFFFFFFFFFF:016x}"
     view = os.path.join(base, name)
     folded = frozenset(p for p, tree in entries if tree is not None)
-    if os.path.isdir(view):
+    if owned_dir(view):  # lstat: a link planted as a view is no view
         try:
             os.utime(view)  # in use: not stale for another ETC_VIEW_STALE_S (_remove_stale_views)
         except OSError:
@@ -255,7 +294,7 @@ def etc_view(
         os.rename(tmp, view)
     except OSError:
         _remove_view(tmp)
-        return (view, folded) if os.path.isdir(view) else None  # another confinement made it
+        return (view, folded) if owned_dir(view) else None  # another confinement made it
     _remove_stale_views(base, name)
     return view, folded
 

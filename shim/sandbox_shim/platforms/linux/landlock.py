@@ -335,14 +335,18 @@ def helper_argv(
     scopes: Sequence[str] = (),
     forward: str | None = None,
     landlock: bool = True,
+    abi: int | None = None,
 ) -> list[str]:
     """argv that runs this file as a script: apply Landlock, then exec ``program`` with ``args``.
 
     ``args`` excludes argv[0]; the program receives ``program`` as argv[0].  ``scopes`` are names in
     ``SCOPES``; ``forward`` is ``PORT=SOCKET`` (serve ``127.0.0.1:PORT`` by connecting to the unix
-    socket ``SOCKET``); ``landlock=False`` only forwards (no rules are applied).
+    socket ``SOCKET``); ``landlock=False`` only forwards (no rules are applied).  ``abi``: the ABI
+    the caller believed (``--abi``): the script asks the kernel and runs nothing when they differ.
     """
     out = [python, "-I", "-S", "-B", script]
+    if abi is not None:
+        out += ["--abi", str(abi)]
     if not landlock:
         out.append("--no-landlock")
     for flag, paths in (("--ro", read_only), ("--rw", read_write), ("--dev", devices)):
@@ -436,19 +440,23 @@ def _initial_environ() -> dict[bytes, bytes] | None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """Script entry: ``[--ro P | --rw P | --dev P]... -- PROGRAM ARGS...``.
+    """Script entry: ``[--abi N] [--ro P | --rw P | --dev P]... -- PROGRAM ARGS...``.
 
     Fails closed: if Landlock cannot be applied the program is not run (exit 126 with a message).
     Exec failures exit 127 (not found) or 126 (anything else), like a shell.
     """
     rules: list[tuple[str, int]] = []
     rights = {"--ro": READ_ONLY, "--rw": READ_WRITE, "--dev": DEVICES}
-    scoped, forward, apply = 0, None, True
+    scoped, forward, apply, told = 0, None, True, None
     i = 0
     while i < len(argv) and argv[i] != "--":
         if argv[i] == "--no-landlock":
             apply = False
             i += 1
+            continue
+        if argv[i] == "--abi" and i + 1 < len(argv) and argv[i + 1].isdigit():
+            told = int(argv[i + 1])
+            i += 2
             continue
         ok = i + 1 < len(argv) and (argv[i] in rights or argv[i] in ("--forward", "--scope"))
         if not ok or (argv[i] == "--scope" and argv[i + 1] not in SCOPES):
@@ -464,6 +472,12 @@ def main(argv: Sequence[str]) -> int:
     cmd = list(argv[i + 1 :])
     if not cmd:
         sys.stderr.write("landlock: no program given\n")
+        return 126
+    if told is not None and told != abi_version():
+        sys.stderr.write(
+            f"sandbox-shim confine: the Landlock ABI given ({told}) is not the kernel's "
+            f"({abi_version()}); not running\n"
+        )
         return 126
     env = _initial_environ()
     try:
