@@ -19,9 +19,7 @@ from .state import Record, StateStore
 
 TYPE_CHECKING = False  # typing is not loaded at run time: the CLI's lifecycle verbs stay cheap
 if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
-    from .mechanism import HostRecord, Mechanism
+    from .mechanism import Mechanism
 
 
 def default_mechanism(root: str | None = None) -> Mechanism:
@@ -110,8 +108,11 @@ def provision(
         )
         sandbox.bundle = spec.bundle
         sandbox.private["dir"] = d
-        recorder = _CgroupRecorder(store, sandbox.id)
-        options = ProvisionOptions(stdio, console_socket, preserve_fds, recorder)
+        # the mechanism's record of its host objects, written as handed over (each call replaces the
+        # last): ``ROOT/.cgroups/ID``, so ``delete --force`` finds them after a crash
+        options = ProvisionOptions(
+            stdio, console_socket, preserve_fds, lambda info: store.write_cgroup_index(sandbox.id, info)
+        )
         ident = None
         try:
             store.write(rec)
@@ -133,7 +134,6 @@ def provision(
             if pid_file:
                 st.write_atomic(os.path.abspath(pid_file), str(rec.pid), 0o644)
         except BaseException as e:
-            recorder.release()
             with contextlib.suppress(Exception):
                 if ident is not None:  # a failed provision undid its own work
                     mechanism.destroy(sandbox)
@@ -149,44 +149,6 @@ def provision(
                 )
             raise
     return _status(mechanism, rec, store)
-
-
-class _CgroupRecorder:
-    """``ProvisionOptions.on_record``, given to the mechanism: called with what will be made *before*
-    making it (``created`` empty: the record is written and the state root's cgroup lock taken, so no delete
-    removes a shared parent meanwhile), then with what was made (record rewritten, lock released)."""
-
-    def __init__(self, store: StateStore, sandbox_id: str) -> None:
-        self.store, self.id = store, sandbox_id
-        self._lock: AbstractContextManager[None] | None = None
-
-    def __call__(self, info: HostRecord) -> None:
-        if not info.get("created") and self._lock is None:
-            self._lock = self.store.cgroup_lock()
-            self._lock.__enter__()
-            self.store.write_cgroup_index(self.id, info)  # planned parents: this id's record only
-            return
-        prev = self.store.read_cgroup_index(self.id) or {}
-        # the parents create made (planned, then found among what it created) join the shared list,
-        # each with its inode, so a later delete removes exactly that directory once it is empty
-        planned = prev.get("parents")
-        created = info.get("created")
-        if isinstance(planned, list) and isinstance(created, list):
-            made = []
-            for p in sorted(set(planned) & {c for c in created if isinstance(c, str)}):
-                try:
-                    made.append((p, os.stat(p).st_ino))
-                except OSError:
-                    continue
-            if made:
-                self.store.write_cgroup_parents([*self.store.read_cgroup_parents(), *made])
-        self.store.write_cgroup_index(self.id, {**prev, **info})
-        self.release()
-
-    def release(self) -> None:
-        if self._lock is not None:
-            lock, self._lock = self._lock, None
-            lock.__exit__(None, None, None)
 
 
 def _drop_cgroups(mechanism: Mechanism, store: StateStore, sandbox_id: str) -> list[str]:

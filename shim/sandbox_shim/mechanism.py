@@ -264,7 +264,10 @@ class ProvisionOptions(Value):
         preserve_fds: how many fds from 3 up the workload inherits (runc ``--preserve-fds``).
         on_record: called with the sandbox's ``HostRecord`` before each host object outside the state
             dir is made and again once it is (the library writes ``ROOT/.cgroups/ID``, so ``delete
-            --force`` finds it after a crash); None: nothing is recorded (a mechanism driven directly).
+            --force`` finds it after a crash); each call hands the whole record, which replaces the
+            last, and the library gives its keys no meaning (what they name, and any bookkeeping
+            shared between sandboxes, such as Linux's parent cgroups, is the mechanism's); None:
+            nothing is recorded (a mechanism driven directly).
     """
 
     __match_args__ = ("stdio", "console_socket", "preserve_fds", "on_record")

@@ -170,16 +170,19 @@ class LinuxMechanism:
             # the device rule list (linux.resources.devices plus the defaults) is the planner's
             limits = Limits.from_oci(plan.resources, devices=(plan.resources or {}).get("devices"))
             cg = manager(plan.cgroups_path, systemd=self.systemd_cgroup)
+            recorded = None
             if on_record is not None:  # recorded before it is made: delete --force finds it after a crash
+                from .parents import CreateRecord, parents_dir
                 from .residue import planned
 
-                record = planned(cg, plan.cgroups_path)
-                on_record(record)
+                recorded = CreateRecord(parents_dir(os.path.dirname(d)), on_record)
+                undo.callback(recorded.release)  # the parents' lock, on any way out before confirmed
+                recorded.planned(planned(cg, plan.cgroups_path))
             try:
                 created = cg.create(limits.hierarchies())
             except BaseException:
-                if on_record is not None:  # create removed what it made; what exists now is not ours
-                    on_record({**record, "planned": [], "parents": []})
+                if recorded is not None:  # create removed what it made; what exists now is not ours
+                    recorded.aborted()
                 raise
             priv["cgroup"] = {
                 "version": cg.version,
@@ -193,8 +196,8 @@ class LinuxMechanism:
                 ),
             }
             undo.callback(cg.remove, created)
-            if on_record is not None:
-                on_record(priv["cgroup"])
+            if recorded is not None:  # the parents it made join the shared list; the lock goes
+                recorded.confirmed(priv["cgroup"])
             pids_limit, limits.pids_limit = limits.pids_limit, None  # written once bwrap's outer is gone
             cg.apply(limits)
 

@@ -1,17 +1,17 @@
 """What a Linux sandbox leaves on the host outside its state dir, recorded before it is made.
 
-``planned(cg, path)`` is written to ``ROOT/.cgroups/ID`` (``state.StateStore.write_cgroup_index``)
-*before* any cgroup directory is made: the leaf directory in every hierarchy, and every ancestor
-below the hierarchy's mount that does not exist yet (a nested ``cgroupsPath`` such as ``/a/b/c``
-makes ``/a`` and ``/a/b``).  ``remove(store, id)`` then finds all of it whatever step a verb was
-killed at: it kills what runs in the leaf cgroups, removes them, tears the network down (its marker
-``ROOT/.network/ID`` is written before the links exist), and removes every parent made by us once
-it is empty.  Parents are shared between sandboxes (of any state root), so the ones create made are
-listed, with their inodes, in one host-wide file (``StateStore.parents_dir``, changed under
-``StateStore.cgroup_lock``) once create has confirmed them: the last sandbox to go removes them.
-Planned parents of a create that died before confirming are removed (if empty) by that id's
-delete.  Kernel doc: admin-guide/cgroup-v1/cgroups.rst, admin-guide/cgroup-v2.rst (rmdir of a
-cgroup with no tasks and no children).
+``planned(cg, path)`` is written to ``ROOT/.cgroups/ID`` (through the library's
+``ProvisionOptions.on_record``, by ``parents.CreateRecord``) *before* any cgroup directory is made:
+the leaf directory in every hierarchy, and every ancestor below the hierarchy's mount that does not
+exist yet (a nested ``cgroupsPath`` such as ``/a/b/c`` makes ``/a`` and ``/a/b``).  ``remove(store,
+id)`` then finds all of it whatever step a verb was killed at: it kills what runs in the leaf
+cgroups, removes them, tears the network down (its marker ``ROOT/.network/ID`` is written before the
+links exist), and removes every parent made by us once it is empty.  Parents are shared between
+sandboxes (of any state root), so the ones create made are listed, with their inodes, in one
+host-wide file (``parents.py``, changed under ``parents.lock``) once create has confirmed them: the
+last sandbox to go removes them.  Planned parents of a create that died before confirming are
+removed (if empty) by that id's delete.  Kernel doc: admin-guide/cgroup-v1/cgroups.rst,
+admin-guide/cgroup-v2.rst (rmdir of a cgroup with no tasks and no children).
 """
 
 from __future__ import annotations
@@ -213,6 +213,7 @@ def remove(store: StateStore, sandbox_id: str) -> list[str]:
 
 def _remove_cgroups(store: StateStore, info: dict[str, Any]) -> list[str]:
     from ...errors import ShimError
+    from . import parents
     from .cgroups.detect import manager_of
 
     problems: list[str] = []
@@ -230,9 +231,10 @@ def _remove_cgroups(store: StateStore, info: dict[str, Any]) -> list[str]:
             cg.remove(leaves)
     except (ShimError, OSError) as e:
         problems.append(f"cgroups: {e}")
-    with store.cgroup_lock():
+    where = parents.parents_dir(store.root)
+    with parents.lock(where):
         # made and confirmed (inode recorded): removed once empty, only while still that directory
-        shared = store.read_cgroup_parents()
+        shared = parents.read(where)
         # planned by a create that died before confirming what it made: removed now if empty, by this
         # id's own delete only (never left listed, so a directory someone makes there later is safe)
         planned = info.get("parents") if not info.get("created") else None
@@ -252,5 +254,5 @@ def _remove_cgroups(store: StateStore, info: dict[str, Any]) -> list[str]:
                 os.rmdir(p)
             except OSError:
                 pass  # never made, gone, or holding another cgroup
-        store.write_cgroup_parents(left)
+        parents.write(where, left)
     return problems
