@@ -120,7 +120,7 @@ def provision(
             init = ident.init_pid
             doc = hooks.state_doc(sandbox.id, "creating", init, spec.bundle, spec.annotations)
             for phase in ("prestart", "createRuntime", "createContainer"):
-                hooks.run(plan_hooks, phase, doc, init, spec.bundle)
+                hooks.run(plan_hooks, phase, doc, init, spec.bundle, mechanism.hook_entry)
             rec.status = "created"
             rec.pid, rec.pid_start = ident.pid, ident.pid_start
             rec.init_pid, rec.init_start = ident.init_pid, ident.init_start
@@ -229,6 +229,7 @@ def start(mechanism: Mechanism, sandbox: Sandbox | str) -> Status:
                 hooks.state_doc(rec.id, "created", rec.init_pid, rec.bundle, rec.annotations),
                 rec.init_pid,
                 rec.bundle,
+                mechanism.hook_entry,
             )
         except hooks.HookFailed:
             mechanism.destroy(sb)  # runtime.md Lifecycle step 7: stop, destroy, then poststop

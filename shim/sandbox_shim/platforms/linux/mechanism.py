@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load
 
     from ...bundle import Spec
     from ...capability import Capability
-    from ...mechanism import ExecSpec, LaunchPlan
+    from ...mechanism import ExecSpec, HookEntry, LaunchPlan
     from ...plan import Plan
     from ...state import StateStore
     from .cgroups.base import CgroupManager
@@ -341,6 +341,13 @@ class LinuxMechanism:
             if options.stdio is None:
                 os.close(stdio[0])  # the /dev/null opened above: bwrap's child holds its own copies
         return Identity(child, child_start, child, child_start)
+
+    def hook_entry(self, pid: int, phase: str) -> HookEntry:
+        """nsenter(1) into ``pid``'s namespaces for a createContainer/startContainer hook
+        (``hook_entry.py``).  Raises ``LaunchFailed`` (nsenter missing)."""
+        from .hook_entry import hook_entry
+
+        return hook_entry(pid, phase)
 
     # -- start ----------------------------------------------------------------------------------
     def start(self, sandbox: Sandbox) -> None:
