@@ -1,4 +1,4 @@
-"""Parent-cgroup bookkeeping is the Linux mechanism's (``platforms/linux/parents.py``), not the library's.
+"""Parent-cgroup bookkeeping is the Linux mechanism's (``platforms/linux/residue.py``), not the library's.
 
 The library writes the record a mechanism hands it (``ProvisionOptions.on_record``) and gives its keys
 no meaning; the Linux mechanism lists the parents a create made, with their inodes, under the list's
@@ -20,7 +20,7 @@ from conftest import base_config
 from sandbox_shim import api, posix
 from sandbox_shim.errors import LaunchFailed, StateUnwritable
 from sandbox_shim.mechanism import Identity, ProvisionOptions, Sandbox
-from sandbox_shim.platforms.linux import parents
+from sandbox_shim.platforms.linux import residue
 from sandbox_shim.platforms.linux.mechanism import LinuxMechanism
 from sandbox_shim.state import StateStore
 
@@ -45,36 +45,36 @@ def tree(tmp_path: Path) -> dict[str, Path]:
 
 def test_confirmed_parents_join_the_list_with_their_inodes(tree: dict[str, Path]) -> None:
     written: list[dict[str, Any]] = []
-    rec = parents.CreateRecord(str(tree["list"]), written.append)
+    rec = residue.CreateRecord(str(tree["list"]), written.append)
     a, b, leaf = str(tree["a"]), str(tree["b"]), str(tree["a"] / "leaf")
     rec.planned({"planned": [leaf], "parents": [a, b], "created": []})
     # the plan is written before anything is made, under the lock; nothing is listed yet
     assert written == [{"planned": [leaf], "parents": [a, b], "created": []}]
-    assert _locked(tree["list"]) and parents.read(str(tree["list"])) == []
+    assert _locked(tree["list"]) and residue.read_parents(str(tree["list"])) == []
     rec.confirmed({"created": [a, leaf], "version": 2})
     # only a parent both planned and created is ours (b was planned, never made: not listed)
-    assert parents.read(str(tree["list"])) == [(a, os.stat(a).st_ino)]
+    assert residue.read_parents(str(tree["list"])) == [(a, os.stat(a).st_ino)]
     assert written[-1] == {"planned": [leaf], "parents": [a, b], "created": [a, leaf], "version": 2}
     assert not _locked(tree["list"])
-    on_disk = json.loads((tree["list"] / parents.PARENTS).read_text())
+    on_disk = json.loads((tree["list"] / residue.PARENTS).read_text())
     assert on_disk == [[a, os.stat(a).st_ino]]
 
 
 def test_an_aborted_create_lists_nothing_and_plans_nothing(tree: dict[str, Path]) -> None:
     written: list[dict[str, Any]] = []
-    rec = parents.CreateRecord(str(tree["list"]), written.append)
+    rec = residue.CreateRecord(str(tree["list"]), written.append)
     a = str(tree["a"])
     rec.planned({"planned": [a + "/leaf"], "parents": [a], "created": []})
     rec.aborted()
     assert written[-1] == {"planned": [], "parents": [], "created": []}
-    assert parents.read(str(tree["list"])) == [] and not _locked(tree["list"])
+    assert residue.read_parents(str(tree["list"])) == [] and not _locked(tree["list"])
 
 
 def test_a_refused_record_write_releases_the_lock(tree: dict[str, Path]) -> None:
     def refuse(info: dict[str, object]) -> None:
         raise StateUnwritable(str(tree["list"]), 28, "No space left on device")
 
-    rec = parents.CreateRecord(str(tree["list"]), refuse)
+    rec = residue.CreateRecord(str(tree["list"]), refuse)
     with pytest.raises(StateUnwritable):
         rec.planned({"planned": [], "parents": [str(tree["a"])], "created": []})
     assert not _locked(tree["list"])
@@ -83,18 +83,18 @@ def test_a_refused_record_write_releases_the_lock(tree: dict[str, Path]) -> None
 def test_the_list_keeps_earlier_entries_and_drops_the_file_when_empty(tree: dict[str, Path]) -> None:
     d = str(tree["list"])
     os.makedirs(d)
-    parents.write(d, [("/x", 1)])
-    rec = parents.CreateRecord(d, lambda info: None)
+    residue.write_parents(d, [("/x", 1)])
+    rec = residue.CreateRecord(d, lambda info: None)
     rec.planned({"parents": [str(tree["a"])], "created": []})
     rec.confirmed({"created": [str(tree["a"])]})
-    assert parents.read(d) == sorted([("/x", 1), (str(tree["a"]), os.stat(tree["a"]).st_ino)])
-    parents.write(d, [])
-    assert not (tree["list"] / parents.PARENTS).exists() and parents.read(d) == []
+    assert residue.read_parents(d) == sorted([("/x", 1), (str(tree["a"]), os.stat(tree["a"]).st_ino)])
+    residue.write_parents(d, [])
+    assert not (tree["list"] / residue.PARENTS).exists() and residue.read_parents(d) == []
 
 
 def test_the_list_is_host_wide_for_root_else_the_state_roots() -> None:
-    where = parents.parents_dir("/some/root")
-    assert where == (parents.CGROUP_PARENTS_DIR if os.geteuid() == 0 else "/some/root/.cgroups")
+    where = residue.parents_dir("/some/root")
+    assert where == (residue.CGROUP_PARENTS_DIR if os.geteuid() == 0 else "/some/root/.cgroups")
 
 
 class _RecordingMechanism(LinuxMechanism):
@@ -123,13 +123,13 @@ def test_the_library_gives_a_record_no_meaning(make_bundle: Any, state_root: Pat
     mech.root = str(state_root)
     mech.parent = str(made)
     # the host-wide list (root) changes under other tests' feet: only this parent's absence is checked
-    lists = [Path(parents.parents_dir(str(state_root))), state_root / ".cgroups"]
+    lists = [Path(residue.parents_dir(str(state_root))), state_root / ".cgroups"]
     with pytest.raises(LaunchFailed):
         api.provision(mech, Sandbox("rec", str(make_bundle(base_config(["true"])))))
     record = json.loads((state_root / ".cgroups" / "rec").read_text())
     assert record == {"parents": [str(made)], "created": [str(made)]}
     for d in lists:  # nothing listed
-        assert str(made) not in str(parents.read(str(d))), d
+        assert str(made) not in str(residue.read_parents(str(d))), d
     assert isinstance(sandbox_shim.default_mechanism(str(state_root)), LinuxMechanism)  # Linux here
 
 

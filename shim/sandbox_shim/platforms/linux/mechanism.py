@@ -172,8 +172,7 @@ class LinuxMechanism:
             cg = manager(plan.cgroups_path, systemd=self.systemd_cgroup)
             recorded = None
             if on_record is not None:  # recorded before it is made: delete --force finds it after a crash
-                from .parents import CreateRecord, parents_dir
-                from .residue import planned
+                from .residue import CreateRecord, parents_dir, planned
 
                 recorded = CreateRecord(parents_dir(os.path.dirname(d)), on_record)
                 undo.callback(recorded.release)  # the parents' lock, on any way out before confirmed
