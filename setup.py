@@ -4,6 +4,9 @@
 (statically linked where the C library allows, so it needs nothing inside the sandbox).  It is
 optional: without a C compiler the install still succeeds and ``sandbox-shim confine`` applies
 Landlock with the slower Python helper (``platforms/linux/landlock.py``) instead.
+
+And the ``sandbox-shim`` command: on Linux the launcher ``bin/sandbox-shim`` (a file both /bin/sh and
+Python read: it starts the interpreter without ``site``), elsewhere pip's console script.
 """
 
 from __future__ import annotations
@@ -52,5 +55,15 @@ class BuildHelper(build_ext):
 
 
 SOURCE = "shim/sandbox_shim/platforms/linux/confine_exec.c"
-ext = [Extension(HELPER, [SOURCE])] if sys.platform == "linux" else []
-setup(ext_modules=ext, cmdclass={"build_ext": BuildHelper})
+PLUGIN = {"pytest11": ["sandbox_shim_conformance = sandbox_shim.conformance.plugin"]}
+if sys.platform == "linux":  # the wheel is platform-tagged here (the helper): the launcher stays on Linux
+    # ``bin/sandbox-shim``: /bin/sh starts the venv's interpreter with -I -S, then the file's Python
+    # part puts the package's site-packages on sys.path itself (README "Set up")
+    where = {
+        "ext_modules": [Extension(HELPER, [SOURCE])],
+        "scripts": ["bin/sandbox-shim"],
+        "entry_points": PLUGIN,
+    }
+else:
+    where = {"entry_points": {**PLUGIN, "console_scripts": ["sandbox-shim = sandbox_shim.cli:main"]}}
+setup(cmdclass={"build_ext": BuildHelper}, **where)

@@ -70,10 +70,11 @@ def test_an_aborted_create_lists_nothing_and_plans_nothing(tree: dict[str, Path]
     assert residue.read_parents(str(tree["list"])) == [] and not _locked(tree["list"])
 
 
-def test_a_refused_record_write_releases_the_lock(tree: dict[str, Path]) -> None:
+def test_a_refused_record_write_leaves_the_lock_free(tree: dict[str, Path]) -> None:
     def refuse(info: dict[str, object]) -> None:
         raise StateUnwritable(str(tree["list"]), 28, "No space left on device")
 
+    tree["list"].mkdir()
     rec = residue.CreateRecord(str(tree["list"]), refuse)
     with pytest.raises(StateUnwritable):
         rec.planned({"planned": [], "parents": [str(tree["a"])], "created": []})

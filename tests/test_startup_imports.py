@@ -1,5 +1,6 @@
 """The lifecycle verbs load nothing heavy: no click, jsonschema, psutil, pyroute2, pyseccomp, ctypes;
-nor json, re, enum or signal (``fastjson`` and ``_signal`` do their part at no import cost).
+nor json, re, enum, signal, contextlib, collections or functools (``fastjson``, ``_signal`` and
+``scoped`` do their part at no import cost).
 
 Orchestrators call state/start/kill/delete three or four times per container, and each is a new
 process: on this VM click costs ~60 ms, jsonschema ~140, psutil ~40, pyroute2 ~290 against ~11 ms for
@@ -27,7 +28,8 @@ pytestmark = pytest.mark.skipif(
 HEAVY = ("click", "jsonschema", "fastjsonschema", "psutil", "pyroute2", "pyseccomp", "ctypes")
 # standard-library modules that cost milliseconds and that no lifecycle verb needs on its own path:
 # typing, dataclasses (with inspect, ast, dis, tokenize under it), shutil (with bz2, lzma), and
-# subprocess and tempfile (running hooks only)
+# subprocess and tempfile (running hooks only); contextlib, collections and functools (~2-3 ms together:
+# the state store's context managers are ``scoped``'s, telemetry copies what functools.wraps did)
 STDLIB_UNUSED = (
     "typing",
     "dataclasses",
@@ -44,6 +46,12 @@ STDLIB_UNUSED = (
     "signal",
     "hashlib",
     "threading",
+    "contextlib",
+    "collections",
+    "collections.abc",
+    "functools",
+    "operator",
+    "reprlib",
 )
 
 WRAPPER = """
@@ -118,6 +126,19 @@ def test_lifecycle_verbs_skip_costly_stdlib_modules(
     mods["delete"] = loaded(tmp_path, state_root, "delete", "s3")
     found = {verb: sorted(m for m in names if m in STDLIB_UNUSED) for verb, names in mods.items()}
     assert found == {"state": [], "start": [], "kill": [], "delete": []}
+    # nor our own modules a verb does not use: the hooks runner (no hooks here), create's residue helpers,
+    # telemetry (no handler attached without --debug)
+    residue = "sandbox_shim.platforms.linux.residue"
+    ours = {"sandbox_shim.hooks", "sandbox_shim.telemetry", residue}
+    unused = {verb: sorted(ours & names) for verb, names in mods.items()}
+    assert unused == {"state": [], "start": [], "kill": [], "delete": [residue]}  # delete removes residue
+    # state of a created sandbox (its process held on the FIFO) and kill of a running one (a signal to its
+    # process) need no cgroup manager nor the mount table; start (the capability check reads the cgroup
+    # layout) and delete (it removes the cgroups) load them: the control
+    cgroups = {
+        verb: any(m.startswith("sandbox_shim.platforms.linux.cgroups") for m in mods[verb]) for verb in mods
+    }
+    assert cgroups == {"state": False, "start": True, "kill": False, "delete": True}
     # the control: the wrapper does see what a verb imports (our own modules, the C parts fastjson uses)
     assert {"sandbox_shim.api", "sandbox_shim.state", "sandbox_shim.fastjson", "_json"} <= mods["state"]
     assert not (state_root / "s3").exists()  # delete removed the state directory all the same
@@ -192,3 +213,13 @@ def test_confine_loads_nothing_heavy_on_its_way_to_the_exec(tmp_path: Path) -> N
     mods = set(out.read_text().split("\n"))
     assert "sandbox_shim.hardening.confine_launch" in mods  # the control: the wrapper saw the exec
     assert sorted(m for m in mods if m.split(".")[0] in (*HEAVY, "json", "re", "enum", "typing")) == []
+
+
+def test_telemetry_unloaded_by_default_still_reports_with_debug(tmp_path: Path, state_root: Path) -> None:
+    """The API looks telemetry up when a call is made: loaded by ``--debug --log-format json`` (which
+    attaches the log handler), the verb's events reach the log; the control is the plain run above."""
+    log = tmp_path / "log.jsonl"
+    p = run_shim(state_root, "--debug", "--log", str(log), "--log-format", "json", "state", "nope")
+    assert p.returncode == 6, p.stderr
+    msgs = [json.loads(line)["msg"] for line in log.read_text().splitlines()]
+    assert msgs[:2] == ["sandbox_shim.status.start", "sandbox_shim.status.exception"], msgs

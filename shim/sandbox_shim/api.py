@@ -19,6 +19,8 @@ from .state import Record, StateStore
 
 TYPE_CHECKING = False  # typing is not loaded at run time: the CLI's lifecycle verbs stay cheap
 if TYPE_CHECKING:
+    from typing import Any
+
     from .mechanism import Mechanism
 
 
@@ -213,8 +215,6 @@ def start(mechanism: Mechanism, sandbox: Sandbox | str) -> Status:
         SandboxNotFound, InvalidState (not ``created``), CapabilityUnavailable, LaunchFailed.
     """
     sandbox_id = id_of(sandbox)
-    from . import hooks
-
     store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
         now = observed_status(mechanism, rec, store)
@@ -222,36 +222,50 @@ def start(mechanism: Mechanism, sandbox: Sandbox | str) -> Status:
         mechanism.require(rec.required)
         hk = (rec.private.get("plan") or {}).get("hooks")
         sb = sandbox_of(rec, store)
-        try:
-            hooks.run(
-                hk,
-                "startContainer",
-                hooks.state_doc(rec.id, "created", rec.init_pid, rec.bundle, rec.annotations),
-                rec.init_pid,
-                rec.bundle,
-                mechanism.hook_entry,
-            )
-        except hooks.HookFailed:
-            mechanism.destroy(sb)  # runtime.md Lifecycle step 7: stop, destroy, then poststop
-            _drop_cgroups(mechanism, store, sandbox_id)
-            store.remove(sandbox_id)
-            hooks.run(
-                hk,
-                "poststop",
-                hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations),
-                cwd=rec.bundle,
-            )
-            raise
+        if hk:  # ``hooks`` is loaded only for a plan that has some (a module less on each start)
+            _start_container_hooks(mechanism, store, rec, sb, hk)
         rec.status = "running"
         with store.staged(rec):  # space taken before the release: a refused write releases nothing
             mechanism.start(sb)
+        if hk:
+            from . import hooks
+
+            hooks.run(
+                hk,
+                "poststart",
+                hooks.state_doc(rec.id, "running", rec.init_pid, rec.bundle, rec.annotations),
+                cwd=rec.bundle,
+            )
+        return _status(mechanism, rec, store)
+
+
+def _start_container_hooks(
+    mechanism: Mechanism, store: StateStore, rec: Record, sb: Sandbox, hk: dict[str, Any]
+) -> None:
+    """``start``'s startContainer hooks; a failing one destroys the sandbox, then runs poststop
+    (runtime.md Lifecycle step 7: stop, destroy, then poststop) and raises ``HookFailed``."""
+    from . import hooks
+
+    try:
         hooks.run(
             hk,
-            "poststart",
-            hooks.state_doc(rec.id, "running", rec.init_pid, rec.bundle, rec.annotations),
+            "startContainer",
+            hooks.state_doc(rec.id, "created", rec.init_pid, rec.bundle, rec.annotations),
+            rec.init_pid,
+            rec.bundle,
+            mechanism.hook_entry,
+        )
+    except hooks.HookFailed:
+        mechanism.destroy(sb)
+        _drop_cgroups(mechanism, store, rec.id)
+        store.remove(rec.id)
+        hooks.run(
+            hk,
+            "poststop",
+            hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations),
             cwd=rec.bundle,
         )
-        return _status(mechanism, rec, store)
+        raise
 
 
 def signal(mechanism: Mechanism, sandbox: Sandbox | str, signum: int, all_processes: bool = False) -> None:
@@ -259,7 +273,12 @@ def signal(mechanism: Mechanism, sandbox: Sandbox | str, signum: int, all_proces
     sandbox_id = id_of(sandbox)
     store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
-        st.require(sandbox_id, observed_status(mechanism, rec, store), "kill")
+        # created, running and paused may all be signalled: whether a live one is paused (the cgroup's
+        # freezer, the cgroup modules and the mount table to find it) is not asked
+        now = rec.status
+        if now in ("created", "running") and not mechanism.alive(sandbox_of(rec, store)):
+            now = "stopped"
+        st.require(sandbox_id, now, "kill")
         mechanism.signal(sandbox_of(rec, store), signum, all_processes)
 
 
@@ -337,14 +356,13 @@ def destroy(mechanism: Mechanism, sandbox: Sandbox | str, force: bool = False) -
         store.remove(sandbox_id)
     finally:
         cm.__exit__(None, None, None)
-    from . import hooks
+    hk = (rec.private.get("plan") or {}).get("hooks")
+    if hk:  # ``hooks`` is loaded only for a plan that has some
+        from . import hooks
 
-    hooks.run(
-        (rec.private.get("plan") or {}).get("hooks"),
-        "poststop",
-        hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations),
-        cwd=rec.bundle,
-    )
+        hooks.run(
+            hk, "poststop", hooks.state_doc(rec.id, "stopped", 0, rec.bundle, rec.annotations), cwd=rec.bundle
+        )
     _raise_leftovers(sandbox_id, problems)
 
 
@@ -398,10 +416,10 @@ def list_running(mechanism: Mechanism) -> list[Status]:
     return [s for s in list_sandboxes(mechanism) if s.status == "running"]
 
 
-# Telemetry: every call above emits start/stop/exception events (telemetry.py).
+# Telemetry: every call above emits start/stop/exception events (telemetry.py).  The module is looked up
+# when a call is made, not imported here: a handler can only be attached once it is loaded (``attach``),
+# and the CLI's lifecycle verbs, which attach none without --debug, load one module less.
 def _instrument() -> None:
-    from . import telemetry
-
     g = globals()
     for name in (
         "provision",
@@ -414,7 +432,22 @@ def _instrument() -> None:
         "list_running",
         "list_sandboxes",
     ):
-        g[name] = telemetry.instrument(name)(g[name])
+        g[name] = _instrumented(name, g[name])
+
+
+def _instrumented(call: str, fn: Any) -> Any:
+    import sys
+
+    telemetry = f"{__package__}.telemetry"
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        tel = sys.modules.get(telemetry)
+        return fn(*args, **kwargs) if tel is None else tel.run(call, fn, args, kwargs)
+
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):  # what functools.wraps copies
+        setattr(wrapper, attr, getattr(fn, attr))
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    return wrapper
 
 
 _instrument()

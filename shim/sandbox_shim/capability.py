@@ -9,14 +9,12 @@ confinement changes).  The probes themselves live in the ``sandbox_shim.probes``
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .errors import CapabilityUnavailable
 from .values import FrozenValue
 
 TYPE_CHECKING = False  # no typing or dataclasses at run time: ``start`` loads this module
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from typing import Any
 
 
@@ -46,7 +44,8 @@ class Capability(FrozenValue):
         return {k: getattr(self, k) for k in self.__match_args__}
 
 
-Probe = Callable[[], Capability]
+if TYPE_CHECKING:  # collections.abc (and collections under it) stays unloaded too
+    Probe = Callable[[], Capability]
 
 #: name -> probe function; filled by ``sandbox_shim.probes`` on import.
 PROBES: dict[str, Probe] = {}

@@ -30,7 +30,6 @@ Hooks run through an entry prefix lose a custom ``args[0]`` (nsenter passes ``pa
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
@@ -156,8 +155,10 @@ def _run_one(
         try:
             rc = proc.wait(timeout=timeout if isinstance(timeout, int) and timeout > 0 else None)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(OSError):
+            try:
                 posix.killpg(proc.pid, posix.SIGKILL)
+            except OSError:
+                pass
             proc.wait()
             return f"{phase} hook {path}: timed out after {timeout} s (killed)"
         if rc == 0:
@@ -199,7 +200,9 @@ def run(
         if phase in REQUIRED:
             raise HookFailed(problem, "fix the hook (runtime-spec config.md hooks); sandbox destroyed")
         warnings.append(problem)
-        with contextlib.suppress(OSError):
+        try:
             sys.stderr.write(f"sandbox-shim: warning: {problem}\n")
             sys.stderr.flush()
+        except OSError:
+            pass
     return warnings

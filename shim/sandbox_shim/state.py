@@ -19,7 +19,6 @@ Lifecycle rules live here, on the status (runtime-spec "Lifecycle"): ``can_start
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 
@@ -33,6 +32,7 @@ from .errors import InvalidState, SandboxExists, SandboxNotFound, StateCorrupt, 
 from .procstat import proc_start_time as proc_start_time  # the one reader of /proc/PID/stat, re-exported
 from .procstat import proc_stat as proc_stat
 from .procstat import proc_state as proc_state
+from .scoped import scoped  # contextlib.contextmanager, without contextlib's imports
 from .values import Value
 
 __all__ = ["MARKER", "Record", "StateStore", "write_atomic"]
@@ -53,7 +53,7 @@ ACTIVE = ("created", "running", "paused")
 
 TYPE_CHECKING = False  # no typing or dataclasses at run time: every lifecycle verb imports this module
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Generator
     from typing import Any
 
 
@@ -186,8 +186,8 @@ class StateStore:
     def cgroup_index(self, sandbox_id: str) -> str:
         return os.path.join(self.root, ".cgroups", sandbox_id)
 
-    @contextlib.contextmanager
-    def new(self, sandbox_id: str) -> Iterator[str]:
+    @scoped
+    def new(self, sandbox_id: str) -> Generator[str, None, None]:
         """Make ``ROOT/ID`` whole (marker inside) and hold its lock; yield the directory.
 
         Raises:
@@ -225,8 +225,8 @@ class StateStore:
         """True if ``ROOT/ID`` exists and was made by this store (carries ``MARKER``)."""
         return os.path.isfile(os.path.join(self.dir(sandbox_id), MARKER))
 
-    @contextlib.contextmanager
-    def locked(self, sandbox_id: str) -> Iterator[Record]:
+    @scoped
+    def locked(self, sandbox_id: str) -> Generator[Record, None, None]:
         """Hold the id's lock and yield its record (re-read under the lock)."""
         d = self.dir(sandbox_id)
         if not self.is_ours(sandbox_id):
@@ -241,8 +241,8 @@ class StateStore:
         finally:
             lock_cm.__exit__(None, None, None)
 
-    @contextlib.contextmanager
-    def _flock(self, d: str) -> Iterator[None]:
+    @scoped
+    def _flock(self, d: str) -> Generator[None, None, None]:
         fd = _lock_fd(d)
         try:
             _posix.flock_exclusive(fd)
@@ -272,8 +272,8 @@ class StateStore:
         doc = {k: getattr(rec, k) for k in rec.FIELDS}
         write_atomic(os.path.join(self.dir(rec.id), "state.json"), json.dumps(doc))
 
-    @contextlib.contextmanager
-    def staged(self, rec: Record) -> Iterator[None]:
+    @scoped
+    def staged(self, rec: Record) -> Generator[None, None, None]:
         """``write(rec)`` split around a side effect: the new ``state.json`` is written (in full,
         fsync'd) before the block runs and renamed into place after it; if the block raises, the
         old state stays and the new one is dropped.
@@ -315,20 +315,24 @@ class StateStore:
                 err = refused.errno if refused is not None and refused.errno else errno.EROFS
                 raise StateUnwritable(d, err, os.strerror(err))
         else:
-            with contextlib.suppress(OSError):
+            try:
                 os.rmdir(d)  # an empty directory of anyone's: blocks nothing, holds nothing
+            except OSError:
+                pass
 
     def sweep(self, sandbox_id: str) -> None:
         """Remove what a crashed create or delete of ``sandbox_id`` left (``.new-ID.PID`` /
         ``.dead-ID.PID`` whose process is gone)."""
         check_id(sandbox_id)
         for sub in (".cgroups", ".network"):  # temp files of a write_atomic killed before its rename
-            with contextlib.suppress(OSError):
+            try:
                 for n in os.listdir(os.path.join(self.root, sub)):
                     pid = n.rsplit(".tmp.", 1)[-1]
                     dead = pid.isdigit() and not _posix.pid_exists(int(pid))
                     if n.startswith(".") and ".tmp." in n and dead:
                         os.unlink(os.path.join(self.root, sub, n))
+            except OSError:
+                pass
         try:
             names = os.listdir(self.root)
         except OSError:

@@ -14,12 +14,11 @@ when ``--log-format json`` is given.
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable
 
-TYPE_CHECKING = False  # typing stays unloaded at run time: every lifecycle verb imports this module
+TYPE_CHECKING = False  # typing, collections and functools stay unloaded: every lifecycle verb imports this
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, TypeVar
 
     from .mechanism import Mechanism
@@ -41,7 +40,8 @@ CALLS = (
 PHASES = ("start", "stop", "exception")
 
 Event = tuple[str, str, str]
-Handler = Callable[[Event, dict[str, int], dict[str, "Any"]], None]
+if TYPE_CHECKING:
+    Handler = Callable[[Event, dict[str, int], dict[str, Any]], None]
 
 _handlers: dict[str, Handler] = {}
 
@@ -75,34 +75,49 @@ def instrument(call: str) -> Callable[[F], F]:
     """Decorator for a library function ``f(mechanism, sandbox_or_id, ...)`` emitting its events."""
 
     def deco(fn: F) -> F:
-        @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not _handlers:
-                return fn(*args, **kwargs)
-            mech: Mechanism | None = args[0] if args else kwargs.get("mechanism")
-            target = args[1] if len(args) > 1 else kwargs.get("sandbox")
-            meta: dict[str, Any] = {
-                "sandbox_id": getattr(target, "id", target),
-                "mechanism": mech.name if mech is not None else None,
-            }
-            t0 = time.monotonic_ns()
-            emit(("sandbox_shim", call, "start"), {"system_time": time.time_ns()}, meta)
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as e:
-                emit(
-                    ("sandbox_shim", call, "exception"),
-                    {"duration": time.monotonic_ns() - t0},
-                    {**meta, "kind": getattr(e, "kind", type(e).__name__), "reason": str(e)},
-                )
-                raise
-            emit(
-                ("sandbox_shim", call, "stop"),
-                {"duration": time.monotonic_ns() - t0},
-                {**meta, "outcome": "ok"},
-            )
-            return result
+            return run(call, fn, args, kwargs)
 
-        return wrapper  # type: ignore[return-value]
+        return wraps(wrapper, fn)
 
     return deco
+
+
+def run(call: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)``, emitting ``call``'s events when a handler is attached (``instrument``;
+    the library API calls this only once this module is loaded: no handler exists before)."""
+    if not _handlers:
+        return fn(*args, **kwargs)
+    mech: Mechanism | None = args[0] if args else kwargs.get("mechanism")
+    target = args[1] if len(args) > 1 else kwargs.get("sandbox")
+    meta: dict[str, Any] = {
+        "sandbox_id": getattr(target, "id", target),
+        "mechanism": mech.name if mech is not None else None,
+    }
+    t0 = time.monotonic_ns()
+    emit(("sandbox_shim", call, "start"), {"system_time": time.time_ns()}, meta)
+    try:
+        result = fn(*args, **kwargs)
+    except Exception as e:
+        emit(
+            ("sandbox_shim", call, "exception"),
+            {"duration": time.monotonic_ns() - t0},
+            {**meta, "kind": getattr(e, "kind", type(e).__name__), "reason": str(e)},
+        )
+        raise
+    emit(
+        ("sandbox_shim", call, "stop"),
+        {"duration": time.monotonic_ns() - t0},
+        {**meta, "outcome": "ok"},
+    )
+    return result
+
+
+def wraps(wrapper: Callable[..., Any], fn: F) -> F:
+    """What ``functools.wraps`` copies (name, qualified name, module, doc, ``__dict__``, ``__wrapped__``),
+    without loading functools; returns ``wrapper`` typed as ``fn``."""
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(wrapper, attr, getattr(fn, attr))
+    wrapper.__dict__.update(fn.__dict__)
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]

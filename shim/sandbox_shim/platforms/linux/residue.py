@@ -16,17 +16,18 @@ admin-guide/cgroup-v2.rst (rmdir of a cgroup with no tasks and no children).
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from ... import fastjson as json
 from ... import posix
 from ...durable import write_atomic
 from ...errors import StateUnwritable
+from ...scoped import scoped  # contextlib.contextmanager without contextlib's imports (delete loads this)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Generator
+    from contextlib import AbstractContextManager
     from typing import Any
 
     from ...mechanism import HostRecord
@@ -257,7 +258,8 @@ def _remove_cgroups(store: StateStore, info: dict[str, Any]) -> list[str]:
                 os.rmdir(p)
             except OSError:
                 pass  # never made, gone, or holding another cgroup
-        write_parents(where, left)
+        if set(left) != set(shared):  # unchanged (the common case: every parent still holds another cgroup):
+            write_parents(where, left)  # no rewrite, no fsyncs under the host-wide lock
     return problems
 
 
@@ -277,8 +279,8 @@ def parents_dir(root: str) -> str:
     return CGROUP_PARENTS_DIR if posix.geteuid() == 0 else os.path.join(root, ".cgroups")
 
 
-@contextlib.contextmanager
-def parents_lock(directory: str) -> Iterator[None]:
+@scoped
+def parents_lock(directory: str) -> Generator[None, None, None]:
     """Exclusive ``flock(2)`` over the list in ``directory`` (made 0700 if missing), on an fd numbered
     3 or above (a caller started with fd 0-2 closed never hands it to a sandbox as its stdio).
 
@@ -341,12 +343,14 @@ def write_parents(directory: str, parents: list[tuple[str, int]]) -> None:
 class CreateRecord:
     """One create's record of its cgroups, written through the library's ``on_record`` hook.
 
-    ``planned(record)`` takes the list's ``parents_lock`` and writes the plan (``planned``: leaves and
-    missing parents) before any directory is made, so no delete removes a shared parent meanwhile;
+    ``planned(record)`` writes the plan (``planned``: leaves and missing parents) before any directory
+    is made, then takes the list's ``parents_lock``, so no delete removes a shared parent meanwhile;
     then exactly one of ``confirmed(made)`` (the parents create made join the list with their inodes,
-    then the record gains ``made``'s keys) or ``aborted()`` (create removed what it made: the record
-    plans nothing) releases it.  ``release`` (idempotent) frees the lock on any other way out.
-    Each record handed to ``on_record`` is whole; it replaces the last one.
+    the lock is released, then the record gains ``made``'s keys) or ``aborted()`` (the lock is
+    released, then the record plans nothing: create removed what it made) follows.  ``release``
+    (idempotent) frees the lock on any other way out.  The id's own record is written outside the
+    host-wide lock: its fsyncs would otherwise serialise every create of a burst.  Each record handed
+    to ``on_record`` is whole; it replaces the last one.
 
     Raises (every method): ``StateUnwritable`` when the state root or the list refuses a write.
     """
@@ -354,18 +358,14 @@ class CreateRecord:
     def __init__(self, directory: str, on_record: Callable[[HostRecord], None]) -> None:
         self.directory, self.on_record = directory, on_record
         self.record: dict[str, Any] = {}
-        self._held: contextlib.AbstractContextManager[None] | None = None
+        self._held: AbstractContextManager[None] | None = None
 
     def planned(self, record: dict[str, Any]) -> None:
+        self.record = record
+        self.on_record(record)
         held = parents_lock(self.directory)
         held.__enter__()
         self._held = held
-        try:
-            self.record = record
-            self.on_record(record)
-        except BaseException:
-            self.release()
-            raise
 
     def confirmed(self, made: dict[str, Any]) -> None:
         try:
@@ -380,17 +380,15 @@ class CreateRecord:
                         continue
                 if listed:  # listed before the record says "created": a crash between leaks nothing
                     write_parents(self.directory, [*read_parents(self.directory), *listed])
-            self.record = {**self.record, **made}
-            self.on_record(self.record)
         finally:
             self.release()
+        self.record = {**self.record, **made}
+        self.on_record(self.record)
 
     def aborted(self) -> None:
-        try:
-            self.record = {**self.record, "planned": [], "parents": []}
-            self.on_record(self.record)
-        finally:
-            self.release()
+        self.release()
+        self.record = {**self.record, "planned": [], "parents": []}
+        self.on_record(self.record)
 
     def release(self) -> None:
         if self._held is not None:

@@ -15,15 +15,15 @@ from abc import ABC, abstractmethod
 
 from ....errors import LaunchFailed
 from ....mechanism import Usage
-from .limits import Limits
 
-TYPE_CHECKING = False  # no typing at run time: the lifecycle verbs load this module
+TYPE_CHECKING = False  # no typing at run time: the lifecycle verbs load this module (nor the limit rules)
 if TYPE_CHECKING:
     from typing import Any
 
     from ....control import Facts
+    from .limits import Limits
 
-__all__ = ["CgroupManager", "Limits", "keyed", "read", "read_int", "rmdir_retry", "write"]
+__all__ = ["CgroupManager", "keyed", "read", "read_int", "rmdir_retry", "write"]
 
 
 def write(path: str, value: str) -> None:

@@ -9,7 +9,6 @@ them — a hybrid host (v1 controllers plus a cgroup2 mount holding only e.g. hu
 from __future__ import annotations
 
 import os
-from functools import lru_cache
 
 from ....mountinfo import MOUNTINFO, Mount, parse
 from ....values import FrozenValue
@@ -92,11 +91,15 @@ def layout_of(table: list[Mount]) -> Layout:
     return Layout(v2_mount, controllers, v1)
 
 
-@lru_cache(maxsize=1)
+_detected: list[Layout] = []  # the one cached layout (functools.lru_cache would load functools)
+
+
 def detect() -> Layout:
     """The layout of this host (cached for the process)."""
-    with open(MOUNTINFO, "rb") as fh:
-        return parse_mountinfo(fh.read())
+    if not _detected:
+        with open(MOUNTINFO, "rb") as fh:
+            _detected.append(parse_mountinfo(fh.read()))
+    return _detected[0]
 
 
 def manager(

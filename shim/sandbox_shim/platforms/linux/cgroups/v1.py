@@ -21,8 +21,11 @@ import time
 
 from ....errors import LaunchFailed
 from ....mechanism import Usage
-from .base import CgroupManager, Limits, clean_path, keyed, make_parents, read, read_int, write
-from .limits import THROTTLE, check_common, refusal
+from .base import CgroupManager, clean_path, keyed, make_parents, read, read_int, write
+
+TYPE_CHECKING = False  # the limit rules (resources.py) load where limits are checked or written only
+if TYPE_CHECKING:
+    from .limits import Limits
 
 #: controllers joined for every sandbox when the host has them (limits or not: accounting, freezing)
 ALWAYS = ("memory", "pids", "cpu", "cpuacct", "freezer")
@@ -102,6 +105,8 @@ class V1Manager(CgroupManager):
         return os.path.join(self._dir(controller), name) if controller in self.mounts else ""
 
     def _need(self, pointer: str, controller: str, name: str) -> None:
+        from .limits import refusal
+
         if controller not in self.mounts:
             raise refusal(pointer, f"the v1 {controller} hierarchy is not mounted on this host")
         if not os.path.exists(self._file(controller, name)):
@@ -113,6 +118,8 @@ class V1Manager(CgroupManager):
         Raises:
             LaunchFailed: the first such field.
         """
+        from .limits import THROTTLE, check_common, refusal
+
         check_common(limits)
         m, c, b = "/linux/resources/memory", "/linux/resources/cpu", "/linux/resources/blockIO"
         if limits.unified:
@@ -161,6 +168,8 @@ class V1Manager(CgroupManager):
 
     def apply(self, limits: Limits) -> None:
         """Check every field (``check``), then write them; nothing is written when one is refused."""
+        from .limits import refusal
+
         self.check(limits)
         mem = lambda name: self._file("memory", name)  # noqa: E731
         if limits.memory_check_before_update and limits.memory_limit:
@@ -231,6 +240,8 @@ class V1Manager(CgroupManager):
                 write(self._file("devices", name), line)
 
     def _apply_blkio(self, limits: Limits) -> None:
+        from .limits import THROTTLE
+
         bfq = not self._has("blkio", "blkio.weight")  # only the BFQ scheduler's files on this kernel
         weight = "blkio.bfq.weight" if bfq else "blkio.weight"
         if limits.blkio_weight:

@@ -19,8 +19,11 @@ import time
 
 from ....errors import LaunchFailed
 from ....mechanism import Usage
-from .base import CgroupManager, Limits, clean_path, keyed, make_parents, read, read_int, write
-from .limits import THROTTLE, blkio_to_io_weight, check_common, refusal, shares_to_weight
+from .base import CgroupManager, clean_path, keyed, make_parents, read, read_int, write
+
+TYPE_CHECKING = False  # the limit rules (resources.py) load where limits are checked or written only
+if TYPE_CHECKING:
+    from .limits import Limits
 
 #: controllers enabled down the path when the host has them
 ENABLE = ("cpuset", "cpu", "io", "memory", "hugetlb", "pids")
@@ -105,6 +108,8 @@ class V2Manager(CgroupManager):
         Raises:
             LaunchFailed: the first such field.
         """
+        from .limits import check_common, refusal
+
         check_common(limits)
         m = "/linux/resources/memory"
         if limits.memory_kernel_tcp:
@@ -163,6 +168,8 @@ class V2Manager(CgroupManager):
             validate(limits.devices)
 
     def _check_unified(self, key: str) -> None:
+        from .limits import refusal
+
         p = f"/linux/resources/unified/{key.replace('~', '~0').replace('/', '~1')}"
         ctl = key.split(".", 1)[0]
         allowed = (ctl in UNIFIED_CONTROLLERS or key in UNIFIED_CGROUP_FILES) and key not in UNIFIED_REFUSED
@@ -177,6 +184,8 @@ class V2Manager(CgroupManager):
 
     def apply(self, limits: Limits) -> None:
         """Check every field (``check``), then write them; nothing is written when one is refused."""
+        from .limits import refusal, shares_to_weight
+
         self.check(limits)
         d = self.dir
         if limits.memory_check_before_update and limits.memory_limit:
@@ -221,6 +230,8 @@ class V2Manager(CgroupManager):
             attach(d, limits.devices)
 
     def _apply_io(self, limits: Limits) -> None:
+        from .limits import THROTTLE, blkio_to_io_weight
+
         d = self.dir
         bfq = self._has("io.bfq.weight")  # BFQ takes blkio's own 1..1000 scale (runc writes it as is)
         if limits.blkio_weight:
@@ -348,6 +359,8 @@ def io_totals(text: str | None) -> dict[str, int]:
 def _device_write(path: str, line: str, field: str) -> None:
     """Write one per-device io line; a refusal by the kernel (no such device, a scheduler without
     per-device weights) names the config field, ``/linux/resources/blockIO/FIELD``."""
+    from .limits import refusal
+
     try:
         write(path, line)
     except LaunchFailed as e:
