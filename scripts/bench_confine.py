@@ -16,6 +16,10 @@ system of all of them come from getrusage(2) ``RUSAGE_CHILDREN``.  The target (i
 <= 2 x bwrap by hand + 20 ms) is computed against
 the minimal bwrap by hand (a read-only /usr with the merged-usr links, own pid namespace, /proc,
 /dev); the same ratio against bwrap by hand with the very binds confine makes is shown beside it.
+Beside the installed entry point, the same CLI run by ``python -I -S`` with the package put on
+``sys.path`` (``confine_no_site``): what is left once the interpreter starts without ``site`` (the
+console script's ``site`` and ``.pth`` files are the launcher's concern); its ratio is shown, not
+judged.
 """
 
 from __future__ import annotations
@@ -61,11 +65,15 @@ SPEC_CODE = (
     "(forget(s.journal), forget(s.snapshot)) if sys.argv[3] == '1' else s.release(); "
     "print(json.dumps([s['cmd'], *s['args']]))"
 )
+#: ``python -I -S -c NO_SITE SHIM_DIR confine ...``: the same CLI without ``site`` (what an installed
+#: launcher starting the interpreter with -I -S pays; the console script's ``site`` is not confine's)
+NO_SITE = "import sys; sys.path.insert(0, sys.argv.pop(1)); from sandbox_shim.cli import main; main()"
 LABELS = {
     "bwrap": "bwrap by hand (minimal: /usr, /proc, /dev, pid ns)",
     "bwrap_same": "bwrap by hand, confine's binds (no helper)",
     "python": "python -I -S -c pass",
     "confine": "sandbox-shim confine (bwrap + Landlock)",
+    "confine_no_site": "confine, python -I -S (no site)",
     "confine_bwrap_only": "confine, Landlock off (library; helper runs)",
 }
 
@@ -155,6 +163,10 @@ def confine_startup(work: Path, rounds: int, py: str, shim: list[str]) -> dict[s
         "bwrap_same": [*same, "--", "/bin/true"],
         "python": [py, "-I", "-S", "-c", "pass"],
         "confine": [*shim, "confine", "--permit-path", str(permit), "--", "/bin/true"],
+        "confine_no_site": [
+            *(py, "-I", "-S", "-c", NO_SITE, str(Path(__file__).resolve().parent.parent / "shim")),
+            *("confine", "--permit-path", str(permit), "--", "/bin/true"),
+        ],
         "confine_bwrap_only": spec(held, False, keep=True),
     }
     cold_files = _cold_files(py)
@@ -203,7 +215,7 @@ def rows(cf: dict[str, Any], row: Any, med: Any, lines: list[str]) -> None:
                 row(
                     label,
                     value,
-                    med(samples[k]) / limit if is_target else None,
+                    med(samples[k]) / limit if k in ("confine", "confine_no_site") else None,
                     ("confine_vs_2x_bwrap_plus_20ms" + ("" if mode == "warm" else "_cold"))
                     if is_target
                     else None,

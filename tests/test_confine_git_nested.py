@@ -158,3 +158,24 @@ def test_walk_cache_sees_every_change(tmp_path: Path, monkeypatch: pytest.Monkey
     os.rename(root / "a7", root / "a7moved")  # a rename changes the parent's ctime
     got = [f[0] for f in confine_git.git_dirs([str(root)], cache=cache)]
     assert str(root / "a7moved" / "b" / "c" / ".git") in got
+
+
+def test_walk_cache_lives_outside_the_roots_and_not_among_the_journals(tmp_path: Path) -> None:
+    """The cache is beside the journal directory, never where the confined program could write it."""
+    journal = tmp_path / "state" / "sandbox-shim" / "confine"
+    root = tmp_path / "proj"
+    cache = confine_git.walk_cache(str(journal), [str(root)])
+    assert cache is not None and os.path.dirname(cache) == str(
+        tmp_path / "state" / "sandbox-shim" / "confine-walk"
+    )
+    assert confine_git.walk_cache(str(journal), [str(root)]) == cache  # the same roots, the same file
+    assert confine_git.walk_cache(str(journal), [str(root), str(root / "x")]) != cache
+    (root / "a" / ".git").mkdir(parents=True)
+    assert [f[0] for f in confine_git.git_dirs([str(root)], cache=cache)] == [str(root / "a" / ".git")]
+    assert os.path.isfile(cache)  # its directory made on first use
+    # a read-write root holding (or inside) the cache's directory: no cache at all
+    assert confine_git.walk_cache(str(journal), [str(tmp_path / "state")]) is None
+    assert confine_git.walk_cache(str(journal), [str(root), os.path.dirname(cache)]) is None
+    assert (
+        confine_git.walk_cache(str(journal), [str(root), os.path.join(os.path.dirname(cache), "x")]) is None
+    )

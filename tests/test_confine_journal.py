@@ -115,3 +115,15 @@ def test_placeholders_of_a_live_run_are_not_swept(proj: Path) -> None:
     finally:
         p.wait(timeout=60)
     assert settle(proj, []) == []
+
+
+def test_sweep_removes_walk_caches_an_older_version_left(tmp_path: Path) -> None:
+    """Walk caches once lived among the journals; the sweep lists that directory on every start."""
+    journal = tmp_path / "journal"
+    journal.mkdir()
+    (journal / "walk-0123abcd").write_bytes(b"{}")
+    (journal / "walk-0123abcd.99.tmp").write_bytes(b"")
+    alive = journal / f"{os.getpid()}-{confine_journal.start_time(os.getpid())}"
+    alive.write_bytes(b"/nonexistent/placeholder")  # control: this process's own journal stays
+    assert confine_journal.sweep(str(journal), lambda paths: None) == 0
+    assert sorted(os.listdir(journal)) == [alive.name]

@@ -28,7 +28,9 @@ pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or os.geteuid() != 0, reason="needs Linux, root, bwrap and cgroups"
 )
 
-TOKEN = "31337"  # the workload's argument: finds its processes (bwrap's and the program's) in /proc
+# The workload's argument: finds its processes (bwrap's and the program's) in /proc.  Per test run (a
+# sleep of 8-11 hours), so two runs on one host never count each other's workloads as their own leftovers.
+TOKEN = str(30000 + os.getpid() % 10000)
 DOCUMENTED = {0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 70}
 
 

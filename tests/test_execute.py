@@ -450,3 +450,58 @@ def test_exec_console_socket_needs_a_terminal(running: Running, tmp_path: Path) 
         "NO-MARKER",
     )
     assert r.returncode != 0 and "console-socket" in r.stderr and "NO-MARKER" not in r.stdout
+
+
+def test_the_forked_helper_keeps_none_of_the_callers_fds_locks_or_handlers(
+    running: Running, tmp_path: Path
+) -> None:
+    """The joining helper is forked from the caller (no interpreter per exec): it must not hold the
+    caller's files (an inheritable one included) nor the sandbox's state lock while the program runs,
+    and a Python signal handler of the caller must never run in it."""
+    import fcntl
+    import signal
+
+    leak = tmp_path / "caller-file"
+    fd = os.open(leak, os.O_WRONLY | os.O_CREAT)
+    os.set_inheritable(fd, True)
+    ran_in: list[int] = []
+    old = signal.signal(signal.SIGWINCH, lambda *_: ran_in.append(os.getpid()) or leak.write_text("handler"))
+    try:
+        s = spawn(running.mech, running.id, ["sleep", "3"])
+        try:
+            helper_fds = {
+                os.readlink(f"/proc/{s.helper.pid}/fd/{n}") for n in os.listdir(f"/proc/{s.helper.pid}/fd")
+            }
+            program_fds = {n for n in os.listdir(f"/proc/{s.pid}/fd")}
+            assert str(leak) not in helper_fds and program_fds == {"0", "1", "2"}
+            # the state lock is free while the program runs: another verb is not held up
+            lock = os.open(os.path.join(running.mech.root, running.id), os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(lock)
+            os.kill(s.helper.pid, signal.SIGWINCH)  # default action in the helper: ignored
+            time.sleep(0.2)
+            assert s.helper.poll() is None
+        finally:
+            s.kill()
+            s.helper.wait()
+        assert ran_in == [] and leak.read_text() == ""
+        os.kill(os.getpid(), signal.SIGWINCH)  # the control: the caller's own handler runs here
+        assert ran_in == [os.getpid()]
+    finally:
+        signal.signal(signal.SIGWINCH, old)
+        os.close(fd)
+
+
+def test_exec_with_the_callers_stdio_closed(running: Running) -> None:
+    """A caller that runs with fd 0 closed gets fd 0 for the helper's status pipe: it is moved above
+    2 in the helper before the program's stdio is set there."""
+    saved = os.dup(0)
+    os.close(0)
+    try:
+        done = execute(running.mech, running.id, ("sh", ["-c", "echo out; echo err >&2"]))
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    assert (done.exit_status, done.stdout, done.stderr) == (0, b"out\n", b"err\n")

@@ -137,3 +137,29 @@ def test_a_cached_create_path_and_validation_load_no_pyseccomp(tmp_path: Path) -
     assert out.returncode == 0, out.stderr
     n, loaded = out.stdout.split()
     assert int(n) >= 2 and loaded == "False", out.stdout
+
+
+def test_the_key_text_is_jsons_canonical_form() -> None:
+    """``canonical`` (no ``json`` import on create's path) writes what ``json.dumps(sort_keys=True,
+    separators=(",", ":"))`` writes, so the key is the same function of the inputs as before; a value
+    of another type is refused, never keyed by its repr."""
+    import hashlib
+    import json
+
+    section = {
+        "defaultAction": "SCMP_ACT_ERRNO",
+        "architectures": ["SCMP_ARCH_X86_64"],
+        "syscalls": [
+            {"names": ["ptrace", "é\u2028"], "action": "SCMP_ACT_ALLOW", "args": [{"value": 2**40}]}
+        ],
+        "z": None,
+        "a": [True, False, 1.5, -0.0, '\x00\n"\\'],
+    }
+    inputs = {"rules": "r", "nested": False, "bundle": section, "arch": "x86_64", "kernel": "6 #1"}
+    assert sc.canonical(inputs) == json.dumps(inputs, sort_keys=True, separators=(",", ":"))
+    want = hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert sc.cache_key(inputs) == want
+    with pytest.raises(TypeError):
+        sc.canonical({"bundle": object()})
+    with pytest.raises(TypeError):
+        sc.canonical({1: "x"})

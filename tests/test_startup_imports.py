@@ -171,6 +171,46 @@ def test_create_loads_no_cli_framework_schema_library_or_netlink(
         run_shim(state_root, "delete", "--force", "c1")
 
 
+#: what ``create`` stopped loading (a bundle without hooks or a network): the result types are value
+#: classes (``values.Value``, no dataclasses with inspect, ast, dis and tokenize under them), typing
+#: only under TYPE_CHECKING, SHA-256 from the C module (no hashlib and OpenSSL), trusted JSON through
+#: ``fastjson`` and config.json through ``jsonguard``'s C-scanner path (no json); ``re``/``enum`` stay
+#: (the generated validator's patterns), and so do ``subprocess`` and ``ctypes`` (bwrap's spawn).
+CREATE_UNUSED = (
+    "typing",
+    "dataclasses",
+    "inspect",
+    "ast",
+    "dis",
+    "tokenize",
+    "hashlib",
+    "_hashlib",
+    "json",
+    "shutil",
+    "tempfile",
+    "bz2",
+    "lzma",
+    "pyseccomp",
+)
+
+
+def test_create_skips_costly_stdlib_modules(
+    tmp_path: Path, state_root: Path, make_bundle: BundleFactory
+) -> None:
+    bundle = make_bundle(args=["sleep", "30"])
+    # the first create compiles the seccomp programs into ROOT/.seccomp (pyseccomp); later ones read them
+    first = run_shim(state_root, "create", "--bundle", str(bundle), "c0")
+    assert first.returncode == 0, first.stderr
+    run_shim(state_root, "delete", "--force", "c0")
+    mods = loaded(tmp_path, state_root, "create", "--bundle", str(bundle), "c2")
+    try:
+        assert sorted(m for m in mods if m in CREATE_UNUSED) == []
+        # the control: the wrapper saw create's own path, the parts that replace those modules included
+        assert {"sandbox_shim.plan", "sandbox_shim.values", "_sha256", "_json"} <= mods
+    finally:
+        run_shim(state_root, "delete", "--force", "c2")
+
+
 def test_an_error_on_a_verbs_path_loads_no_json_either(tmp_path: Path, state_root: Path) -> None:
     """The one-line JSON error (``--log-format json``) is written by fastjson too."""
     out = tmp_path / "modules.txt"

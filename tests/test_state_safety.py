@@ -8,7 +8,9 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import base_config, cgroup_dirs, run_shim
+from sandbox_shim.state import StateStore
 
 
 def test_foreign_directory_under_root_is_not_a_sandbox(tmp_path: Path) -> None:
@@ -120,3 +122,23 @@ def test_a_sandbox_whose_state_and_cgroup_record_are_lost_is_listed_and_removed(
     finally:
         run_shim(other_root, "delete", "--force", sid)
         run_shim(state_root, "delete", "--force", sid)
+
+
+def test_cgroup_records_are_atomic_without_fsync_and_state_is_fsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``write_atomic`` fsyncs the file and its directory for the sandbox's state; the cgroup records
+    (what does not outlive a crash of the host) are written the same atomic way without the two
+    fsyncs (``durable=False``), and both leave the whole new text."""
+    from sandbox_shim import durable
+
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(durable.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    store = StateStore(str(tmp_path / "root"))
+    os.makedirs(store.root)
+    store.write_cgroup_index("a", {"dirs": ["/x"]})
+    assert synced == [] and store.read_cgroup_index("a") == {"dirs": ["/x"]}
+    durable.write_atomic(str(tmp_path / "root" / "f"), "new")
+    assert len(synced) == 2 and (tmp_path / "root" / "f").read_text() == "new"  # the file, then the dir
+    assert not [n for n in os.listdir(store.root) if ".tmp." in n]

@@ -9,19 +9,21 @@ never echoed.  Keys the schema does not describe are warnings, not failures.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any
 
 from . import jsonguard
 from .errors import BundleInvalid, BundleProblem
 from .hardening import tenant
 from .paths import bind_source, canonical, contains, exposed, writable_exposures
+from .values import FrozenValue, Value
+
+TYPE_CHECKING = False  # no typing or dataclasses at run time: create loads this module
+if TYPE_CHECKING:
+    from typing import Any
 
 SETTINGS_PREFIX = "sandbox-shim."
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(FrozenValue):
     """sandbox-shim's own settings, read from ``annotations`` with the ``sandbox-shim.`` prefix.
 
     Attributes:
@@ -36,14 +38,46 @@ class Settings:
             ActiveProcessLimit; refused off Windows: ``_windows_only_problems``), or None.
     """
 
-    profile: str = "tenant"
-    network: str = "none"
-    wall_clock: float | None = None
-    cpu_time: int | None = None
-    port: int | None = None
-    requires: tuple[str, ...] | None = None
-    allow_nested_userns: bool = False
-    active_process_limit: int | None = None
+    __match_args__ = (
+        "profile",
+        "network",
+        "wall_clock",
+        "cpu_time",
+        "port",
+        "requires",
+        "allow_nested_userns",
+        "active_process_limit",
+    )
+    profile: str
+    network: str
+    wall_clock: float | None
+    cpu_time: int | None
+    port: int | None
+    requires: tuple[str, ...] | None
+    allow_nested_userns: bool
+    active_process_limit: int | None
+
+    def __init__(
+        self,
+        profile: str = "tenant",
+        network: str = "none",
+        wall_clock: float | None = None,
+        cpu_time: int | None = None,
+        port: int | None = None,
+        requires: tuple[str, ...] | None = None,
+        allow_nested_userns: bool = False,
+        active_process_limit: int | None = None,
+    ) -> None:
+        self._set(
+            profile=profile,
+            network=network,
+            wall_clock=wall_clock,
+            cpu_time=cpu_time,
+            port=port,
+            requires=requires,
+            allow_nested_userns=allow_nested_userns,
+            active_process_limit=active_process_limit,
+        )
 
     @classmethod
     def from_annotations(cls, ann: dict[str, Any]) -> Settings:
@@ -68,8 +102,7 @@ class Settings:
         )
 
 
-@dataclass
-class Spec:
+class Spec(Value):
     """A validated bundle.
 
     Attributes:
@@ -80,11 +113,23 @@ class Spec:
         warnings: non-fatal problems (unknown keys, repeated env names).
     """
 
+    __match_args__ = ("bundle", "rootfs", "config", "settings", "warnings")
     bundle: str
     rootfs: str
     config: dict[str, Any]
     settings: Settings
-    warnings: list[BundleProblem] = field(default_factory=list)
+    warnings: list[BundleProblem]
+
+    def __init__(
+        self,
+        bundle: str,
+        rootfs: str,
+        config: dict[str, Any],
+        settings: Settings,
+        warnings: list[BundleProblem] | None = None,
+    ) -> None:
+        self.bundle, self.rootfs, self.config, self.settings = bundle, rootfs, config, settings
+        self.warnings = [] if warnings is None else warnings
 
     @property
     def process(self) -> dict[str, Any]:
@@ -278,8 +323,7 @@ def _in_bundle(cfg: dict[str, Any], bundle: str, ptr: str) -> bool:
     return isinstance(src, str) and contains(bundle, canonical(src, bundle))
 
 
-@dataclass
-class Verdict:
+class Verdict(Value):
     """What ``validate`` answers: the bundle's problems (none when it is valid) and warnings.
 
     Attributes:
@@ -288,9 +332,16 @@ class Verdict:
         warnings: non-fatal problems (unknown keys, repeated env names, facts of another host).
     """
 
+    __match_args__ = ("bundle", "error", "warnings")
     bundle: str
     error: BundleInvalid | None
-    warnings: list[BundleProblem] = field(default_factory=list)
+    warnings: list[BundleProblem]
+
+    def __init__(
+        self, bundle: str, error: BundleInvalid | None, warnings: list[BundleProblem] | None = None
+    ) -> None:
+        self.bundle, self.error = bundle, error
+        self.warnings = [] if warnings is None else warnings
 
     @property
     def problems(self) -> list[BundleProblem]:

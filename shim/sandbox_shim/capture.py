@@ -5,6 +5,8 @@ the program itself has exited — not until every holder of the pipes has closed
 child that keeps stdout open neither extends the deadline nor turns an exit into a timeout.  After
 the program exits, what is already in the pipes is drained for ``LINGER`` seconds, then the pipes
 are closed.  Past the deadline the program is killed (``Started.kill``) and the result says so.
+The helper's exit wakes the wait through a pidfd (pidfd_open(2)), so a program whose pipes reach end
+of file before its helper is reaped costs no timeout.
 
 Each stream keeps its first ``limit`` bytes (``MAX_OUTPUT`` by default); the rest is read and
 dropped, and the number of dropped bytes is reported, so a tenant writing without end costs the
@@ -67,6 +69,49 @@ def collect(s: Started, input: bytes | None, deadline: float | None, limit: int 
         writer = None
     if writer is not None:
         os.set_blocking(writer, False)
+    exit_fd = _exit_fd(p.pid)  # readable once the helper has exited: the wait ends then, not at a timeout
+    try:
+        _drive(s, got, readers, pending, writer, deadline, limit, exit_fd)
+    finally:
+        if exit_fd is not None:
+            os.close(exit_fd)
+    for stream in (p.stdin, p.stdout, p.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    try:
+        p.wait(timeout=KILL_WAIT)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    return got
+
+
+def _exit_fd(pid: int) -> int | None:
+    """A pidfd of ``pid`` (pidfd_open(2), Linux 5.3+: readable once it has exited), or None."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return int(opener(pid))
+    except OSError:
+        return None
+
+
+def _drive(
+    s: Started,
+    got: Collected,
+    readers: dict[int, tuple[bytearray, str]],
+    pending: memoryview,
+    writer: int | None,
+    deadline: float | None,
+    limit: int,
+    exit_fd: int | None,
+) -> None:
+    """``collect``'s loop: read, write and wait until the helper has exited and its pipes are drained
+    (at most ``LINGER`` seconds after the exit), or ``KILL_WAIT`` seconds after a kill."""
+    p = s.helper
+    stdin = p.stdin
     exited_at: float | None = None
     killed_at: float | None = None
     while True:
@@ -82,10 +127,18 @@ def collect(s: Started, input: bytes | None, deadline: float | None, limit: int 
             s.kill()
             killed_at = now
         wait = 0.05 if exited_at is not None or killed_at is not None else 0.5
+        watch = list(readers)
+        if exited_at is None:
+            if exit_fd is not None:
+                watch.append(exit_fd)  # the exit wakes the wait at once
+            elif not readers:
+                wait = 0.005  # no pidfd: poll the exit
         if deadline is not None and killed_at is None:
             wait = min(wait, max(0.0, deadline - now))
-        ready_r, ready_w, _ = select.select(list(readers), [writer] if writer is not None else [], [], wait)
+        ready_r, ready_w, _ = select.select(watch, [writer] if writer is not None else [], [], wait)
         for fd in ready_r:
+            if fd == exit_fd:
+                continue  # p.poll() above reaps it on the next turn
             chunk = os.read(fd, 65536)
             buf, name = readers[fd]
             if not chunk:
@@ -105,13 +158,3 @@ def collect(s: Started, input: bytes | None, deadline: float | None, limit: int 
                     if stdin is not None:
                         stdin.close()
                 writer = None
-    for stream in (p.stdin, p.stdout, p.stderr):
-        if stream is not None:
-            with contextlib.suppress(OSError):
-                stream.close()
-    try:
-        p.wait(timeout=KILL_WAIT if killed_at is not None or exited_at is not None else 0.5)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-    return got

@@ -26,10 +26,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from .errors import BundleProblem
 from .path_rules import hidden_problems, length_problems
+
+TYPE_CHECKING = False  # no typing at run time: create loads this module
+if TYPE_CHECKING:
+    from typing import Any
 
 #: mounts + maskedPaths + readonlyPaths (the tenant floor included) one sandbox may have.  bwrap reads
 #: /proc/self/mountinfo for every bind it makes, so its set-up grows with the square of this number

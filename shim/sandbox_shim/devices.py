@@ -20,11 +20,14 @@ Tenant rules (the devices cgroup is what makes a granted CAP_MKNOD harmless, wit
 
 from __future__ import annotations
 
-from typing import Any
-
 from .errors import BundleProblem
 
-Rule = dict[str, Any]
+TYPE_CHECKING = False  # no typing at run time: create loads this module
+if TYPE_CHECKING:
+    from typing import Any
+
+    Rule = dict[str, Any]
+
 
 #: runc's default allow list (libcontainer/specconv ``AllowedDevices``): mknod of any node, and the
 #: nodes every container's /dev holds

@@ -51,20 +51,23 @@ def rmtree(d: str) -> None:
     shutil.rmtree(d, ignore_errors=True)
 
 
-def write_atomic(path: str, text: str, mode: int = 0o600) -> None:
+def write_atomic(path: str, text: str, mode: int = 0o600, durable: bool = True) -> None:
     """Write ``text`` to ``path`` durably: a temporary file in the same directory, written in full,
     fsync(2), rename(2), fsync of the directory.
 
     A reader sees the old content or the new, never a mix or a truncated file; when the write fails
-    (ENOSPC, EROFS, EDQUOT, ...) the old file is untouched and the temporary one removed.
+    (ENOSPC, EROFS, EDQUOT, ...) the old file is untouched and the temporary one removed.  With
+    ``durable=False`` the two fsyncs are left out: still atomic, and still whole for every process
+    after a kill (the page cache outlives the writer), but not across a crash of the host — for
+    records of what itself does not outlive one (cgroups: ``StateStore.write_cgroup_index``).
 
     Raises:
         StateUnwritable: the file system refused it.
     """
-    commit(path, prepare(path, text, mode))
+    commit(path, prepare(path, text, mode, durable), durable)
 
 
-def prepare(path: str, text: str, mode: int = 0o600) -> str:
+def prepare(path: str, text: str, mode: int = 0o600, durable: bool = True) -> str:
     """The first half of ``write_atomic``: ``text`` written in full and fsync'd to a hidden temporary
     file beside ``path``; returns its name, for ``commit`` (or ``discard``).  Taking the space first
     lets a verb find out that the state root refuses the write *before* its side effect.
@@ -81,7 +84,8 @@ def prepare(path: str, text: str, mode: int = 0o600) -> str:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]  # a short write is continued, never left short
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except OSError as e:
@@ -90,8 +94,9 @@ def prepare(path: str, text: str, mode: int = 0o600) -> str:
     return tmp
 
 
-def commit(path: str, tmp: str) -> None:
-    """The second half of ``write_atomic``: rename(2) ``tmp`` over ``path``, then fsync the directory.
+def commit(path: str, tmp: str, durable: bool = True) -> None:
+    """The second half of ``write_atomic``: rename(2) ``tmp`` over ``path``, then (``durable``) fsync
+    the directory.
 
     Raises:
         StateUnwritable: the rename was refused (``tmp`` is removed, ``path`` untouched).
@@ -101,7 +106,8 @@ def commit(path: str, tmp: str) -> None:
     except OSError as e:
         discard(tmp)
         raise StateUnwritable(path, e.errno or 0, e.strerror or str(e)) from e
-    fsync_dir(os.path.dirname(path) or ".")
+    if durable:
+        fsync_dir(os.path.dirname(path) or ".")
 
 
 def discard(tmp: str) -> None:

@@ -113,8 +113,9 @@ def execute(
         replace_env / user / capabilities / console_socket: as for ``spawn`` (keywords only).
     Returns:
         ``Completion`` (any exit status).  ``usage`` is the program's getrusage(2): CPU µs and
-        ``ru_maxrss`` in bytes — which includes the helper's pre-exec image (~9 MiB), so it is a
-        ceiling for small programs; the sandbox's own peak is ``api.usage``.
+        ``ru_maxrss`` in bytes — which includes the pre-exec image (on Linux a fork of the calling
+        process: its resident size at the call; the kernel carries the high-water mark across
+        execve(2)), so it is a ceiling for small programs; the sandbox's own peak is ``api.usage``.
     Raises:
         CouldNotRun, LimitExceeded(``wall_clock`` | ``memory`` | ``cpu`` | ``pids``, completion=partial),
         UsageError (``InvalidArgument`` for ``timeout``), SandboxNotFound, InvalidState, LaunchFailed.

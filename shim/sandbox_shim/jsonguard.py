@@ -27,7 +27,6 @@ present.
 from __future__ import annotations
 
 import errno
-import json
 import math
 import os
 
@@ -180,6 +179,42 @@ def read_regular(path: str) -> bytes:
         os.close(fd)
 
 
+class _Context:
+    """What ``_json.make_scanner`` reads from a decoder: ``loads``' hooks below, as ``json.loads`` is
+    given them, with ``json.JSONDecoder``'s other defaults (strict: no control characters in strings)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = staticmethod(_pairs)
+    parse_float = staticmethod(_parse_float)
+    parse_int = staticmethod(_parse_int)
+    parse_constant = _NonFinite
+    memo: dict[str, str] = {}
+
+
+_FAILED = object()
+_WS = " \t\n\r"  # JSON's whitespace (RFC 8259 section 2)
+
+
+def _fast_loads(text: str) -> Any:
+    """``json.loads(text, ...)`` with ``loads``' hooks through CPython's C scanner (``_json``), without
+    importing ``json`` (and ``re`` and ``enum`` under it) on create's path; ``_FAILED`` for anything
+    but a clean parse (malformed text, too deep, no ``_json``): ``loads`` then parses with ``json``
+    for its error message."""
+    try:
+        import _json
+    except ImportError:  # pragma: no cover - CPython always has it
+        return _FAILED
+    start = len(text) - len(text.lstrip(_WS))
+    try:
+        value, end = _json.make_scanner(_Context())(text, start)  # type: ignore[arg-type]
+    except (StopIteration, ValueError, RecursionError, SystemError):
+        return _FAILED
+    if text[end:].strip(_WS):
+        return _FAILED
+    return value
+
+
 def loads(data: bytes | str, what: str = "config.json") -> tuple[Any, list[BundleProblem]]:
     """Parse ``data`` under the limits.  Returns ``(document, problems)``; the document is None when
     it could not be parsed, and problems is empty only for a document within every limit.  Only
@@ -203,6 +238,11 @@ def loads(data: bytes | str, what: str = "config.json") -> tuple[Any, list[Bundl
             ]
     else:
         text = data
+    doc = _fast_loads(text)
+    if doc is not _FAILED:
+        return doc, check_tree(doc)
+    import json  # only to say why the text is not JSON (its error names line and column)
+
     try:
         doc = json.loads(
             text,

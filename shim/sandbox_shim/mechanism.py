@@ -12,7 +12,6 @@ from .values import Value
 
 TYPE_CHECKING = False  # typing is not imported at run time: every lifecycle verb imports this module
 if TYPE_CHECKING:
-    import subprocess
     from collections.abc import Callable, Mapping, Sequence
     from typing import IO, Any, Protocol, runtime_checkable
 
@@ -386,6 +385,24 @@ class Ended(Value):
         self.maxrss_bytes = maxrss_bytes
 
 
+class HelperProcess(Protocol):
+    """The process a ``Started`` program's library side waits on (``subprocess.Popen`` has this
+    shape; Linux forks its own, ``enter_client.ForkedHelper``).  ``returncode``: None while it runs,
+    -N after death by signal N; ``wait(timeout)`` raises ``subprocess.TimeoutExpired``."""
+
+    pid: int
+    returncode: int | None
+    stdin: IO[bytes] | None
+    stdout: IO[bytes] | None
+    stderr: IO[bytes] | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def kill(self) -> None: ...
+
+
 class Started(Protocol):
     """A program ``Mechanism.exec`` started inside a sandbox: the handle the library drives.
 
@@ -401,7 +418,7 @@ class Started(Protocol):
     started: float
 
     @property
-    def helper(self) -> subprocess.Popen[bytes]: ...
+    def helper(self) -> HelperProcess: ...
 
     def signal(self, signum: int) -> None:
         """Deliver ``signum`` to the program."""

@@ -17,9 +17,12 @@
 from __future__ import annotations
 
 import posixpath
-from typing import Any
 
 from .errors import BundleProblem
+
+TYPE_CHECKING = False  # no typing at run time: create loads this module
+if TYPE_CHECKING:
+    from typing import Any
 
 NAME_MAX = 255  # limits.h: bytes of one path component
 PATH_MAX = 4096  # limits.h: bytes of a path, its terminating NUL included

@@ -17,9 +17,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
 
 from . import posix
+from .values import FrozenValue
 
 MAX_SYMLINKS = 40  # as the kernel's path walk (path_resolution(7))
 
@@ -127,8 +127,7 @@ EMPTY = frozenset({"tmpfs", "mqueue", "cgroup"})
 KERNEL = {"proc": "/proc", "sysfs": "/sys"}
 
 
-@dataclass(frozen=True)
-class Layer:
+class Layer(FrozenValue):
     """One mount of the sandbox's tree, as far as path resolution needs it.
 
     Attributes:
@@ -138,10 +137,14 @@ class Layer:
         writable: missing mount points may be created in it (the rootfs, a read-write bind).
     """
 
+    __match_args__ = ("dest", "fs", "host", "writable")
     dest: str
     fs: str
-    host: str = ""
-    writable: bool = False
+    host: str
+    writable: bool
+
+    def __init__(self, dest: str, fs: str, host: str = "", writable: bool = False) -> None:
+        self._set(dest=dest, fs=fs, host=host, writable=writable)
 
 
 def under(path: str, top: str) -> bool:

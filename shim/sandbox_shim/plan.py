@@ -7,18 +7,19 @@ plan (bwrap argv, SBPL profile, Job Object limits); it never re-reads config.jso
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
-
 from .bundle import Spec, hook_references
 from .hardening import tenant
+from .values import Value
+
+TYPE_CHECKING = False  # no typing or dataclasses at run time: create loads this module
+if TYPE_CHECKING:
+    from typing import Any
 
 #: OCI namespace type → capability name probed for it
 NAMESPACE_CAPS = {t: f"namespace.{t}" for t in ("pid", "network", "mount", "ipc", "uts", "user", "cgroup")}
 
 
-@dataclass
-class Mount:
+class Mount(Value):
     """One mount, in the sandbox's terms.
 
     Attributes:
@@ -30,17 +31,67 @@ class Mount:
         options: the OCI options kept for the record (e.g. ``size=65536k``, ``mode=1777``).
     """
 
+    __match_args__ = ("kind", "destination", "source", "readonly", "options")
     kind: str
     destination: str
-    source: str = ""
-    readonly: bool = False
-    options: list[str] = field(default_factory=list)
+    source: str
+    readonly: bool
+    options: list[str]
+
+    def __init__(
+        self,
+        kind: str,
+        destination: str,
+        source: str = "",
+        readonly: bool = False,
+        options: list[str] | None = None,
+    ) -> None:
+        self.kind, self.destination, self.source, self.readonly = kind, destination, source, readonly
+        self.options = [] if options is None else options
 
 
-@dataclass
-class Plan:
+class Plan(Value):
     """Everything a platform needs to launch one sandbox.  Units: bytes, seconds, microseconds."""
 
+    __match_args__ = (
+        "id",
+        "bundle",
+        "rootfs",
+        "root_readonly",
+        "args",
+        "env",
+        "cwd",
+        "uid",
+        "gid",
+        "additional_gids",
+        "umask",
+        "terminal",
+        "hostname",
+        "unshare",
+        "join",
+        "mounts",
+        "masked_paths",
+        "readonly_paths",
+        "devices",
+        "capabilities",
+        "rlimits",
+        "oom_score_adj",
+        "resources",
+        "cgroups_path",
+        "seccomp",
+        "network",
+        "allow_nested_userns",
+        "wall_clock",
+        "cpu_time",
+        "sysctl",
+        "hooks",
+        "annotations",
+        "required",
+        "protected",
+        "console_size",
+        "inheritable",
+        "ambient",
+    )
     id: str
     bundle: str
     rootfs: str
@@ -75,20 +126,110 @@ class Plan:
     annotations: dict[str, str]
     required: list[str]
     #: host paths the tenant must not be able to write (hook executables, the state root)
-    protected: list[str] = field(default_factory=list)
+    protected: list[str]
     #: ``process.consoleSize`` as (height, width) for a terminal sandbox, or None
-    console_size: tuple[int, int] | None = None
+    console_size: tuple[int, int] | None
     #: the inheritable / ambient sets the workload keeps: the configured ones within ``capabilities``
     #: (bwrap's --cap-add puts every granted capability in both; runc keeps exactly the configured
     #: sets, CVE-2022-24769).  None: as bwrap grants them.
-    inheritable: list[str] | None = None
-    ambient: list[str] | None = None
+    inheritable: list[str] | None
+    ambient: list[str] | None
+
+    def __init__(
+        self,
+        id: str,
+        bundle: str,
+        rootfs: str,
+        root_readonly: bool,
+        args: list[str],
+        env: dict[str, str],
+        cwd: str,
+        uid: int,
+        gid: int,
+        additional_gids: list[int],
+        umask: int | None,
+        terminal: bool,
+        hostname: str | None,
+        unshare: list[str],
+        join: dict[str, str],
+        mounts: list[Mount],
+        masked_paths: list[str],
+        readonly_paths: list[str],
+        devices: list[dict[str, Any]],
+        capabilities: list[str],
+        rlimits: list[tuple[str, int, int]],
+        oom_score_adj: int | None,
+        resources: dict[str, Any],
+        cgroups_path: str,
+        seccomp: dict[str, Any] | None,
+        network: str,
+        allow_nested_userns: bool,
+        wall_clock: float | None,
+        cpu_time: int | None,
+        sysctl: dict[str, str],
+        hooks: dict[str, list[dict[str, Any]]],
+        annotations: dict[str, str],
+        required: list[str],
+        protected: list[str] | None = None,
+        console_size: tuple[int, int] | None = None,
+        inheritable: list[str] | None = None,
+        ambient: list[str] | None = None,
+    ) -> None:
+        self.id = id
+        self.bundle = bundle
+        self.rootfs = rootfs
+        self.root_readonly = root_readonly
+        self.args = args
+        self.env = env
+        self.cwd = cwd
+        self.uid = uid
+        self.gid = gid
+        self.additional_gids = additional_gids
+        self.umask = umask
+        self.terminal = terminal
+        self.hostname = hostname
+        self.unshare = unshare
+        self.join = join
+        self.mounts = mounts
+        self.masked_paths = masked_paths
+        self.readonly_paths = readonly_paths
+        self.devices = devices
+        self.capabilities = capabilities
+        self.rlimits = rlimits
+        self.oom_score_adj = oom_score_adj
+        self.resources = resources
+        self.cgroups_path = cgroups_path
+        self.seccomp = seccomp
+        self.network = network
+        self.allow_nested_userns = allow_nested_userns
+        self.wall_clock = wall_clock
+        self.cpu_time = cpu_time
+        self.sysctl = sysctl
+        self.hooks = hooks
+        self.annotations = annotations
+        self.required = required
+        self.protected = [] if protected is None else protected
+        self.console_size = console_size
+        self.inheritable = inheritable
+        self.ambient = ambient
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-serialisable data (``--print-plan``); env values are replaced by ``***``."""
-        d = asdict(self)
+        d: dict[str, Any] = _plain(self)
         d["env"] = {k: "***" for k in self.env}
         return d
+
+
+def _plain(obj: Any) -> Any:
+    """``obj`` as ``dataclasses.asdict`` renders it: a ``Value`` as a dict of its fields, lists, tuples
+    and dicts rebuilt (copies all the way down), anything else as it is."""
+    if isinstance(obj, Value):
+        return {k: _plain(getattr(obj, k)) for k in obj.__match_args__}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_plain(v) for v in obj)
+    if isinstance(obj, dict):
+        return {_plain(k): _plain(v) for k, v in obj.items()}
+    return obj
 
 
 #: OCI mount types the Linux plan renders (``bundle`` refuses others at validation)

@@ -23,9 +23,12 @@ containerd's shim always send one, with ``user``, ``capabilities``, ``env``, ``c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from .errors import BundleInvalid, BundleProblem, UsageError
+
+TYPE_CHECKING = False  # no typing at run time: create loads this module
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass

@@ -360,12 +360,17 @@ class StateStore:
         return sorted(e for e in names if not e.startswith(".") and valid_id(e) and self.is_ours(e))
 
     def write_cgroup_index(self, sandbox_id: str, info: dict[str, Any]) -> None:
-        """Record ``info`` (what will be made, then what was) for ``delete --force``; durable."""
+        """Record ``info`` (what will be made, then what was) for ``delete --force``.
+
+        Atomic and written before the cgroups are made (a kill at any step leaves the record), but not
+        fsync'd: a cgroup lives in the kernel's memory, so no crash of the host can keep one whose
+        record it lost (``durable.write_atomic``'s ``durable=False``; ~3.5 ms per write on a
+        disk-backed root, twice per ``create``)."""
         try:
             os.makedirs(os.path.dirname(self.cgroup_index(sandbox_id)), exist_ok=True)
         except OSError as e:
             raise StateUnwritable(self.cgroup_index(sandbox_id), e.errno or 0, e.strerror or str(e)) from e
-        write_atomic(self.cgroup_index(sandbox_id), json.dumps(info))
+        write_atomic(self.cgroup_index(sandbox_id), json.dumps(info), durable=False)
 
     def read_cgroup_index(self, sandbox_id: str) -> dict[str, Any] | None:
         try:

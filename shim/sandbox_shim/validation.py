@@ -13,12 +13,15 @@ the schema alongside the config (``unknown_keys``) and are returned as warnings.
 
 from __future__ import annotations
 
-import json
 import os
 from functools import cache
-from typing import Any
 
+from . import fastjson
 from .errors import BundleProblem
+
+TYPE_CHECKING = False  # no typing at run time: create loads this module
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @cache
@@ -26,16 +29,19 @@ def load_schema(name: str = "config.schema.json") -> dict[str, Any]:
     """A schema shipped in the package (``sandbox_shim/schemas/NAME``), parsed.
 
     Read next to this module when the package is on disk (importlib.resources costs ~6 ms to import
-    on this VM); through importlib.resources when it is not (a zip import).
+    on this VM); through importlib.resources when it is not (a zip import).  Parsed by ``fastjson``
+    (the package's own file: no ``json``, ``re`` or ``enum`` import on create's path).
     """
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas", name)
     try:
         with open(path, encoding="utf-8") as fh:
-            doc: dict[str, Any] = json.loads(fh.read())
+            doc: dict[str, Any] = fastjson.loads(fh.read())
     except FileNotFoundError:
         from importlib import resources
 
-        doc = json.loads(resources.files("sandbox_shim.schemas").joinpath(name).read_text(encoding="utf-8"))
+        doc = fastjson.loads(
+            resources.files("sandbox_shim.schemas").joinpath(name).read_text(encoding="utf-8")
+        )
     return doc
 
 
@@ -54,6 +60,8 @@ def _describe(err: Any) -> tuple[str, str]:
     if kw == "type":
         return f"expected {val if isinstance(val, str) else ' or '.join(val)}", f"give a value of type {val}"
     if kw == "enum":
+        import json
+
         shown = ", ".join(json.dumps(v) for v in val[:12]) + (", ..." if len(val) > 12 else "")
         return "value is not one of the allowed values", f"use one of {shown}"
     if kw == "pattern":

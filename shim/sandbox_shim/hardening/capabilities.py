@@ -33,9 +33,11 @@ CAP_NET_ADMIN, CAP_SYS_RESOURCE, CAP_BPF, CAP_PERFMON, CAP_SYSLOG, CAP_MAC_ADMIN
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..errors import BundleProblem
+
+TYPE_CHECKING = False  # no typing at run time: create loads this module
+if TYPE_CHECKING:
+    from typing import Any
 
 #: capability sets of ``process.capabilities`` (runtime-spec config.md "capabilities")
 SETS = ("bounding", "effective", "permitted", "inheritable", "ambient")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 
 from .. import posix
+from .readset import within
 
 TYPE_CHECKING = False  # start-up cost: no typing at run time
 if TYPE_CHECKING:
@@ -84,9 +85,14 @@ def _save_cache(path: str, data: dict[str, tuple[int, int, int, tuple[str, ...],
 
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
+        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | posix.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(marshal.dumps(data))
+        try:  # rename(2) onto a free name: replacing a file makes ext4 (auto_da_alloc) start writing
+            os.unlink(path)  # the new one out at once, 0.1-1 ms on confine's start-up; meanwhile a
+        except FileNotFoundError:  # reader finds no cache and walks the whole tree
+            pass
         os.rename(tmp, path)
     except OSError:
         try:
@@ -426,9 +432,17 @@ def check_snapshot(path: str | None) -> list[str]:
     return changed
 
 
-def walk_cache(directory: str, roots: Sequence[str]) -> str:
-    """The ``git_dirs`` cache file for ``roots`` in ``directory`` (the journal directory)."""
-    import zlib
-
-    key = zlib.crc32(b"\0".join(os.fsencode(r) for r in roots))
-    return os.path.join(directory, f"walk-{key:08x}")
+def walk_cache(directory: str, roots: Sequence[str]) -> str | None:
+    """The ``git_dirs`` cache file for ``roots``: ``confine-walk/walk-KEY`` beside ``directory``
+    (the journal directory), ``KEY`` the 32-bit FNV-1a hash of the roots (a name, not a check: the
+    cache holds the roots' own paths; no ``zlib``, whose import costs confine's start-up a shared
+    library).  None when that directory lies in (or around) one of ``roots``: the confined program
+    could write the cache there.  The caches have their own directory so that the journal sweep,
+    which runs on every start, lists only journals."""
+    cache_dir = os.path.join(os.path.dirname(directory), "confine-walk")
+    if any(within(cache_dir, r) or within(r, cache_dir) for r in roots):
+        return None
+    key = 0x811C9DC5
+    for byte in b"\0".join(os.fsencode(r) for r in roots):
+        key = ((key ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return os.path.join(cache_dir, f"walk-{key:08x}")

@@ -89,7 +89,9 @@ def forget(journal: str | None) -> None:
 
 def sweep(directory: str | None, remove: Callable[[Sequence[str]], None]) -> int:
     """Release the placeholders of every journal in ``directory`` whose owner is gone (``remove``
-    takes the paths, parents first); returns how many journals were released.  Never raises."""
+    takes the paths, parents first); returns how many journals were released.  Git walk caches an
+    older version kept here (``walk-*``; now in ``confine_git.walk_cache``'s own directory) are
+    removed, so the listing this runs on every start stays short.  Never raises."""
     if directory is None:
         return 0
     try:
@@ -98,13 +100,16 @@ def sweep(directory: str | None, remove: Callable[[Sequence[str]], None]) -> int
         return 0
     done = 0
     for name in names:
-        path = os.path.join(directory, name)
+        if name.startswith("walk-"):  # a git walk cache of an older version (now in confine-walk)
+            forget(os.path.join(directory, name))
+            continue
         temporary = name.endswith(".tmp")
         git = name.endswith(".git") or name.endswith(".git.tmp")
         base = name.removeprefix(".").removesuffix(".tmp").removesuffix(".git")
         pid, _, started = base.partition("-")
         if not pid.isdigit() or start_time(int(pid)) == started:
             continue  # its owner still runs
+        path = os.path.join(directory, name)
         try:
             with open(path, "rb") as fh:
                 paths = [os.fsdecode(p) for p in fh.read().split(b"\0") if p]

@@ -478,8 +478,9 @@ def build_sets(
     for interpreter in interpreters:  # what runs inside before the command
         runtime += readset.runtime_read_set(interpreter, env, guard=guard)
     runtime = [p for p in runtime if os.path.lexists(p) and not readset.in_system(p)]
+    home_dirs = homes(env)  # once: realpath and a passwd lookup each time
     for p in runtime:
-        for h in homes(env):
+        for h in home_dirs:
             if _within(h, p) and not os.path.islink(p):
                 raise CannotEnforce(
                     "confinement.read_set",

@@ -404,8 +404,9 @@ def _launch_spec(
 
 def write_start_record(report: str, spec: LaunchSpec) -> None:
     """Append the first record of a report: the layers, and what is and is not observed."""
-    import json
     import time
+
+    from .. import fastjson  # json.dumps's text without importing json (re, enum)
 
     observed = ["egress denials (proxy)"] if spec.egress is not None else []
     unobserved = [
@@ -422,7 +423,7 @@ def write_start_record(report: str, spec: LaunchSpec) -> None:
         "not_enforced": list(spec.not_enforced),
     }
     with open(report, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(rec) + "\n")
+        fh.write(fastjson.dumps(rec) + "\n")
 
 
 def describe(spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -27,11 +27,11 @@ tool, not ``~``.  Stdlib only; no subprocess (start-up cost matters: ``confine``
 from __future__ import annotations
 
 import os
-import struct
 
 TYPE_CHECKING = False  # start-up cost: no typing at run time
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from typing import Literal
 
 #: trees granted whole (read-only) on Linux; what lies below them needs no per-file grant
 SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -214,21 +214,22 @@ def elf_dynamic(path: str) -> tuple[str | None, list[str], list[str], list[str]]
             ident = fh.read(64)
             if len(ident) < 52 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2) or ident[5] not in (1, 2):
                 return None
-            end = "<" if ident[5] == 1 else ">"
+            order: Literal["little", "big"] = "little" if ident[5] == 1 else "big"
             is64 = ident[4] == 2
+
+            def num(buf: bytes, at: int, size: int, signed: bool = False) -> int:
+                if at + size > len(buf):
+                    raise ValueError("truncated")
+                return int.from_bytes(buf[at : at + size], order, signed=signed)
+
+            # offsets and sizes of elf(5) Elf64_Ehdr/Elf32_Ehdr, Elf64_Phdr/Elf32_Phdr, Elf64_Dyn/Elf32_Dyn
             if is64:
-                phoff, phentsize, phnum = (
-                    struct.unpack_from(end + "Q", ident, 32)[0],
-                    *struct.unpack_from(end + "HH", ident, 54),
-                )
-                ph_fmt, dyn_fmt = end + "IIQQQQQQ", end + "qQ"
+                phoff, phentsize, phnum = num(ident, 32, 8), num(ident, 54, 2), num(ident, 56, 2)
+                ph_size, word, at = 56, 8, (0, 8, 16, 32)  # p_type, p_offset, p_vaddr, p_filesz
             else:
-                phoff, phentsize, phnum = (
-                    struct.unpack_from(end + "I", ident, 28)[0],
-                    *struct.unpack_from(end + "HH", ident, 42),
-                )
-                ph_fmt, dyn_fmt = end + "IIIIIIII", end + "iI"
-            if phnum > 512 or phentsize < struct.calcsize(ph_fmt):
+                phoff, phentsize, phnum = num(ident, 28, 4), num(ident, 42, 2), num(ident, 44, 2)
+                ph_size, word, at = 32, 4, (0, 4, 8, 16)
+            if phnum > 512 or phentsize < ph_size:
                 return None
             fh.seek(phoff)
             table = fh.read(phentsize * phnum)
@@ -236,11 +237,11 @@ def elf_dynamic(path: str) -> tuple[str | None, list[str], list[str], list[str]]
             interp: str | None = None
             dynamic: tuple[int, int] | None = None
             for i in range(phnum):
-                f = struct.unpack_from(ph_fmt, table, i * phentsize)
-                if is64:
-                    p_type, p_offset, p_vaddr, p_filesz = f[0], f[2], f[3], f[5]
-                else:
-                    p_type, p_offset, p_vaddr, p_filesz = f[0], f[1], f[2], f[4]
+                o = i * phentsize
+                if o + ph_size > len(table):
+                    raise ValueError("truncated")
+                p_type = num(table, o + at[0], 4)
+                p_offset, p_vaddr, p_filesz = (num(table, o + a, word) for a in at[1:])
                 if p_type == PT_LOAD:
                     loads.append((p_vaddr, p_offset, p_filesz))
                 elif p_type == PT_INTERP and p_filesz < 4096:
@@ -252,8 +253,10 @@ def elf_dynamic(path: str) -> tuple[str | None, list[str], list[str], list[str]]
                 return interp, [], [], []
             fh.seek(dynamic[0])
             raw = fh.read(dynamic[1])
-            size = struct.calcsize(dyn_fmt)
-            entries = [struct.unpack_from(dyn_fmt, raw, o) for o in range(0, len(raw) - size + 1, size)]
+            entries = [
+                (num(raw, o, word, signed=True), num(raw, o + word, word))  # d_tag (signed), d_val
+                for o in range(0, len(raw) - 2 * word + 1, 2 * word)
+            ]
             strtab = next((v for t, v in entries if t == DT_STRTAB), None)
             base = next(
                 (off + strtab - va for va, off, sz in loads if strtab is not None and va <= strtab < va + sz),
@@ -277,7 +280,7 @@ def elf_dynamic(path: str) -> tuple[str | None, list[str], list[str], list[str]]
                 elif tag == DT_RUNPATH:
                     runpath += string(val).split(":")
             return interp, needed, rpath, runpath
-    except (OSError, struct.error, ValueError):
+    except (OSError, ValueError):
         return None
 
 
@@ -465,12 +468,12 @@ def node_packages(script: str, guard: Guard | None = None, trusted: bool = True)
         if guard is not None and not ok and not guard.inside(os.path.realpath(pkg)):
             continue
         out.append(pkg)
-        import json
+        from .. import fastjson  # json.load without json's import (re, enum: milliseconds per run)
 
         try:
-            with open(os.path.join(pkg, "package.json"), encoding="utf-8") as fh:
-                meta = json.load(fh)
-        except (OSError, ValueError):
+            with open(os.path.join(pkg, "package.json"), "rb") as fh:
+                meta = fastjson.loads(fh.read())
+        except (OSError, ValueError, RecursionError):  # nested past the interpreter: not followed
             continue
         if not isinstance(meta, dict):
             continue

@@ -15,9 +15,11 @@ Rules (README "Security"):
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..errors import BundleProblem
+
+TYPE_CHECKING = False  # no typing at run time: create loads this module
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Name fragments that mark a credential.  Matching is on the upper-cased name, anywhere in it.
 FORBIDDEN_ENV_FRAGMENTS: tuple[str, ...] = (

@@ -166,10 +166,25 @@ def bwrap_version() -> str | None:
     return ident[1] if ident else None
 
 
+#: the modules the Linux renderer loads (``confine_launch.read_ahead`` of their bytecode, since
+#: ``confine`` runs once per command and a cold page cache would read them one at a time)
+LINUX_CONFINE_MODULES = (
+    "platforms/linux/__init__",
+    "platforms/linux/landlock",
+    "platforms/linux/confine",
+    "platforms/linux/confine_state",
+    "platforms/linux/locate",
+)
+
+
 def confine_backend() -> ConfineBackend | None:
     """The control-plane confinement's renderer for this OS (Linux: bwrap + Landlock; macOS: SBPL), or
     None.  What a renderer offers is the protocol ``hardening.confine_backend.ConfineBackend``."""
     if sys.platform.startswith("linux"):
+        if __package__ + ".linux.confine" not in sys.modules:  # first use: read them in at once
+            from ..hardening.confine_launch import module_bytecode, read_ahead
+
+            read_ahead(module_bytecode(LINUX_CONFINE_MODULES))
         from .linux import confine as linux
 
         return linux

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, field
 
 from ...errors import BundleInvalid, BundleProblem
 from ...hardening import tenant
 from ...hardening.tenant import pid_problem
 from ...paths import HOST_BACKED, Layer, View, ensure_in_root
 from ...plan import Plan
+from ...values import FrozenValue, Value
 from .locate import bwrap_path as bwrap_path  # re-exported: one lookup (locate.py)
 
 #: kernel filesystems mounted by bwrap itself; paths under them are never created in the rootfs
@@ -34,13 +34,17 @@ UNSHARE_FLAGS = {
 }
 
 
-@dataclass
-class Fds:
+class Fds(Value):
     """File descriptors bwrap is given (numbers as in the bwrap process)."""
 
+    __match_args__ = ("block", "status", "seccomp")
     block: int
     status: int
-    seccomp: list[int] = field(default_factory=list)  # BPF programs, stacked in this order
+    seccomp: list[int]  # BPF programs, stacked in this order
+
+    def __init__(self, block: int, status: int, seccomp: list[int] | None = None) -> None:
+        self.block, self.status = block, status
+        self.seccomp = [] if seccomp is None else seccomp
 
 
 def _opt(options: list[str], key: str) -> str | None:
@@ -63,15 +67,18 @@ def _refuse(pointer: str, what: str, e: OSError, fix: str) -> BundleInvalid:
     return BundleInvalid([BundleProblem(pointer, f"{what}: {e.strerror}", rule, fix)])
 
 
-@dataclass(frozen=True)
-class MakeStep:
+class MakeStep(FrozenValue):
     """One mount point or cwd the argv needs that does not exist yet: made by ``make_missing`` in the
     host tree ``root`` (the rootfs or a read-write bind source) at ``rel``, before bwrap runs."""
 
+    __match_args__ = ("dest", "root", "rel", "is_dir")
     dest: str  # the sandbox path, as in the argv
     root: str
     rel: str
     is_dir: bool
+
+    def __init__(self, dest: str, root: str, rel: str, is_dir: bool) -> None:
+        self._set(dest=dest, root=root, rel=rel, is_dir=is_dir)
 
 
 class _PlannedView(View):
@@ -127,12 +134,15 @@ def _isdir(view: View, host: str) -> bool:
     return view.isdir(host) if isinstance(view, _PlannedView) else os.path.isdir(host)
 
 
-@dataclass
-class Layout:
+class Layout(Value):
     """``build_args``' result: the argument vector and the paths to make before bwrap runs."""
 
+    __match_args__ = ("argv", "steps")
     argv: list[str]
     steps: list[MakeStep]
+
+    def __init__(self, argv: list[str], steps: list[MakeStep]) -> None:
+        self.argv, self.steps = argv, steps
 
 
 def make_missing(steps: list[MakeStep], cwd: str | None = None) -> None:

@@ -6,9 +6,11 @@ through ``platforms.select.config_problems``): what bwrap cannot do for ``proces
 
 from __future__ import annotations
 
-from typing import Any
-
 from ...errors import BundleProblem
+
+TYPE_CHECKING = False  # no typing at run time: create loads this module
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def problems(cfg: dict[str, Any], credentials: bool = True) -> list[BundleProblem]:

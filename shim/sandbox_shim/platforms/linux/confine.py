@@ -215,15 +215,23 @@ def render(
     landlock: bool | None = None,
     trial: bool = True,
     egress: EgressProxy | None = None,
+    env: dict[str, str] | None = None,
     **_: object,
 ) -> tuple[list[str], tuple[str, ...], list[str]]:
-    """bwrap argv and the inside step; returns ``(argv, layers, not_enforced)``.
+    """bwrap argv and the inside step; returns ``(argv, layers, not_enforced)``.  With ``env`` (the
+    command's environment: where the user's state directory is) the read-only entries directly in
+    ``/etc`` come from one bind of a ``confine_state.etc_view`` when one can be made, else one bind
+    each, and the Landlock ABI is the one kept for this boot (``confine_state.landlock_abi``).
 
     Raises: CannotEnforce("bwrap" | "landlock", detail): bwrap unusable; Landlock required but absent.
     """
     from ...errors import CannotEnforce
+    from ...hardening.confine_launch import read_ahead
+    from .confine_state import etc_view, landlock_abi
 
     path = bwrap_path(bwrap)
+    native = native_helper()
+    read_ahead([path, native] if native is not None else [path])  # exec'd in a moment: from disk now
     if trial:
         cap = probe_bwrap(bwrap)
         if not cap.available:
@@ -233,7 +241,7 @@ def render(
         if not os.access(path, os.X_OK):
             raise CannotEnforce("bwrap", f"{path} is missing or not executable")
         layers = ["bubblewrap"]
-    abi = ll.abi_version()
+    abi = landlock_abi(env, sets.read_write)
     if landlock and abi < 1:
         raise CannotEnforce("landlock", "kernel has no Landlock (or it is not enabled at boot)")
     use_ll = abi > 0 and landlock is not False
@@ -254,7 +262,14 @@ def render(
         argv.append("--unshare-net")
         not_enforced = []  # abstract sockets are per network namespace
     argv += ["--cap-drop", "ALL", "--tmpfs", "/tmp"]
+    view = etc_view(sets.read_only, sets.read_write, env) if env is not None else None
+    folded: frozenset[str] = frozenset()
+    if view is not None:
+        argv += ["--ro-bind", view[0], "/etc"]
+        folded = view[1]
     for p in sets.read_only:
+        if p in folded:
+            continue  # a copy (or the link) in the /etc view
         argv += ["--symlink", os.readlink(p), p] if os.path.islink(p) else ["--ro-bind", p, p]
     argv += ["--dev", "/dev", "--proc", "/proc"]
     for p in sets.read_write:
@@ -266,7 +281,6 @@ def render(
     layers.append("seccomp: no TIOCSTI/TIOCLINUX")
     ro_inside = [p for p in (*sets.read_only, *sets.islands) if not os.path.islink(p)] + ["/proc"]
     rw_inside = [*sets.read_write, "/tmp"]
-    native = native_helper()
     if native is not None and egress is None:
         argv += ["--ro-bind", native, NATIVE_INSIDE]
         program = native_argv(

@@ -20,9 +20,12 @@ cannot make (more than one range, or a host id other than the runtime's own).
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from ...errors import BundleProblem
+
+TYPE_CHECKING = False  # no typing at run time: create loads this module
+if TYPE_CHECKING:
+    from typing import Any
 
 _RULE = "runtime-spec config.md user / config-linux.md user namespace mappings; bwrap(1) --uid/--gid"
 

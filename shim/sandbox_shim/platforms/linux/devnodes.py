@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any
 
 from ...errors import BundleInvalid, BundleProblem
+
+TYPE_CHECKING = False  # no typing at run time: create loads this module
+if TYPE_CHECKING:
+    from typing import Any
 
 _SKIP = ("/dev/shm", "/dev/mqueue", "/dev/hugepages")
 _RULE = "runtime-spec config-linux.md Devices; bwrap binds the host's node (it cannot mknod)"

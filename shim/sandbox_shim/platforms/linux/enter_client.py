@@ -1,9 +1,10 @@
 """Start a program inside a running sandbox: the library side of ``enter.py`` (``LinuxMechanism.exec``).
 
 The request (the sandbox process's ids, capabilities, rlimits, seccomp programs and environment as
-recorded at create, with the exec's own asks over them) goes to the helper in a memfd; the helper
-(``python -I -S enter.py SPEC_FD STATUS_FD``, never imported) joins the workload's namespaces,
-cgroup, root, credentials and seccomp filters, then execve's, and reports each step on a pipe.
+recorded at create, with the exec's own asks over them) goes to the helper H, forked from this
+process (``_fork_helper``: no interpreter starts per exec), which runs ``enter.run``: it joins the
+workload's namespaces, cgroup, root, credentials and seccomp filters, then execve's, and reports each
+step on a pipe, each report ``marshal``-ed (``enter.frame``).
 ``exec_in`` returns once the program has exec'd, or raises the fact that stopped it: ``CouldNotRun``
 from the kernel's errno, ``LaunchFailed``, a refusal of ids or capabilities beyond the sandbox's.
 """
@@ -12,30 +13,98 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
+import fcntl
+import marshal
 import os
 import signal as _signal
 import socket
 import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from ...errors import CouldNotRun, InvalidState, LaunchFailed
 from ...mechanism import Ended
 from ...state import proc_start_time
+from . import enter
 
 if TYPE_CHECKING:
     from ...mechanism import CgroupControl, ExecSpec, Sandbox
 
 _NOT_FOUND = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
 _DENIED = (errno.EACCES, errno.EPERM)
-#: the helper, run standalone by path (after setns the host's files are out of reach)
-HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "enter.py")
 
 
-@dataclass
+class ForkedHelper:
+    """The joining helper H, forked from this process (``mechanism.HelperProcess``: the part of
+    ``subprocess.Popen`` the library drives).  ``returncode`` as Popen's: -N for death by signal N.
+
+    Attributes:
+        pid: H's pid (this process's child until reaped).  args: the program's argv.
+        stdin, stdout, stderr: this process's ends of the pipes asked with ``subprocess.PIPE``, or None.
+    """
+
+    def __init__(
+        self,
+        pid: int,
+        args: list[str],
+        stdin: IO[bytes] | None,
+        stdout: IO[bytes] | None,
+        stderr: IO[bytes] | None,
+    ) -> None:
+        self.pid, self.args = pid, args
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.returncode: int | None = None
+
+    def _reaped(self, status: int) -> int:
+        self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        """H's status if it has exited (reaping it), else None."""
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): as Popen, status 0
+                self.returncode = 0
+            else:
+                if pid:
+                    self._reaped(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for H (at most ``timeout`` seconds: ``subprocess.TimeoutExpired``); its status."""
+        if self.returncode is not None:
+            return self.returncode
+        if timeout is not None:
+            import select
+
+            try:
+                pidfd = os.pidfd_open(self.pid)  # still our unreaped child: the pid is H's
+            except OSError:
+                pidfd = -1
+            if pidfd >= 0:
+                try:
+                    ready, _, _ = select.select([pidfd], [], [], max(0.0, timeout))
+                finally:
+                    os.close(pidfd)
+                if not ready:
+                    raise subprocess.TimeoutExpired(self.args, timeout)
+        try:
+            _, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            self.returncode = 0
+            return 0
+        return self._reaped(status)
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(_signal.SIGKILL)
+
+
 class HelperStarted:
     """A program started inside a sandbox through ``enter.py`` (``mechanism.Started``).
 
@@ -46,12 +115,26 @@ class HelperStarted:
         started: ``time.monotonic()`` when it was released.
     """
 
-    pid: int
-    helper: subprocess.Popen[bytes]
-    sandbox_id: str
-    argv: list[str]
-    started: float
-    _status: IO[bytes] = field(repr=False, default=None)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        pid: int,
+        helper: ForkedHelper,
+        sandbox_id: str,
+        argv: list[str],
+        started: float,
+        status: IO[bytes],
+    ) -> None:
+        self.pid, self.helper, self.sandbox_id, self.argv, self.started = (
+            pid,
+            helper,
+            sandbox_id,
+            argv,
+            started,
+        )
+        self._status = status
+
+    def __repr__(self) -> str:
+        return f"HelperStarted(pid={self.pid}, sandbox_id={self.sandbox_id!r}, argv={self.argv!r})"
 
     def signal(self, signum: int) -> None:
         """Deliver ``signum`` to the program (the helper forwards it)."""
@@ -65,9 +148,8 @@ class HelperStarted:
     def result(self) -> Ended | None:
         """The helper's last report (``{"exit": N}`` or ``{"signal": N}`` with ``rusage``), or None."""
         last: dict[str, Any] = {}
-        for line in self._status:
-            with contextlib.suppress(ValueError):
-                last = json.loads(line)
+        while (msg := _message(self._status)) is not None:
+            last = msg
         self._status.close()
         if not last:
             return None
@@ -81,11 +163,21 @@ class HelperStarted:
         )
 
 
-def _memfd(name: str, data: bytes) -> int:
-    fd = os.memfd_create(name, 0)  # inheritable: the helper reads it by number
-    os.write(fd, data)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
+def _message(status: IO[bytes]) -> dict[str, Any] | None:
+    """The helper's next status message (``enter.frame``: 4 bytes of length, little-endian, then a
+    ``marshal``-ed dict), or None at the end of the stream or on a truncated or malformed one."""
+    head = status.read(4)
+    if len(head) < 4:
+        return None
+    n = int.from_bytes(head, "little")
+    data = status.read(n)
+    if len(data) < n:
+        return None
+    try:
+        msg = marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
+        return None
+    return msg if isinstance(msg, dict) else None
 
 
 def _refusal(msg: dict[str, Any], argv: list[str], cwd: str) -> Exception:
@@ -153,30 +245,19 @@ def exec_in(sandbox: Sandbox, wpid: int, cg: CgroupControl | None, req: ExecSpec
             "detach": req.detach,
             "console_fd": console_fd,
         }
-        spec_fd = _memfd("exec-spec", json.dumps(spec).encode())
-        r, w = os.pipe()
-        os.set_inheritable(r, False)
+        if console_fd is not None:
+            enter._import_console()  # here, not in the child: nothing is imported after the fork
+        r, w = os.pipe2(os.O_CLOEXEC)
         try:
-            helper = subprocess.Popen(
-                [sys.executable, "-I", "-S", HELPER, str(spec_fd), str(w)],
-                pass_fds=(spec_fd, w) + (() if console_fd is None else (console_fd,)),
-                stdin=req.stdin,
-                stdout=req.stdout,
-                stderr=req.stderr,
-                env={},
-                close_fds=True,
-                start_new_session=True,
-            )
+            helper = _fork_helper(spec, w, req, console_fd, argv)
         except OSError as e:
             os.close(r)
             raise LaunchFailed(f"cannot start the exec helper: {e.strerror}") from e
         finally:
-            os.close(spec_fd)
             os.close(w)
         status = os.fdopen(r, "rb")
         pid = 0
-        for line in status:
-            msg = json.loads(line)
+        while (msg := _message(status)) is not None:
             if "pid" in msg:
                 pid = int(msg["pid"])
             elif msg.get("exec") == "ok":
@@ -188,3 +269,110 @@ def exec_in(sandbox: Sandbox, wpid: int, cg: CgroupControl | None, req: ExecSpec
         status.close()
         rc = helper.wait()
         raise LaunchFailed(f"the exec helper ended without starting the program (exit status {rc})")
+
+
+def _stdio(
+    want: int | IO[bytes] | None, fd: int, undo: contextlib.ExitStack
+) -> tuple[int | None, IO[bytes] | None]:
+    """(the fd H gets as ``fd`` — None: this process's own —, this process's end of a pipe or None)
+    for one of ``ExecSpec``'s stdin/stdout/stderr, read as ``subprocess.Popen`` reads it."""
+    if want is None:
+        return None, None
+    if want == subprocess.PIPE:
+        r, w = os.pipe2(os.O_CLOEXEC)
+        mine, theirs = (w, r) if fd == 0 else (r, w)
+        undo.callback(os.close, theirs)
+        return theirs, os.fdopen(mine, "wb" if fd == 0 else "rb")
+    if want == subprocess.DEVNULL:
+        null = os.open(os.devnull, (os.O_RDONLY if fd == 0 else os.O_WRONLY) | os.O_CLOEXEC)
+        undo.callback(os.close, null)
+        return null, None
+    if isinstance(want, int):
+        return want, None
+    return want.fileno(), None
+
+
+def _fork_helper(
+    spec: dict[str, Any], status_w: int, req: ExecSpec, console_fd: int | None, argv: list[str]
+) -> ForkedHelper:
+    """Fork H, which runs ``enter.run(spec, status_w)`` and never returns here (``os._exit``).
+
+    In H, before anything else: every signal this process catches is back to its default (no
+    handler of the caller's runs in H; all signals are blocked across the fork), stdio is set as
+    asked (``subprocess.Popen``'s reading of PIPE, DEVNULL, fds and files; ``subprocess.STDOUT`` for
+    stderr), a new session (as ``start_new_session``), and every fd but 0-2, ``status_w`` and
+    ``console_fd`` is closed — the caller's state locks and files never reach the sandbox.
+    Raises:
+        OSError: fork(2) or a pipe failed.
+    """
+    with contextlib.ExitStack() as undo:
+        ends: list[IO[bytes] | None] = []
+        child_fds: list[int | None] = []
+        for fd, want in ((0, req.stdin), (1, req.stdout), (2, req.stderr)):
+            if fd == 2 and want == subprocess.STDOUT:
+                child_fds.append(child_fds[1] if child_fds[1] is not None else 1)
+                ends.append(None)
+                continue
+            theirs, mine = _stdio(want, fd, undo)
+            child_fds.append(theirs)
+            ends.append(mine)
+        keep = sorted({status_w, *([console_fd] if console_fd is not None else [])})
+        every = _signal.valid_signals() - {_signal.SIGKILL, _signal.SIGSTOP}
+        old = _signal.pthread_sigmask(_signal.SIG_BLOCK, every)
+        pid = -1
+        try:
+            pid = os.fork()
+            if pid == 0:  # H: never returns
+                code = 125
+                try:
+                    code = _helper_child(spec, status_w, child_fds, keep, every, old)
+                finally:
+                    os._exit(code)
+        finally:
+            if pid != 0:
+                _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+    return ForkedHelper(pid, argv, *ends)
+
+
+def _helper_child(
+    spec: dict[str, Any],
+    status_w: int,
+    child_fds: list[int | None],
+    keep: list[int],
+    every: set[Any],
+    old: set[Any],
+) -> int:
+    """H's start in the forked child: signals, stdio, session, fds (``_fork_helper``), then ``enter.run``."""
+    if status_w < 3 or (spec.get("console_fd") is not None and spec["console_fd"] < 3):
+        # a caller that runs with fd 0, 1 or 2 closed got one of them for a pipe or the console
+        # socket: move those above 2 before stdio is set there
+        status_w = _above2(status_w)
+        if spec.get("console_fd") is not None:
+            spec = {**spec, "console_fd": _above2(int(spec["console_fd"]))}
+        keep = sorted({status_w, *([spec["console_fd"]] if spec.get("console_fd") is not None else [])})
+    for s in every:
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            if _signal.getsignal(s) not in (_signal.SIG_DFL, _signal.SIG_IGN, None):
+                _signal.signal(s, _signal.SIG_DFL)
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+    high = [os.dup(fd) if fd is not None else None for fd in child_fds]  # above 0-2: no overlap
+    for target, fd in enumerate(high):
+        if fd is not None:
+            os.dup2(fd, target)  # inheritable: the program's stdio
+            os.close(fd)
+    os.setsid()
+    last = 3
+    for fd in [*keep, -1]:
+        if fd == -1:
+            os.closerange(last, os.sysconf("SC_OPEN_MAX"))
+        elif fd >= last:
+            os.closerange(last, fd)
+            last = fd + 1
+    return enter.run(spec, status_w)
+
+
+def _above2(fd: int) -> int:
+    """``fd``, or a copy of it numbered 3 or above (close-on-exec) when it is 0, 1 or 2."""
+    if fd > 2:
+        return fd
+    return int(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3))

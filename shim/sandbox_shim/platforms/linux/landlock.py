@@ -21,21 +21,21 @@ egress is the outer layer's business (its own network namespace when an allow-li
 Start-up cost matters (it runs once per confined command, in a second interpreter: Landlock cannot be
 applied before bwrap has made the mounts).  The restrict-and-exec path imports only ``_ctypes`` (the
 C module under ``ctypes``, without the ``ctypes`` package's class set-up), ``os``, ``struct`` and
-``sys``; the forwarder's ``socket``/``threading`` only when
+``sys`` (``struct`` there only: ``tty_filter``, which confine's start-up calls, does without it); the
+forwarder's ``socket``/``threading`` only when
 ``--forward`` is given.
 """
 
 from __future__ import annotations
 
-import _ctypes
 import errno
 import os
-import struct
 import sys
 
 TYPE_CHECKING = False  # start-up cost: no typing at run time
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
 # Syscall numbers: the same on x86_64 and aarch64 (asm-generic unistd.h: 444, 445, 446).
 _SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446), "arm64": (444, 445, 446)}
@@ -89,13 +89,26 @@ def _syscall_numbers() -> tuple[int, int, int] | None:
     return _SYSCALLS.get(os.uname().machine)
 
 
-class _Long(_ctypes._SimpleCData):  # what ctypes.c_long is
-    _type_ = "l"
+_C_TYPES: tuple[Any, Any] | None = None
 
 
-class _Func(_ctypes.CFuncPtr):  # a cdecl libc function returning long, errno saved (ctypes.CDLL's kind)
-    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
-    _restype_ = _Long
+def _c_types() -> tuple[Any, Any]:
+    """``(long, function)``: what ``ctypes.c_long`` is, and a cdecl libc function returning long
+    with errno saved (``ctypes.CDLL``'s kind).  Made on first use: ``_ctypes`` (a shared library)
+    is loaded only when a syscall is made, not by ``confine``'s start-up, which calls none here."""
+    global _C_TYPES
+    if _C_TYPES is None:
+        import _ctypes
+
+        class _Long(_ctypes._SimpleCData):
+            _type_ = "l"
+
+        class _Func(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+            _restype_ = _Long
+
+        _C_TYPES = (_Long, _Func)
+    return _C_TYPES
 
 
 class _Libc:
@@ -103,15 +116,17 @@ class _Libc:
     ``bytes`` (passed as a pointer to their contents) or None (NULL)."""
 
     def __init__(self) -> None:
+        import _ctypes
+
+        self._long, func = _c_types()
         # typeshed's _ctypes stubs are narrower than the C code: dlopen(NULL) is the running program
         # (dlopen(3)), and a (name, library) pair takes any object with a ``_handle``, as ctypes.CDLL is
         self._handle = _ctypes.dlopen(None)  # type: ignore[arg-type]
-        self._syscall = _Func(("syscall", self))  # type: ignore[arg-type]
-        self._prctl = _Func(("prctl", self))  # type: ignore[arg-type]
+        self._syscall = func(("syscall", self))
+        self._prctl = func(("prctl", self))
 
-    @staticmethod
-    def _args(args: tuple[object, ...]) -> list[object]:
-        return [_Long(a) if isinstance(a, int) else a for a in args]
+    def _args(self, args: tuple[object, ...]) -> list[object]:
+        return [self._long(a) if isinstance(a, int) else a for a in args]
 
     def syscall(self, *args: object) -> int:
         return int(self._syscall(*self._args(args)))
@@ -126,6 +141,8 @@ def _libc() -> _Libc:
 
 def get_errno() -> int:
     """errno as saved by the last call through ``_Libc``."""
+    import _ctypes
+
     return int(_ctypes.get_errno())
 
 
@@ -187,6 +204,8 @@ def restrict_self(rules: Sequence[tuple[str, int]], abi: int | None = None, scop
     Raises:
         LandlockError: Landlock unavailable, or a syscall failed (errno kept).
     """
+    import struct
+
     nums = _syscall_numbers()
     abi = abi_version() if abi is None else abi
     if nums is None or abi < 1:
@@ -273,13 +292,10 @@ def tty_filter() -> bytes:
     def rel(t: int | str, at: int) -> int:
         return labels[t] - at - 1 if isinstance(t, str) else int(t)
 
+    order = sys.byteorder  # struct sock_filter {__u16 code; __u8 jt; __u8 jf; __u32 k;}, native order
     for i, (code, k, jt, jf) in enumerate(real):
-        out += struct.pack("=HBBI", code, rel(jt, i), rel(jf, i), k)
+        out += code.to_bytes(2, order) + bytes((rel(jt, i), rel(jf, i))) + k.to_bytes(4, order)
     return out
-
-
-class _Char(_ctypes._SimpleCData):  # what ctypes.c_char is
-    _type_ = "c"
 
 
 def apply_tty_filter(libc: _Libc | None = None) -> None:
@@ -287,8 +303,14 @@ def apply_tty_filter(libc: _Libc | None = None) -> None:
 
     Raises: LandlockError (an OSError) with the kernel's errno when seccomp refuses it.
     """
+    import _ctypes
+    import struct
+
     libc = libc or _libc()
     code = tty_filter()
+
+    class _Char(_ctypes._SimpleCData):  # what ctypes.c_char is
+        _type_ = "c"
 
     class _Prog(_ctypes.Array):  # what ctypes.c_char * len(code) is
         _type_ = _Char

@@ -26,13 +26,15 @@ import errno
 import fcntl
 import os
 import stat
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ...plan import Plan
 
 from ...errors import BundleInvalid, BundleProblem, CouldNotRun, LaunchFailed
 from ...paths import resolve_in_root
+
+TYPE_CHECKING = False  # no typing at run time: create loads this module
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ...plan import Plan
 
 #: OCI namespace type → (CLONE_NEW* flag, name under /proc/PID/ns)
 NAMESPACES: dict[str, tuple[int, str]] = {

@@ -322,14 +322,15 @@ def read_parents(directory: str) -> list[tuple[str, int]]:
 
 
 def write_parents(directory: str, parents: list[tuple[str, int]]) -> None:
-    """Replace the list (sorted, without duplicates; the file is removed when empty), durably.
+    """Replace the list (sorted, without duplicates; the file is removed when empty); atomic, not
+    fsync'd: cgroups do not outlive a crash of the host (``StateStore.write_cgroup_index``).
 
     Raises:
         StateUnwritable: the file system refused the change (the old list is kept).
     """
     path = os.path.join(directory, PARENTS)
     if parents:
-        write_atomic(path, json.dumps(sorted([list(p) for p in set(parents)])))
+        write_atomic(path, json.dumps(sorted([list(p) for p in set(parents)])), durable=False)
         return
     try:
         os.unlink(path)

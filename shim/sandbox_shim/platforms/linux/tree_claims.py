@@ -58,7 +58,7 @@ def _live(entry: dict[str, object]) -> bool:
 
 
 def _write(path: str, entry: dict[str, object]) -> None:
-    import json
+    from ... import fastjson as json  # the claims are ours: no json (re, enum) import on create's path
 
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
@@ -76,7 +76,7 @@ class Claim:
         """Make ``pid`` (the sandbox's first process) the owner, so the claim lives as long as it does."""
         if self.path is None:
             return
-        import json
+        from ... import fastjson as json
 
         with open(self.path) as fh:
             entry = json.load(fh)
@@ -160,7 +160,7 @@ def claim(state_root: str, owner: str, walked: list[str], writable: list[str]) -
         BundleInvalid: a walked tree overlaps a live sandbox's writable one, or a writable tree a live
         sandbox's walked one (pointer ``/mounts``).
     """
-    import json
+    from ... import fastjson as json
 
     if not walked and not writable:
         return Claim(None)

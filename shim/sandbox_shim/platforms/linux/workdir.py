@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import TYPE_CHECKING
 
 from ...errors import CouldNotRun
 from ...paths import resolve_in_root
 
+TYPE_CHECKING = False  # no typing at run time: create loads this module
 if TYPE_CHECKING:
     from ...plan import Plan
 

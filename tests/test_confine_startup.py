@@ -1,0 +1,175 @@
+"""confine's start-up aids: the bytecode read ahead (``confine_launch.read_ahead``) is exactly what
+the confine path imports next, so a cold page cache costs one batch of reads, not one per module."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sandbox_shim.hardening import confine_launch
+
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not os.access("/usr/bin/bwrap", os.X_OK),
+    reason="needs Linux with bwrap at /usr/bin/bwrap",
+)
+
+PROBE = """
+import json, sys
+from sandbox_shim.hardening import confine_launch
+before = set(sys.modules)
+spec = confine_launch.launch({"permitPath": sys.argv[1]}, ["/bin/true"], dry_run=True)
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def module_name(path: str) -> str:
+    name = "sandbox_shim." + path.replace("/", ".")
+    return name.removesuffix(".__init__")
+
+
+def test_read_ahead_names_exactly_the_modules_prepare_imports(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, str(tmp_path)], capture_output=True, text=True, timeout=60, check=True
+    )
+    from sandbox_shim.platforms import select
+
+    loaded = {m for m in json.loads(r.stdout) if m.startswith("sandbox_shim.")}
+    listed = {module_name(m) for m in (*confine_launch.NEXT_MODULES, *select.LINUX_CONFINE_MODULES)}
+    listed |= {"sandbox_shim.platforms", "sandbox_shim.platforms.select"}  # the way in: read as met
+    assert loaded, r.stderr  # control: the path does import modules after confine_launch
+    assert listed - loaded == set(), "read ahead but not imported: drop them from NEXT_MODULES"
+    assert loaded - listed == set(), "imported but not read ahead: add them to NEXT_MODULES"
+
+
+def test_module_bytecode_is_where_the_interpreter_keeps_it() -> None:
+    import importlib.util
+
+    [path] = confine_launch.module_bytecode(["hardening/confine_launch"])
+    assert confine_launch.__file__ is not None
+    assert path == importlib.util.cache_from_source(confine_launch.__file__)
+
+
+def test_read_ahead_skips_what_it_cannot_open(tmp_path: Path) -> None:
+    f = tmp_path / "f"
+    f.write_bytes(b"x" * 4096)
+    confine_launch.read_ahead([str(tmp_path / "missing"), str(tmp_path), str(f)], limit=4096)  # no raise
+    assert f.read_bytes() == b"x" * 4096
+
+
+def build_elf(is64: bool, little: bool, interp: str, needed: list[str], runpath: str) -> bytes:
+    """A minimal ELF file (elf(5)): PT_INTERP, one PT_LOAD mapping the file at 0, PT_DYNAMIC with
+    DT_NEEDED entries, DT_RUNPATH, DT_STRTAB and DT_NULL."""
+    import struct
+
+    e = "<" if little else ">"
+    ehsize, phentsize = (64, 56) if is64 else (52, 32)
+    phoff = ehsize
+    interp_off = phoff + 3 * phentsize
+    interp_b = interp.encode() + b"\0"
+    strtab_off = interp_off + len(interp_b)
+    strtab = b"\0"
+    offs = []
+    for s in [*needed, runpath]:
+        offs.append(len(strtab))
+        strtab += s.encode() + b"\0"
+    dyn_off = strtab_off + len(strtab)
+    dyn = [(1, o) for o in offs[:-1]] + [(29, offs[-1]), (5, strtab_off), (0, 0)]
+    dyn_fmt = e + ("qQ" if is64 else "iI")
+    dyn_b = b"".join(struct.pack(dyn_fmt, t, v) for t, v in dyn)
+    total = dyn_off + len(dyn_b)
+    ident = b"\x7fELF" + bytes([2 if is64 else 1, 1 if little else 2, 1]) + b"\0" * 9
+    if is64:
+        ehdr = ident + struct.pack(
+            e + "HHIQQQIHHHHHH", 3, 62, 1, 0, phoff, 0, 0, ehsize, phentsize, 3, 0, 0, 0
+        )
+        ph = e + "IIQQQQQQ"
+        phdrs = [
+            struct.pack(ph, 3, 4, interp_off, interp_off, interp_off, len(interp_b), len(interp_b), 1),
+            struct.pack(ph, 1, 5, 0, 0, 0, total, total, 4096),
+            struct.pack(ph, 2, 6, dyn_off, dyn_off, dyn_off, len(dyn_b), len(dyn_b), 8),
+        ]
+    else:
+        ehdr = ident + struct.pack(
+            e + "HHIIIIIHHHHHH", 3, 3, 1, 0, phoff, 0, 0, ehsize, phentsize, 3, 0, 0, 0
+        )
+        ph = e + "IIIIIIII"
+        phdrs = [
+            struct.pack(ph, 3, interp_off, interp_off, interp_off, len(interp_b), len(interp_b), 4, 1),
+            struct.pack(ph, 1, 0, 0, 0, total, total, 5, 4096),
+            struct.pack(ph, 2, dyn_off, dyn_off, dyn_off, len(dyn_b), len(dyn_b), 6, 4),
+        ]
+    out = ehdr + b"".join(phdrs) + interp_b + strtab + dyn_b
+    assert len(out) == total
+    return out
+
+
+@pytest.mark.parametrize("is64", [True, False])
+@pytest.mark.parametrize("little", [True, False])
+def test_elf_reader_every_class_and_byte_order(tmp_path: Path, is64: bool, little: bool) -> None:
+    """``readset.elf_dynamic`` reads ELF with int.from_bytes (no ``struct`` import on the way)."""
+    from sandbox_shim.hardening import readset
+
+    f = tmp_path / "prog"
+    data = build_elf(is64, little, "/opt/ld.so", ["libfoo.so.1", "libbar.so"], "$ORIGIN/../lib:/opt/x")
+    f.write_bytes(data)
+    assert readset.elf_dynamic(str(f)) == (
+        "/opt/ld.so",
+        ["libfoo.so.1", "libbar.so"],
+        [],
+        ["$ORIGIN/../lib", "/opt/x"],
+    )
+    for cut in (20, 51, 57, 100, len(data) - 20):  # truncated: None or what is there, never a raise
+        f.write_bytes(data[:cut])
+        got = readset.elf_dynamic(str(f))
+        assert got is None or got[0] in (None, "/opt/ld.so")
+    f.write_bytes(b"\x7fELF\x03" + data[5:])  # no such class
+    assert readset.elf_dynamic(str(f)) is None
+
+
+def test_landlock_abi_is_kept_for_the_boot(tmp_path: Path) -> None:
+    """The ABI is asked of the kernel once per boot, then read from the state directory."""
+    from sandbox_shim.platforms.linux import confine_state, landlock
+
+    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    real = landlock.abi_version()
+    assert confine_state.landlock_abi(env) == real  # control: the kernel's answer, now kept
+    kept = tmp_path / "state" / "sandbox-shim" / "landlock-abi"
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert kept.read_text() == f"{boot} {real}\n"
+    kept.write_text(f"{boot} {real + 3}\n")  # what is kept for this boot is what is used
+    assert confine_state.landlock_abi(env) == real + 3
+    kept.write_text(f"another-boot {real + 3}\n")  # another boot's value: asked again, kept anew
+    assert confine_state.landlock_abi(env) == real
+    assert kept.read_text() == f"{boot} {real}\n"
+    kept.write_text(f"{boot} {real + 3}\n")
+    # a read-write path around the state directory: the confined program could have written it
+    assert confine_state.landlock_abi(env, [str(tmp_path)]) == real
+    assert confine_state.landlock_abi(None) == real
+
+
+def test_node_packages_read_without_json_and_survive_a_nesting_bomb(tmp_path: Path) -> None:
+    """package.json is read with fastjson (no json, re, enum on a node tool's start-up); one nested
+    past the interpreter's limit (a confined run can write one) is a package not followed."""
+    nm = tmp_path / "proj" / "node_modules"
+    for name, deps in (("a", {"b": "1"}), ("b", {"c": "1"}), ("c", {})):
+        (nm / name).mkdir(parents=True)
+        (nm / name / "package.json").write_text(json.dumps({"name": name, "dependencies": deps}))
+    (nm / "a" / "cli.js").write_text("#!/usr/bin/env node\n")
+    probe = (
+        "import sys\n"
+        "from sandbox_shim.hardening import readset\n"
+        f"print(readset.node_packages({str(nm / 'a' / 'cli.js')!r}), "
+        "'json' in sys.modules, 're' in sys.modules)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-S", "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert r.stdout.split() == [f"['{nm / 'a'}',", f"'{nm / 'b'}',", f"'{nm / 'c'}']", "False", "False"]
+    (nm / "b" / "package.json").write_text("[" * 200_000 + "]" * 200_000)
+    from sandbox_shim.hardening import readset
+
+    assert readset.node_packages(str(nm / "a" / "cli.js")) == [str(nm / "a"), str(nm / "b")]
