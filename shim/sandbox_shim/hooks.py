@@ -10,15 +10,16 @@ the bundle as its working directory.  When they run here:
   ``path`` resolves on the host as the spec requires; cwd is the sandbox's root.
 * ``startContainer``: during ``start``, before the user program is released, in all of the sandbox's
   namespaces including mount, with its root and cwd (``path`` resolves inside the sandbox).
-
-How these two (``IN_SANDBOX``) enter the sandbox is the mechanism's (``Mechanism.hook_entry``, handed
-to ``run`` as ``enter``): on Linux an nsenter(1) argv prefix and the sandbox's root as cwd
-(``platforms/linux/mechanism.py``).  macOS and Windows have no namespaces to enter, so their planners
-refuse such hooks with the JSON pointer (``refuse_in_sandbox``) rather than run them in place: a
-hook the spec puts in the container's namespaces, run on the host instead, would act on the host (its
-network, its mounts) while its author meant the sandbox: failing closed is the only safe reading.
 * ``poststart``: after the program was released, before ``start`` returns; on the host.
 * ``poststop``: after ``delete`` removed the sandbox; on the host.
+
+How the two in-sandbox phases (``IN_SANDBOX``) enter the sandbox is the mechanism's
+(``Mechanism.hook_entry``, handed to ``run`` as ``enter``): on Linux an nsenter(1) argv prefix and the
+sandbox's root as cwd (``platforms/linux/hook_entry.py``).  macOS and Windows have no namespaces to
+enter, so their planners refuse such hooks with the JSON pointer (``refuse_in_sandbox``) before
+anything is made, rather than run them in place: a hook the spec puts in the container's namespaces,
+run on the host instead, would act on the host (its network, its mounts) while its author meant the
+sandbox, so failing closed is the only safe reading.
 
 A failing (non-zero, signalled, not runnable or timed out) prestart/createRuntime/createContainer/
 startContainer hook raises ``HookFailed``: the caller destroys the sandbox and runs the poststop hooks
