@@ -108,6 +108,9 @@ def test_windows_control_plans_and_records_wall_clock_network_and_process_limit(
         (lambda c: c.update(linux={"resources": {"memory": {"limit": 1 << 28}}}), "/linux/resources/memory"),
         (lambda c: c.update(linux={"maskedPaths": ["/proc/kcore"]}), "/linux/maskedPaths/0"),
         (lambda c: c.update(linux={"readonlyPaths": ["/proc/sys"]}), "/linux/readonlyPaths/0"),
+        # hooks that run in the container's namespaces: none to enter, never run on the host instead
+        (lambda c: c.update(hooks={"createContainer": [{"path": "C:\\h.exe"}]}), "/hooks/createContainer/0"),
+        (lambda c: c.update(hooks={"startContainer": [{"path": "C:\\h.exe"}]}), "/hooks/startContainer/0"),
     ],
 )
 def test_windows_refuses_with_the_pointer(change: Any, pointer: str) -> None:
@@ -269,6 +272,9 @@ def test_macos_control_plans_and_applies_wall_clock_cpu_time_rlimits_and_proc_pa
         (lambda c: c["linux"].update(resources={"blockIO": {"weight": 10}}), "/linux/resources/blockIO"),
         (lambda c: c["linux"].update(maskedPaths=["/etc/secret"]), "/linux/maskedPaths/0"),
         (lambda c: c["linux"].update(readonlyPaths=["/storage"]), "/linux/readonlyPaths/0"),
+        # hooks that run in the container's namespaces: none to enter, never run on the host instead
+        (lambda c: c.update(hooks={"createContainer": [{"path": "/bin/true"}]}), "/hooks/createContainer/0"),
+        (lambda c: c.update(hooks={"startContainer": [{"path": "/bin/true"}]}), "/hooks/startContainer/0"),
     ],
 )
 def test_macos_refuses_with_the_pointer(tmp_path: Path, change: Any, pointer: str) -> None:
@@ -334,3 +340,15 @@ def test_run_preflight_asks_the_platform_never_the_linux_planner(
     preflight(DarwinSeatbeltMechanism(probe=mac_reports), str(bundle))
     preflight(WindowsJobMechanism(), str(bundle))
     assert calls == []
+
+
+def test_host_side_hooks_are_not_refused_where_in_sandbox_ones_are(tmp_path: Path) -> None:
+    """The control of the two refusals above: hooks that run on the host (prestart, poststart,
+    poststop) plan on macOS and Windows as before (neither platform runs hooks: ``plan.hooks`` is {})."""
+    host = {p: [{"path": "/bin/true"}] for p in ("prestart", "poststart", "poststop")}
+    mac = mac_control()
+    mac["hooks"] = host
+    assert dplan.plan_from_spec(spec_of(mac, str(_mac_bundle(tmp_path)))).hooks == {}
+    win = win_control()
+    win["hooks"] = host
+    assert wplan.plan_from_spec(spec_of(win)).hooks == {}

@@ -19,10 +19,9 @@ from .state import Record, StateStore
 
 TYPE_CHECKING = False  # typing is not loaded at run time: the CLI's lifecycle verbs stay cheap
 if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
     from typing import Any
 
-    from .mechanism import HostRecord, Mechanism
+    from .mechanism import Mechanism
 
 
 def default_mechanism(root: str | None = None) -> Mechanism:
@@ -111,8 +110,11 @@ def provision(
         )
         sandbox.bundle = spec.bundle
         sandbox.private["dir"] = d
-        recorder = _CgroupRecorder(store, sandbox.id)
-        options = ProvisionOptions(stdio, console_socket, preserve_fds, recorder)
+        # the mechanism's record of its host objects, written as handed over (each call replaces the
+        # last): ``ROOT/.cgroups/ID``, so ``delete --force`` finds them after a crash
+        options = ProvisionOptions(
+            stdio, console_socket, preserve_fds, lambda info: store.write_cgroup_index(sandbox.id, info)
+        )
         ident = None
         try:
             store.write(rec)
@@ -120,7 +122,7 @@ def provision(
             init = ident.init_pid
             doc = hooks.state_doc(sandbox.id, "creating", init, spec.bundle, spec.annotations)
             for phase in ("prestart", "createRuntime", "createContainer"):
-                hooks.run(plan_hooks, phase, doc, init, spec.bundle)
+                hooks.run(plan_hooks, phase, doc, init, spec.bundle, mechanism.hook_entry)
             rec.status = "created"
             rec.pid, rec.pid_start = ident.pid, ident.pid_start
             rec.init_pid, rec.init_start = ident.init_pid, ident.init_start
@@ -134,7 +136,6 @@ def provision(
             if pid_file:
                 st.write_atomic(os.path.abspath(pid_file), str(rec.pid), 0o644)
         except BaseException as e:
-            recorder.release()
             with contextlib.suppress(Exception):
                 if ident is not None:  # a failed provision undid its own work
                     mechanism.destroy(sandbox)
@@ -150,46 +151,6 @@ def provision(
                 )
             raise
     return _status(mechanism, rec, store)
-
-
-class _CgroupRecorder:
-    """``ProvisionOptions.on_record``, given to the mechanism: called with what will be made *before*
-    making it (``created`` empty: the record is written, then the state root's cgroup lock taken, so no
-    delete removes a shared parent meanwhile), then with what was made (the shared parent list updated
-    and the lock released, then the record rewritten).  The id's own record is written outside the
-    host-wide lock: its fsyncs would otherwise serialise every create of a burst."""
-
-    def __init__(self, store: StateStore, sandbox_id: str) -> None:
-        self.store, self.id = store, sandbox_id
-        self._lock: AbstractContextManager[None] | None = None
-
-    def __call__(self, info: HostRecord) -> None:
-        if not info.get("created") and self._lock is None:
-            self.store.write_cgroup_index(self.id, info)  # planned parents: this id's record only
-            self._lock = self.store.cgroup_lock()
-            self._lock.__enter__()
-            return
-        prev = self.store.read_cgroup_index(self.id) or {}
-        # the parents create made (planned, then found among what it created) join the shared list,
-        # each with its inode, so a later delete removes exactly that directory once it is empty
-        planned = prev.get("parents")
-        created = info.get("created")
-        if isinstance(planned, list) and isinstance(created, list):
-            made = []
-            for p in sorted(set(planned) & {c for c in created if isinstance(c, str)}):
-                try:
-                    made.append((p, os.stat(p).st_ino))
-                except OSError:
-                    continue
-            if made:
-                self.store.write_cgroup_parents([*self.store.read_cgroup_parents(), *made])
-        self.release()
-        self.store.write_cgroup_index(self.id, {**prev, **info})
-
-    def release(self) -> None:
-        if self._lock is not None:
-            lock, self._lock = self._lock, None
-            lock.__exit__(None, None, None)
 
 
 def _drop_cgroups(mechanism: Mechanism, store: StateStore, sandbox_id: str) -> list[str]:
@@ -292,6 +253,7 @@ def _start_container_hooks(
             hooks.state_doc(rec.id, "created", rec.init_pid, rec.bundle, rec.annotations),
             rec.init_pid,
             rec.bundle,
+            mechanism.hook_entry,
         )
     except hooks.HookFailed:
         mechanism.destroy(sb)

@@ -263,7 +263,10 @@ class ProvisionOptions(Value):
         preserve_fds: how many fds from 3 up the workload inherits (runc ``--preserve-fds``).
         on_record: called with the sandbox's ``HostRecord`` before each host object outside the state
             dir is made and again once it is (the library writes ``ROOT/.cgroups/ID``, so ``delete
-            --force`` finds it after a crash); None: nothing is recorded (a mechanism driven directly).
+            --force`` finds it after a crash); each call hands the whole record, which replaces the
+            last, and the library gives its keys no meaning (what they name, and any bookkeeping
+            shared between sandboxes, such as Linux's parent cgroups, is the mechanism's); None:
+            nothing is recorded (a mechanism driven directly).
     """
 
     __match_args__ = ("stdio", "console_socket", "preserve_fds", "on_record")
@@ -336,6 +339,24 @@ class ExecSpec(Value):
         self.user = user
         self.capabilities = capabilities
         self.console_socket = console_socket
+
+
+class HookEntry(Value):
+    """How an OCI hook that runs in the sandbox (``createContainer``, ``startContainer``) enters it:
+    what ``Mechanism.hook_entry`` returns and ``hooks.run`` applies.
+
+    Attributes:
+        prefix: argv put before the hook's ``path`` and ``args[1:]`` (non-empty; ``prefix[0]`` is the
+            program run, an absolute host path).  Linux: ``nsenter -t PID`` with one option per
+            namespace of the sandbox that differs from the runtime's, ending in ``--``.
+        cwd: the working directory the hook starts in on the host, or None: the bundle's.
+    """
+
+    __match_args__ = ("prefix", "cwd")
+
+    def __init__(self, prefix: list[str], cwd: str | None = None) -> None:
+        self.prefix = prefix
+        self.cwd = cwd
 
 
 class Ended(Value):
@@ -533,6 +554,20 @@ class Mechanism(Protocol):
     def joined_namespaces(self, sandbox: Sandbox) -> dict[str, str]:
         """The namespaces the sandbox joined by path, ``{type: "name:[inode]"}`` (``{}``: none, or a
         platform without namespaces); the library shows them as a state annotation."""
+        ...
+
+    def hook_entry(self, pid: int, phase: str) -> HookEntry:
+        """How a ``phase`` hook (``createContainer``: the sandbox's namespaces but its mount
+        namespace; ``startContainer``: all of them, with its root and cwd; runtime-spec config.md
+        "createContainer Hooks", "startContainer Hooks") enters the sandbox whose first process is
+        ``pid`` (the hooks' ``state.pid``).  Called for each such hook just before it runs.
+
+        Raises:
+            LaunchFailed: the sandbox cannot be entered (Linux: nsenter(1) missing); the hook counts as
+            failed (``hooks.HookFailed``).  macOS and Windows have no namespaces to enter: their
+            planners refuse such hooks with the JSON pointer before anything is made, and this
+            raises if reached.
+        """
         ...
 
     def start(self, sandbox: Sandbox) -> None:

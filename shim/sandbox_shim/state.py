@@ -384,59 +384,6 @@ class StateStore:
         """Remove the record of ``sandbox_id``'s cgroups.  Raises ``StateUnwritable`` (record kept)."""
         _unlink(self.cgroup_index(sandbox_id))
 
-    def parents_dir(self) -> str:
-        """Where the list of parent cgroups made by the runtime lives: host-wide for root
-        (``CGROUP_PARENTS_DIR``: nested ``cgroupsPath`` parents are shared by every state root on the
-        host, so the last sandbox to leave one removes it whichever root made it), else this root's
-        ``.cgroups``."""
-        return CGROUP_PARENTS_DIR if _posix.geteuid() == 0 else os.path.join(self.root, ".cgroups")
-
-    @scoped
-    def cgroup_lock(self) -> Generator[None, None, None]:
-        """Exclusive lock over the shared parent-cgroup list (``parents_dir``)."""
-        d = self.parents_dir()
-        try:
-            os.makedirs(d, mode=0o700, exist_ok=True)
-            lock = self._flock(d)
-            lock.__enter__()
-        except OSError as e:
-            raise StateUnwritable(d, e.errno or 0, e.strerror or str(e)) from e
-        try:
-            yield
-        finally:
-            lock.__exit__(None, None, None)
-
-    def read_cgroup_parents(self) -> list[tuple[str, int]]:
-        """Parent cgroup directories the runtime made, each with the inode it had when made
-        (``(path, st_ino)``): removed when empty, and only while still that directory (one removed and
-        made again by someone else is theirs)."""
-        try:
-            with open(os.path.join(self.parents_dir(), PARENTS), encoding="utf-8") as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError):
-            return []
-        if not isinstance(doc, list):
-            return []
-        return [
-            (e[0], e[1])
-            for e in doc
-            if isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and isinstance(e[1], int)
-        ]
-
-    def write_cgroup_parents(self, parents: list[tuple[str, int]]) -> None:
-        """Replace the list of parent cgroups (removed when empty); atomic, not fsync'd (cgroups do not
-        outlive a crash of the host: ``write_cgroup_index``).  Raises ``StateUnwritable``."""
-        path = os.path.join(self.parents_dir(), PARENTS)
-        if parents:
-            write_atomic(path, json.dumps(sorted([list(p) for p in set(parents)])), durable=False)
-        else:
-            _unlink(path)
-
-
-PARENTS = ".parents"
-#: the host-wide parent-cgroup list of root (``StateStore.parents_dir``)
-CGROUP_PARENTS_DIR = "/run/sandbox-shim/cgroup-parents"
-
 
 def _unlink(path: str) -> None:
     """unlink(2) ``path`` if it exists.  Raises ``StateUnwritable`` when the state root refuses it."""

@@ -37,7 +37,7 @@ from .trials import darwin_capabilities
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ...bundle import Spec
-    from ...mechanism import CgroupControl, ExecSpec, HostRecord, LaunchPlan, Started
+    from ...mechanism import CgroupControl, ExecSpec, HookEntry, HostRecord, LaunchPlan, Started
     from ...state import StateStore
 
 #: the report ``exec`` refuses with (exit status 4, "not available")
@@ -181,6 +181,15 @@ class DarwinSeatbeltMechanism:
             self._procs[sandbox.id] = proc
             undo.pop_all()
         return Identity(proc.pid, start, proc.pid, start)
+
+    def hook_entry(self, pid: int, phase: str) -> HookEntry:
+        """Refused: macOS has no namespaces to enter, and ``plan_from_spec`` refuses createContainer/
+        startContainer hooks with their JSON pointer before anything is made (``hooks`` says why they
+        are not run in place).  Raises ``LaunchFailed`` if reached."""
+        raise LaunchFailed(
+            f"{phase} hooks run in the sandbox's namespaces; macOS has none to enter (pid {pid})",
+            "remove the hook (refused at create: /hooks/" + phase + "/I)",
+        )
 
     def start(self, sandbox: Sandbox) -> None:
         """OCI start: release the gate.  Raises LaunchFailed when the held process is gone."""

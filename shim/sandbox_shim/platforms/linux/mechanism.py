@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load
 
     from ...bundle import Spec
     from ...capability import Capability
-    from ...mechanism import ExecSpec, LaunchPlan
+    from ...mechanism import ExecSpec, HookEntry, LaunchPlan
     from ...plan import Plan
     from ...state import StateStore
     from .cgroups.base import CgroupManager
@@ -171,16 +171,18 @@ class LinuxMechanism:
             # the device rule list (linux.resources.devices plus the defaults) is the planner's
             limits = Limits.from_oci(plan.resources, devices=(plan.resources or {}).get("devices"))
             cg = manager(plan.cgroups_path, systemd=self.systemd_cgroup)
+            recorded = None
             if on_record is not None:  # recorded before it is made: delete --force finds it after a crash
-                from .residue import planned
+                from .residue import CreateRecord, parents_dir, planned
 
-                record = planned(cg, plan.cgroups_path)
-                on_record(record)
+                recorded = CreateRecord(parents_dir(os.path.dirname(d)), on_record)
+                undo.callback(recorded.release)  # the parents' lock, on any way out before confirmed
+                recorded.planned(planned(cg, plan.cgroups_path))
             try:
                 created = cg.create(limits.hierarchies())
             except BaseException:
-                if on_record is not None:  # create removed what it made; what exists now is not ours
-                    on_record({**record, "planned": [], "parents": []})
+                if recorded is not None:  # create removed what it made; what exists now is not ours
+                    recorded.aborted()
                 raise
             priv["cgroup"] = {
                 "version": cg.version,
@@ -194,8 +196,8 @@ class LinuxMechanism:
                 ),
             }
             undo.callback(cg.remove, created)
-            if on_record is not None:
-                on_record(priv["cgroup"])
+            if recorded is not None:  # the parents it made join the shared list; the lock goes
+                recorded.confirmed(priv["cgroup"])
             pids_limit, limits.pids_limit = limits.pids_limit, None  # written once bwrap's outer is gone
             cg.apply(limits)
 
@@ -339,6 +341,13 @@ class LinuxMechanism:
             if options.stdio is None:
                 os.close(stdio[0])  # the /dev/null opened above: bwrap's child holds its own copies
         return Identity(child, child_start, child, child_start)
+
+    def hook_entry(self, pid: int, phase: str) -> HookEntry:
+        """nsenter(1) into ``pid``'s namespaces for a createContainer/startContainer hook
+        (``hook_entry.py``).  Raises ``LaunchFailed`` (nsenter missing)."""
+        from .hook_entry import hook_entry
+
+        return hook_entry(pid, phase)
 
     # -- start ----------------------------------------------------------------------------------
     def start(self, sandbox: Sandbox) -> None:

@@ -1,27 +1,36 @@
 """What a Linux sandbox leaves on the host outside its state dir, recorded before it is made.
 
-``planned(cg, path)`` is written to ``ROOT/.cgroups/ID`` (``state.StateStore.write_cgroup_index``)
-*before* any cgroup directory is made: the leaf directory in every hierarchy, and every ancestor
-below the hierarchy's mount that does not exist yet (a nested ``cgroupsPath`` such as ``/a/b/c``
-makes ``/a`` and ``/a/b``).  ``remove(store, id)`` then finds all of it whatever step a verb was
-killed at: it kills what runs in the leaf cgroups, removes them, tears the network down (its marker
-``ROOT/.network/ID`` is written before the links exist), and removes every parent made by us once
-it is empty.  Parents are shared between sandboxes (of any state root), so the ones create made are
-listed, with their inodes, in one host-wide file (``StateStore.parents_dir``, changed under
-``StateStore.cgroup_lock``) once create has confirmed them: the last sandbox to go removes them.
-Planned parents of a create that died before confirming are removed (if empty) by that id's
-delete.  Kernel doc: admin-guide/cgroup-v1/cgroups.rst, admin-guide/cgroup-v2.rst (rmdir of a
-cgroup with no tasks and no children).
+``planned(cg, path)`` is written to ``ROOT/.cgroups/ID`` (through the library's
+``ProvisionOptions.on_record``, by ``CreateRecord``) *before* any cgroup directory is made:
+the leaf directory in every hierarchy, and every ancestor below the hierarchy's mount that does not
+exist yet (a nested ``cgroupsPath`` such as ``/a/b/c`` makes ``/a`` and ``/a/b``).  ``remove(store,
+id)`` then finds all of it whatever step a verb was killed at: it kills what runs in the leaf
+cgroups, removes them, tears the network down (its marker ``ROOT/.network/ID`` is written before the
+links exist), and removes every parent made by us once it is empty.  Parents are shared between
+sandboxes (of any state root), so the ones create made are listed, with their inodes, in one
+host-wide file (``parents_dir``, changed under ``parents_lock``) once create has confirmed them: the
+last sandbox to go removes them.  Planned parents of a create that died before confirming are
+removed (if empty) by that id's delete.  Kernel doc: admin-guide/cgroup-v1/cgroups.rst,
+admin-guide/cgroup-v2.rst (rmdir of a cgroup with no tasks and no children).
 """
 
 from __future__ import annotations
 
 import os
 
+from ... import fastjson as json
+from ... import posix
+from ...durable import write_atomic
+from ...errors import StateUnwritable
+from ...scoped import scoped  # contextlib.contextmanager without contextlib's imports (delete loads this)
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Generator
+    from contextlib import AbstractContextManager
     from typing import Any
 
+    from ...mechanism import HostRecord
     from ...state import StateStore
     from .cgroups.base import CgroupManager
     from .cgroups.detect import Layout
@@ -75,8 +84,6 @@ def observed(root: str) -> dict[str, dict[str, Any]]:
 
 
 def _unwritable(path: str, e: OSError) -> Exception:
-    from ...errors import StateUnwritable
-
     return StateUnwritable(path, e.errno or 0, e.strerror or str(e))
 
 
@@ -179,8 +186,6 @@ def remove(store: StateStore, sandbox_id: str) -> list[str]:
         StateUnwritable: the state root refused a change of the records (they are kept as they
         were, so ``delete --force`` again, once it is writable, finishes the job).
     """
-    from ...errors import StateUnwritable
-
     problems: list[str] = []
     refused: StateUnwritable | None = None
     marker = os.path.join(store.root, ".network", sandbox_id)
@@ -230,9 +235,10 @@ def _remove_cgroups(store: StateStore, info: dict[str, Any]) -> list[str]:
             cg.remove(leaves)
     except (ShimError, OSError) as e:
         problems.append(f"cgroups: {e}")
-    with store.cgroup_lock():
+    where = parents_dir(store.root)
+    with parents_lock(where):
         # made and confirmed (inode recorded): removed once empty, only while still that directory
-        shared = store.read_cgroup_parents()
+        shared = read_parents(where)
         # planned by a create that died before confirming what it made: removed now if empty, by this
         # id's own delete only (never left listed, so a directory someone makes there later is safe)
         planned = info.get("parents") if not info.get("created") else None
@@ -253,5 +259,139 @@ def _remove_cgroups(store: StateStore, info: dict[str, Any]) -> list[str]:
             except OSError:
                 pass  # never made, gone, or holding another cgroup
         if set(left) != set(shared):  # unchanged (the common case: every parent still holds another cgroup):
-            store.write_cgroup_parents(left)  # no rewrite, no fsyncs under the host-wide lock
+            write_parents(where, left)  # no rewrite, no fsyncs under the host-wide lock
     return problems
+
+
+# -- the parent cgroups the runtime made (module docstring): the list, its lock, a create's record --
+# The library never sees this list; it only writes the record it is handed (``on_record``).
+
+#: the list's file name, in ``parents_dir``
+PARENTS = ".parents"
+#: the host-wide list of root (``parents_dir``)
+CGROUP_PARENTS_DIR = "/run/sandbox-shim/cgroup-parents"
+
+
+def parents_dir(root: str) -> str:
+    """Where the list lives for the state root ``root``: host-wide for root (``CGROUP_PARENTS_DIR``:
+    nested parents are shared by every state root on the host, so the last sandbox to leave one
+    removes it whichever root made it), else ``root/.cgroups``."""
+    return CGROUP_PARENTS_DIR if posix.geteuid() == 0 else os.path.join(root, ".cgroups")
+
+
+@scoped
+def parents_lock(directory: str) -> Generator[None, None, None]:
+    """Exclusive ``flock(2)`` over the list in ``directory`` (made 0700 if missing), on an fd numbered
+    3 or above (a caller started with fd 0-2 closed never hands it to a sandbox as its stdio).
+
+    Raises:
+        StateUnwritable: the directory cannot be made or opened.
+    """
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC)
+        if fd <= 2:
+            low, fd = fd, -1
+            try:
+                fd = posix.dup_above(low, 3)
+            finally:
+                os.close(low)
+    except OSError as e:
+        raise StateUnwritable(directory, e.errno or 0, e.strerror or str(e)) from e
+    try:
+        posix.flock_exclusive(fd)
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_parents(directory: str) -> list[tuple[str, int]]:
+    """The listed parents, ``(path, st_ino)`` each; ``[]`` when there is no list or it is unreadable."""
+    try:
+        with open(os.path.join(directory, PARENTS), encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return []
+    if not isinstance(doc, list):
+        return []
+    return [
+        (e[0], e[1])
+        for e in doc
+        if isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and isinstance(e[1], int)
+    ]
+
+
+def write_parents(directory: str, parents: list[tuple[str, int]]) -> None:
+    """Replace the list (sorted, without duplicates; the file is removed when empty); atomic, not
+    fsync'd: cgroups do not outlive a crash of the host (``StateStore.write_cgroup_index``).
+
+    Raises:
+        StateUnwritable: the file system refused the change (the old list is kept).
+    """
+    path = os.path.join(directory, PARENTS)
+    if parents:
+        write_atomic(path, json.dumps(sorted([list(p) for p in set(parents)])), durable=False)
+        return
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if os.path.lexists(path):  # a read-only file system says EROFS even for a missing name
+            raise StateUnwritable(path, e.errno or 0, e.strerror or str(e)) from e
+
+
+class CreateRecord:
+    """One create's record of its cgroups, written through the library's ``on_record`` hook.
+
+    ``planned(record)`` writes the plan (``planned``: leaves and missing parents) before any directory
+    is made, then takes the list's ``parents_lock``, so no delete removes a shared parent meanwhile;
+    then exactly one of ``confirmed(made)`` (the parents create made join the list with their inodes,
+    the lock is released, then the record gains ``made``'s keys) or ``aborted()`` (the lock is
+    released, then the record plans nothing: create removed what it made) follows.  ``release``
+    (idempotent) frees the lock on any other way out.  The id's own record is written outside the
+    host-wide lock: its fsyncs would otherwise serialise every create of a burst.  Each record handed
+    to ``on_record`` is whole; it replaces the last one.
+
+    Raises (every method): ``StateUnwritable`` when the state root or the list refuses a write.
+    """
+
+    def __init__(self, directory: str, on_record: Callable[[HostRecord], None]) -> None:
+        self.directory, self.on_record = directory, on_record
+        self.record: dict[str, Any] = {}
+        self._held: AbstractContextManager[None] | None = None
+
+    def planned(self, record: dict[str, Any]) -> None:
+        self.record = record
+        self.on_record(record)
+        held = parents_lock(self.directory)
+        held.__enter__()
+        self._held = held
+
+    def confirmed(self, made: dict[str, Any]) -> None:
+        try:
+            planned = self.record.get("parents")
+            created = made.get("created")
+            if isinstance(planned, list) and isinstance(created, list):
+                listed = []
+                for p in sorted(set(planned) & {c for c in created if isinstance(c, str)}):
+                    try:
+                        listed.append((p, os.stat(p).st_ino))
+                    except OSError:
+                        continue
+                if listed:  # listed before the record says "created": a crash between leaks nothing
+                    write_parents(self.directory, [*read_parents(self.directory), *listed])
+        finally:
+            self.release()
+        self.record = {**self.record, **made}
+        self.on_record(self.record)
+
+    def aborted(self) -> None:
+        self.release()
+        self.record = {**self.record, "planned": [], "parents": []}
+        self.on_record(self.record)
+
+    def release(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            held.__exit__(None, None, None)

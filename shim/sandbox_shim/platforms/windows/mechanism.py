@@ -27,7 +27,7 @@ from .plan import JobLimits, JobPlan, check_requirements, plan_from_spec
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ...bundle import Spec
-    from ...mechanism import CgroupControl, ExecSpec, HostRecord, LaunchPlan, Started
+    from ...mechanism import CgroupControl, ExecSpec, HookEntry, HostRecord, LaunchPlan, Started
     from ...state import StateStore
 
 SIGKILL = 9  # POSIX numbers; Python's signal module has no SIGKILL on Windows
@@ -241,6 +241,15 @@ class WindowsJobMechanism:
         h = _Handles(int(job), int(process), int(thread) if thread else None)
         self._open[sandbox.id] = h
         return h
+
+    def hook_entry(self, pid: int, phase: str) -> HookEntry:
+        """Refused: a Job Object has no namespaces to enter, and ``plan_from_spec`` refuses
+        createContainer/startContainer hooks with their JSON pointer before anything is made (``hooks``
+        says why they are not run in place).  Raises ``LaunchFailed`` if reached."""
+        raise LaunchFailed(
+            f"{phase} hooks run in the sandbox's namespaces; Windows has none to enter (pid {pid})",
+            "remove the hook (refused at create: /hooks/" + phase + "/I)",
+        )
 
     def start(self, sandbox: Sandbox) -> None:
         """OCI start: ResumeThread on the held primary thread.

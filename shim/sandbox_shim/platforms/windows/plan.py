@@ -64,6 +64,7 @@ from typing import Any
 from ...capability import Capability, linux_requirements
 from ...errors import BundleInvalid, BundleProblem, CapabilityUnavailable
 from ...hardening import tenant
+from ...hooks import refuse_in_sandbox
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -229,6 +230,7 @@ def _unsupported(spec: Spec, problems: list[BundleProblem], derived: set[str], n
                 "remove it; cap the CPU rate with windows.resources.cpu, or use the wall clock",
             )
         )
+    problems += refuse_in_sandbox(config, "Windows")  # no namespaces to enter (hooks.py says why)
     for i, _ in enumerate(proc.get("rlimits") or []):
         problems.append(
             _refuse(
