@@ -203,3 +203,17 @@ def test_in_sandbox_hooks_are_refused_by_pointer_where_there_are_no_namespaces(p
     # control: hooks that run on the host, and wrong types (the schema's to report), give none
     assert hooks.refuse_in_sandbox({"hooks": {"prestart": [{"path": "/bin/true"}]}}, "macOS") == []
     assert hooks.refuse_in_sandbox({"hooks": {phase: "x"}}, "macOS") == []
+
+
+@pytest.mark.parametrize("phase", ["prestart", "createRuntime", "poststart", "poststop"])
+def test_host_hooks_are_refused_by_pointer_where_the_mechanism_runs_none(phase: str) -> None:
+    """macOS and Windows run no hooks (their plans' ``hooks`` is empty): a host-phase hook is refused
+    with its pointer instead of being accepted and never run."""
+    cfg: dict[str, Any] = {"hooks": {phase: [{"path": "/bin/true"}]}}
+    for platform in ("macOS", "Windows"):
+        problems = hooks.refuse_on_host(cfg, platform)
+        assert [p.pointer for p in problems] == [f"/hooks/{phase}/0"]
+        assert platform in problems[0].message
+    # control: the in-sandbox phases are the other function's, and wrong types the schema's
+    assert hooks.refuse_on_host({"hooks": {"createContainer": [{"path": "/bin/true"}]}}, "macOS") == []
+    assert hooks.refuse_on_host({"hooks": {phase: "x"}}, "macOS") == []

@@ -111,6 +111,9 @@ def test_windows_control_plans_and_records_wall_clock_network_and_process_limit(
         # hooks that run in the container's namespaces: none to enter, never run on the host instead
         (lambda c: c.update(hooks={"createContainer": [{"path": "C:\\h.exe"}]}), "/hooks/createContainer/0"),
         (lambda c: c.update(hooks={"startContainer": [{"path": "C:\\h.exe"}]}), "/hooks/startContainer/0"),
+        # hooks that run on the host: this mechanism runs none, so they are refused, not dropped
+        (lambda c: c.update(hooks={"prestart": [{"path": "C:\\h.exe"}]}), "/hooks/prestart/0"),
+        (lambda c: c.update(hooks={"poststop": [{"path": "C:\\h.exe"}]}), "/hooks/poststop/0"),
     ],
 )
 def test_windows_refuses_with_the_pointer(change: Any, pointer: str) -> None:
@@ -275,6 +278,9 @@ def test_macos_control_plans_and_applies_wall_clock_cpu_time_rlimits_and_proc_pa
         # hooks that run in the container's namespaces: none to enter, never run on the host instead
         (lambda c: c.update(hooks={"createContainer": [{"path": "/bin/true"}]}), "/hooks/createContainer/0"),
         (lambda c: c.update(hooks={"startContainer": [{"path": "/bin/true"}]}), "/hooks/startContainer/0"),
+        # hooks that run on the host: this mechanism runs none, so they are refused, not dropped
+        (lambda c: c.update(hooks={"createRuntime": [{"path": "/bin/true"}]}), "/hooks/createRuntime/0"),
+        (lambda c: c.update(hooks={"poststart": [{"path": "/bin/true"}]}), "/hooks/poststart/0"),
     ],
 )
 def test_macos_refuses_with_the_pointer(tmp_path: Path, change: Any, pointer: str) -> None:
@@ -342,13 +348,15 @@ def test_run_preflight_asks_the_platform_never_the_linux_planner(
     assert calls == []
 
 
-def test_host_side_hooks_are_not_refused_where_in_sandbox_ones_are(tmp_path: Path) -> None:
-    """The control of the two refusals above: hooks that run on the host (prestart, poststart,
-    poststop) plan on macOS and Windows as before (neither platform runs hooks: ``plan.hooks`` is {})."""
-    host = {p: [{"path": "/bin/true"}] for p in ("prestart", "poststart", "poststop")}
-    mac = mac_control()
-    mac["hooks"] = host
-    assert dplan.plan_from_spec(spec_of(mac, str(_mac_bundle(tmp_path)))).hooks == {}
-    win = win_control()
-    win["hooks"] = host
-    assert wplan.plan_from_spec(spec_of(win)).hooks == {}
+def test_an_empty_hooks_object_plans_where_hooks_are_refused(tmp_path: Path) -> None:
+    """The control of the hook refusals above: ``"hooks": {}`` (and phases with empty lists) asks for
+    nothing, so it plans on macOS and Windows, whose mechanisms run no hooks (``plan.hooks`` is {})."""
+    empty = {p: [] for p in ("prestart", "createRuntime", "createContainer", "startContainer", "poststop")}
+    bundle = str(_mac_bundle(tmp_path))
+    for hooks in ({}, empty):
+        mac = mac_control()
+        mac["hooks"] = hooks
+        assert dplan.plan_from_spec(spec_of(mac, bundle)).hooks == {}
+        win = win_control()
+        win["hooks"] = hooks
+        assert wplan.plan_from_spec(spec_of(win)).hooks == {}

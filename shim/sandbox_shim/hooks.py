@@ -17,7 +17,8 @@ How the two in-sandbox phases (``IN_SANDBOX``) enter the sandbox is the mechanis
 (``Mechanism.hook_entry``, handed to ``run`` as ``enter``): on Linux an nsenter(1) argv prefix and the
 sandbox's root as cwd (``platforms/linux/hook_entry.py``).  macOS and Windows have no namespaces to
 enter, so their planners refuse such hooks with the JSON pointer (``refuse_in_sandbox``) before
-anything is made, rather than run them in place: a hook the spec puts in the container's namespaces,
+anything is made (their mechanisms run no hooks at all: the host phases' hooks are refused there too,
+``refuse_on_host``), rather than run them in place: a hook the spec puts in the container's namespaces,
 run on the host instead, would act on the host (its network, its mounts) while its author meant the
 sandbox, so failing closed is the only safe reading.
 
@@ -52,6 +53,8 @@ REQUIRED = ("prestart", "createRuntime", "createContainer", "startContainer")
 WARN_ONLY = ("poststart", "poststop")
 #: the phases that run in the sandbox's namespaces (runtime-spec config.md), entered per platform
 IN_SANDBOX = ("createContainer", "startContainer")
+#: the phases whose hooks run on the host (runtime-spec config.md, "POSIX-platform Hooks")
+HOST_PHASES = ("prestart", "createRuntime", "poststart", "poststop")
 OCI_VERSION = "1.0.2"
 
 
@@ -91,9 +94,30 @@ def refuse_in_sandbox(config: Mapping[str, Any], platform: str) -> list[BundlePr
             f"a {phase} hook runs in the container's namespaces; {platform} has none to enter, and "
             "running it on the host instead would act on the host",
             f"OCI runtime-spec config.md {phase} hooks",
-            "remove the hook, or use a prestart/poststart hook meant for the host",
+            "remove the hook",
         )
         for phase in IN_SANDBOX
+        if isinstance(hooks.get(phase), list)
+        for i, _ in enumerate(hooks[phase])
+    ]
+
+
+def refuse_on_host(config: Mapping[str, Any], platform: str) -> list[BundleProblem]:
+    """A problem, with its JSON pointer (``/hooks/prestart/I`` ...), for every hook of the phases that
+    run on the host (``prestart``, ``createRuntime``, ``poststart``, ``poststop``): ``platform``'s
+    mechanism (``"macOS"``, ``"Windows"``) runs no hooks (its plan's ``hooks`` is empty), and a config
+    field is applied or refused, never accepted and left unapplied.  Wrong types are the schema's."""
+    hooks = config.get("hooks")
+    if not isinstance(hooks, dict):
+        return []
+    return [
+        BundleProblem(
+            f"/hooks/{phase}/{i}",
+            f"{phase} hooks are not run by the {platform} mechanism",
+            f"OCI runtime-spec config.md {phase} hooks",
+            "remove the hook, or run the bundle on Linux",
+        )
+        for phase in HOST_PHASES
         if isinstance(hooks.get(phase), list)
         for i, _ in enumerate(hooks[phase])
     ]

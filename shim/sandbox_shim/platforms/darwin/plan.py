@@ -54,7 +54,7 @@ from typing import Any
 from ...capability import Capability, linux_requirements
 from ...errors import BundleInvalid, BundleProblem, CapabilityUnavailable, CouldNotRun
 from ...hardening import tenant
-from ...hooks import refuse_in_sandbox
+from ...hooks import refuse_in_sandbox, refuse_on_host
 from ...paths import canonical, resolve_in_root
 
 TYPE_CHECKING = False
@@ -360,6 +360,7 @@ def plan_from_spec(spec: Spec, *, caller_uid: int | None = None) -> DarwinPlan:
         network = "none"
     storage, dest, storage_ro = _storage(config, bundle, problems, warnings)
     problems += refuse_in_sandbox(config, "macOS")  # no namespaces to enter (hooks.py says why)
+    problems += refuse_on_host(config, "macOS")  # its mechanism runs no hooks: refused, not dropped
     cpu_s = settings.cpu_time
     rlimits = _rlimits(config, problems, requires, warnings, cpu_s)
     _linux_section(config, requires, warnings, problems)

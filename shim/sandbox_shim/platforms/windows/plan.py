@@ -64,7 +64,7 @@ from typing import Any
 from ...capability import Capability, linux_requirements
 from ...errors import BundleInvalid, BundleProblem, CapabilityUnavailable
 from ...hardening import tenant
-from ...hooks import refuse_in_sandbox
+from ...hooks import refuse_in_sandbox, refuse_on_host
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -231,6 +231,7 @@ def _unsupported(spec: Spec, problems: list[BundleProblem], derived: set[str], n
             )
         )
     problems += refuse_in_sandbox(config, "Windows")  # no namespaces to enter (hooks.py says why)
+    problems += refuse_on_host(config, "Windows")  # its mechanism runs no hooks: refused, not dropped
     for i, _ in enumerate(proc.get("rlimits") or []):
         problems.append(
             _refuse(
