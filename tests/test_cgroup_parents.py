@@ -163,3 +163,15 @@ def _constants(path: Path) -> list[str]:
         for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(n, ast.Constant) and isinstance(n.value, str)
     ]
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path: Path) -> None:
+    """A writer killed between write and rename(2) leaves ``..parents.tmp.PID``; writers hold the lock,
+    so the next one removes it (control: the list itself is written, and other names stay)."""
+    stale = tmp_path / f".{residue.PARENTS}.tmp.4242"
+    stale.write_text("[]")
+    other = tmp_path / "keep-me"
+    other.write_text("")
+    residue.write_parents(str(tmp_path), [("/x", 1)])
+    assert residue.read_parents(str(tmp_path)) == [("/x", 1)]
+    assert not stale.exists() and other.exists()

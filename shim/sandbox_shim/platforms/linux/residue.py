@@ -325,10 +325,14 @@ def write_parents(directory: str, parents: list[tuple[str, int]]) -> None:
     """Replace the list (sorted, without duplicates; the file is removed when empty); atomic, not
     fsync'd: cgroups do not outlive a crash of the host (``StateStore.write_cgroup_index``).
 
+    Called under ``parents_lock`` only, so a temporary file of an earlier writer found here is what a
+    writer killed between its write and its rename(2) left: removed first.
+
     Raises:
         StateUnwritable: the file system refused the change (the old list is kept).
     """
     path = os.path.join(directory, PARENTS)
+    _drop_stale_temporaries(directory)
     if parents:
         write_atomic(path, json.dumps(sorted([list(p) for p in set(parents)])), durable=False)
         return
@@ -339,6 +343,20 @@ def write_parents(directory: str, parents: list[tuple[str, int]]) -> None:
     except OSError as e:
         if os.path.lexists(path):  # a read-only file system says EROFS even for a missing name
             raise StateUnwritable(path, e.errno or 0, e.strerror or str(e)) from e
+
+
+def _drop_stale_temporaries(directory: str) -> None:
+    """Remove ``.PARENTS.tmp.PID`` files (``durable.write_atomic``'s names) left by killed writers."""
+    prefix = f".{PARENTS}.tmp."
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.unlink(os.path.join(directory, name))
+        except OSError:
+            pass
 
 
 class CreateRecord:
