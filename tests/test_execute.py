@@ -505,3 +505,41 @@ def test_exec_with_the_callers_stdio_closed(running: Running) -> None:
         os.dup2(saved, 0)
         os.close(saved)
     assert (done.exit_status, done.stdout, done.stderr) == (0, b"out\n", b"err\n")
+
+
+def test_the_program_starts_with_no_signal_blocked(running: Running) -> None:
+    """A calling thread's blocked signals are not the program's: it starts with an empty mask (control:
+    the caller's thread has them blocked while it calls)."""
+    import signal
+
+    blocked = {signal.SIGUSR1, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        assert blocked <= signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the control
+        done = execute(running.mech, running.id, ("grep", ["SigBlk", "/proc/self/status"]))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    assert done.exit_status == 0, done.stderr
+    assert int(done.stdout.split()[1], 16) == 0, done.stdout
+
+
+def test_cli_exec_with_closed_stdio_gives_the_program_dev_null(running: Running) -> None:
+    """``exec`` started with fds 0 and 1 closed: the program's are /dev/null (what the verb opened in
+    their place), never closed fds its first open(2) would take (control: started with them open,
+    the program's fd 1 is the caller's pipe)."""
+    # the shell's own fds, read from a subshell (busybox runs applets such as ls in-process with
+    # their redirections applied, so /proc/$$ would show those instead)
+    script = 'a=$(readlink /proc/$$/fd/0); b=$(readlink /proc/$$/fd/1); echo "$a $b" > /storage/fds'
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    listing = running.bundle / "storage" / "fds"
+    for closing, want in (("", 0), ("os.close(0); os.close(1); ", 2)):
+        code = f"import os; {closing}{CLI}"
+        argv = ["--root", str(running.mech.root), "exec", running.id, "sh", "-c", script]
+        p = subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert p.returncode == 0, p.stderr
+        text = listing.read_text()
+        assert "No such file" not in text and text.count("/dev/null") >= want, text
+        if not closing:  # the control: fd 1 was the caller's stdout pipe
+            assert "pipe:" in text, text

@@ -139,4 +139,28 @@ def test_a_symlink_to_the_launcher_runs_the_venv_it_points_into(tmp_path: Path) 
         cwd=tmp_path,
         timeout=60,
     )
-    assert p.returncode == 1 and "No module named 'sandbox_shim'" in p.stderr, p.stderr
+    assert p.returncode == 70 and "cannot import the package" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.splitlines()) == 1
+
+
+def test_a_python3_beside_the_symlink_is_not_taken_for_the_venvs(tmp_path: Path) -> None:
+    """A link in a directory that holds another interpreter (/usr/local/bin beside a venv's command):
+    the venv's own interpreter runs, not the python3 beside the link (control: that python3 is one
+    that cannot import the package, so taking it would fail)."""
+    launcher, sp = make_venv(tmp_path / "venv")
+    (sp / "sandbox_shim").symlink_to(PACKAGE)
+    on_path = tmp_path / "bin"
+    on_path.mkdir()
+    (on_path / "sandbox-shim").symlink_to(launcher)
+    other = on_path / "python3"
+    other.write_text("#!/bin/sh\necho FOREIGN-PYTHON >&2\nexit 42\n")
+    other.chmod(0o755)
+    assert subprocess.run([str(other)], capture_output=True).returncode == 42  # the control
+    p = subprocess.run(
+        [str(on_path / "sandbox-shim"), "--root", str(tmp_path / "state"), "state", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (p.returncode, p.stdout) == (6, ""), p.stderr
+    assert "FOREIGN-PYTHON" not in p.stderr

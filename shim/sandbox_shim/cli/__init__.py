@@ -80,7 +80,8 @@ def _occupy_closed_stdio() -> None:
         try:
             os.fstat(fd)
         except OSError:
-            os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one, since lower ones are open
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one, lower ones are open
+            os.set_inheritable(null, True)  # os.open's fds are close-on-exec (PEP 446): stdio is inherited
 
 
 def run(args: list[str]) -> int:

@@ -57,6 +57,10 @@ Status messages (each a ``marshal``-ed dict after its length, 4 bytes little-end
 ``{"error": "exec"|"setup", "step": S, "errno": E, "detail": D}``, then (without ``detach``)
 ``{"exit": N}`` or ``{"signal": N}`` with ``"rusage": {"utime_us", "stime_us", "maxrss_bytes"}``.
 H forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR2 to C and turns SIGUSR1 into SIGKILL of C's group.
+Without ``detach``, H also watches ``caller`` (the pid of the process that forked it, through a pidfd,
+pidfd_open(2)): when that process dies first (kill -9 of the library's caller or of ``exec``), H
+kills C's group, so no program outlives its caller and a caller's deadline is never silently lost.
+A process, not a thread: PR_SET_PDEATHSIG would fire when the forking *thread* ends (prctl(2)).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ import errno
 import marshal
 import os
 import resource
+import select  # here: nothing is imported in H, a fork of a caller that may hold the import lock
 import signal
 import sys
 
@@ -338,6 +343,36 @@ def confine(spec: dict, root_fd: int, bpfs: list[bytes], last_cap: int) -> None:
         load_seccomp(bpf)
 
 
+def _until_exit_or_orphaned(c: int, caller: object) -> None:
+    """Return once C has exited; when ``caller`` (H's parent's pid) dies first, kill C's group with
+    SIGKILL, then return.  The caller's pidfd is trusted only if H is still its child after it was
+    opened (a dead caller's pid can be reused; H is re-parented the moment its parent dies)."""
+    if not isinstance(caller, int):
+        return
+    try:
+        caller_fd = os.pidfd_open(caller)
+        c_fd = os.pidfd_open(c)
+    except (OSError, AttributeError):  # no pidfds (Linux < 5.3): waited for as before
+        return
+    try:
+        orphaned = os.getppid() != caller
+        while not orphaned:
+            ready, _, _ = select.select([caller_fd, c_fd], [], [])
+            if c_fd in ready:
+                return
+            orphaned = caller_fd in ready
+        try:
+            os.killpg(c, signal.SIGKILL)
+        except ProcessLookupError:  # C has not called setsid yet
+            try:
+                os.kill(c, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    finally:
+        os.close(caller_fd)
+        os.close(c_fd)
+
+
 def child(spec: dict, procs: list[int], err_w: int) -> None:
     """Steps 9-10 in C (already confined).  Never returns: execve, or report to ``err_w`` and
     _exit(127).
@@ -505,6 +540,7 @@ def run(spec: dict, status_fd: int) -> int:
     report({"exec": "ok"})
     if detach:
         return 0  # C runs on; the kernel gives it to the caller's subreaper when H exits
+    _until_exit_or_orphaned(c, spec.get("caller"))
     _, status, ru = os.wait4(c, 0)
     usage = {
         "utime_us": int(ru.ru_utime * 1e6),

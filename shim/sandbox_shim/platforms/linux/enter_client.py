@@ -243,6 +243,7 @@ def exec_in(sandbox: Sandbox, wpid: int, cg: CgroupControl | None, req: ExecSpec
             "cwd": req.cwd or proc.get("cwd") or "/",
             "argv": argv,
             "detach": req.detach,
+            "caller": os.getpid(),  # H (forked below) ends C's group when this process dies first
             "console_fd": console_fd,
         }
         if console_fd is not None:
@@ -354,12 +355,22 @@ def _helper_child(
         with contextlib.suppress(OSError, ValueError, TypeError):
             if _signal.getsignal(s) not in (_signal.SIG_DFL, _signal.SIG_IGN, None):
                 _signal.signal(s, _signal.SIG_DFL)
-    _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+    # the program starts with no signal blocked, whatever the calling thread blocks (runc's exec too)
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
     high = [os.dup(fd) if fd is not None else None for fd in child_fds]  # above 0-2: no overlap
     for target, fd in enumerate(high):
         if fd is not None:
             os.dup2(fd, target)  # inheritable: the program's stdio
             os.close(fd)
+        else:  # this process's own: closed, or close-on-exec (os.open's default, PEP 446)
+            try:
+                os.set_inheritable(target, True)
+            except OSError:  # closed: /dev/null, as a verb's own closed stdio is (cli)
+                null = os.open(os.devnull, os.O_RDWR)
+                if null != target:
+                    os.dup2(null, target)
+                    os.close(null)
+                os.set_inheritable(target, True)
     os.setsid()
     last = 3
     for fd in [*keep, -1]:
