@@ -543,3 +543,45 @@ def test_cli_exec_with_closed_stdio_gives_the_program_dev_null(running: Running)
         assert "No such file" not in text and text.count("/dev/null") >= want, text
         if not closing:  # the control: fd 1 was the caller's stdout pipe
             assert "pipe:" in text, text
+
+
+def test_a_callers_death_ends_its_program(running: Running) -> None:
+    """kill -9 of a process inside ``execute`` (a deadline of its own pending): the helper ends the
+    program's group, so nothing of the exec outlives the caller (control: while the caller lives, the
+    program runs)."""
+    token = str(40000 + os.getpid() % 10000)
+    code = (
+        "import sys; from sandbox_shim import api; from sandbox_shim.execution import execute; "
+        f"execute(api.default_mechanism({str(running.mech.root)!r}), {running.id!r}, ('sleep', [{token!r}]), "
+        "timeout=600)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    caller = subprocess.Popen([sys.executable, "-c", code], env=env)
+
+    def programs() -> list[int]:
+        found = []
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    argv = fh.read().split(b"\0")
+            except OSError:
+                continue
+            if argv[:2] == [b"sleep", token.encode()]:
+                found.append(int(pid))
+        return found
+
+    try:
+        deadline = time.monotonic() + 20
+        while not programs() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert programs(), "the program never ran"  # the control
+        caller.kill()
+        caller.wait(10)
+        deadline = time.monotonic() + 10
+        while programs() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert programs() == []
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait()
