@@ -110,6 +110,22 @@ def commit(path: str, tmp: str, durable: bool = True) -> None:
         fsync_dir(os.path.dirname(path) or ".")
 
 
+def unlink(path: str) -> None:
+    """unlink(2) ``path`` if it exists.
+
+    Raises:
+        StateUnwritable: the file system refused it (a read-only one says EROFS even for a missing
+            name, so that is told apart by looking again).
+    """
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if os.path.lexists(path):
+            raise StateUnwritable(path, e.errno or 0, e.strerror or str(e)) from e
+
+
 def discard(tmp: str) -> None:
     """Remove a temporary file of ``prepare`` (missing is fine)."""
     try:

@@ -85,21 +85,15 @@ def refuse_in_sandbox(config: Mapping[str, Any], platform: str) -> list[BundlePr
     for every hook in ``config`` that runs in the sandbox's namespaces: what ``platform`` (``"macOS"``,
     ``"Windows"``), having no namespaces to enter, refuses rather than run on the host (module
     docstring).  Wrong types are the schema's to report: they give no problem here."""
-    hooks = config.get("hooks")
-    if not isinstance(hooks, dict):
-        return []
-    return [
-        BundleProblem(
-            f"/hooks/{phase}/{i}",
-            f"a {phase} hook runs in the container's namespaces; {platform} has none to enter, and "
-            "running it on the host instead would act on the host",
-            f"OCI runtime-spec config.md {phase} hooks",
-            "remove the hook",
-        )
-        for phase in IN_SANDBOX
-        if isinstance(hooks.get(phase), list)
-        for i, _ in enumerate(hooks[phase])
-    ]
+    return _refuse(
+        config,
+        IN_SANDBOX,
+        lambda phase: (
+            f"a {phase} hook runs in the container's namespaces; {platform} has none to enter, "
+            "and running it on the host instead would act on the host"
+        ),
+        "remove the hook",
+    )
 
 
 def refuse_on_host(config: Mapping[str, Any], platform: str) -> list[BundleProblem]:
@@ -107,17 +101,24 @@ def refuse_on_host(config: Mapping[str, Any], platform: str) -> list[BundleProbl
     run on the host (``prestart``, ``createRuntime``, ``poststart``, ``poststop``): ``platform``'s
     mechanism (``"macOS"``, ``"Windows"``) runs no hooks (its plan's ``hooks`` is empty), and a config
     field is applied or refused, never accepted and left unapplied.  Wrong types are the schema's."""
+    return _refuse(
+        config,
+        HOST_PHASES,
+        lambda phase: f"{phase} hooks are not run by the {platform} mechanism",
+        "remove the hook, or run the bundle on Linux",
+    )
+
+
+def _refuse(
+    config: Mapping[str, Any], phases: tuple[str, ...], why: Callable[[str], str], fix: str
+) -> list[BundleProblem]:
+    """One problem per hook of ``phases`` in ``config`` (wrong types: none, the schema reports them)."""
     hooks = config.get("hooks")
     if not isinstance(hooks, dict):
         return []
     return [
-        BundleProblem(
-            f"/hooks/{phase}/{i}",
-            f"{phase} hooks are not run by the {platform} mechanism",
-            f"OCI runtime-spec config.md {phase} hooks",
-            "remove the hook, or run the bundle on Linux",
-        )
-        for phase in HOST_PHASES
+        BundleProblem(f"/hooks/{phase}/{i}", why(phase), f"OCI runtime-spec config.md {phase} hooks", fix)
+        for phase in phases
         if isinstance(hooks.get(phase), list)
         for i, _ in enumerate(hooks[phase])
     ]

@@ -382,18 +382,7 @@ class StateStore:
 
     def drop_cgroup_index(self, sandbox_id: str) -> None:
         """Remove the record of ``sandbox_id``'s cgroups.  Raises ``StateUnwritable`` (record kept)."""
-        _unlink(self.cgroup_index(sandbox_id))
-
-
-def _unlink(path: str) -> None:
-    """unlink(2) ``path`` if it exists.  Raises ``StateUnwritable`` when the state root refuses it."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        if os.path.lexists(path):  # a read-only file system says EROFS even for a missing name
-            raise StateUnwritable(path, e.errno or 0, e.strerror or str(e)) from e
+        _durable.unlink(self.cgroup_index(sandbox_id))
 
 
 def _lock_fd(d: str) -> int:

@@ -20,7 +20,7 @@ import os
 
 from ... import fastjson as json
 from ... import posix
-from ...durable import write_atomic
+from ...durable import unlink, write_atomic
 from ...errors import StateUnwritable
 from ...scoped import scoped  # contextlib.contextmanager without contextlib's imports (delete loads this)
 
@@ -336,13 +336,7 @@ def write_parents(directory: str, parents: list[tuple[str, int]]) -> None:
     if parents:
         write_atomic(path, json.dumps(sorted([list(p) for p in set(parents)])), durable=False)
         return
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        if os.path.lexists(path):  # a read-only file system says EROFS even for a missing name
-            raise StateUnwritable(path, e.errno or 0, e.strerror or str(e)) from e
+    unlink(path)
 
 
 def _drop_stale_temporaries(directory: str) -> None:
