@@ -490,3 +490,37 @@ def test_macos_plans_what_sandbox_exec_does_anyway(tmp_path: Path) -> None:
         "/process/oomScoreAdj",
         "/root/readonly",
     ]
+
+
+@pytest.mark.parametrize(
+    "memory,cpu,pointer",
+    [
+        ({"swap": 1 << 29}, {}, "/linux/resources/memory/swap"),  # no memory.limit: nothing bounds swap
+        ({"limit": 1 << 28, "swap": 1 << 27}, {}, "/linux/resources/memory/swap"),
+        ({"kernelTCP": 1 << 20}, {}, "/linux/resources/memory/kernelTCP"),
+        ({}, {"mems": "0"}, "/linux/resources/cpu/mems"),
+    ],
+)
+def test_macos_refuses_memory_and_cpu_limits_it_cannot_apply(
+    tmp_path: Path, memory: dict[str, Any], cpu: dict[str, Any], pointer: str
+) -> None:
+    with pytest.raises(BundleInvalid) as e:
+        _mac_plan(tmp_path, lambda c: c["linux"].update(resources={"memory": memory, "cpu": cpu}))
+    assert [p.pointer for p in e.value.problems] == [pointer]
+
+
+def test_macos_applies_swap_through_the_memory_rlimit_and_warns_preferences(tmp_path: Path) -> None:
+    """memory.swap at least memory.limit holds (RLIMIT_AS bounds memory and swap together); the
+    preferences are warnings, each by its pointer."""
+    res = {
+        "memory": {"limit": 1 << 28, "swap": 1 << 29, "reservation": 1 << 27, "swappiness": 10},
+        "cpu": {"shares": 512, "idle": 1},
+    }
+    plan = _mac_plan(tmp_path, lambda c: c["linux"].update(resources=res))
+    assert ("RLIMIT_AS", 1 << 28, 1 << 28) in plan.rlimits
+    assert [w.split()[0] for w in plan.warnings] == [
+        "/linux/resources/memory/reservation",
+        "/linux/resources/memory/swappiness",
+        "/linux/resources/cpu/shares",
+        "/linux/resources/cpu/idle",
+    ]

@@ -23,9 +23,14 @@ macOS has no mount, pid, ipc, uts or cgroup namespaces, so a bundle is *interpre
   ``filesystem.confinement``, every other type -> ``namespace.<type>``, which macOS does not have,
   so such a bundle is refused (``CapabilityUnavailable``).  Security fields that cannot be enforced
   are refused the same way: ``linux.seccomp`` -> ``seccomp``, ``process.noNewPrivileges`` ->
-  ``no_new_privs``, ``linux.resources.cpu`` quota -> ``cpu.rate``.  ``resources.memory.limit`` and
-  ``resources.pids.limit`` become rlimits (below).  ``maskedPaths``, ``readonlyPaths``, ``sysctl``,
-  ``devices``, ``cpu.shares`` and the rest of ``linux`` are ignored with a warning.
+  ``no_new_privs``, ``linux.resources.cpu`` quota (``cpus``, ``realtimeRuntime``) -> ``cpu.rate``.
+  ``resources.memory.limit`` and ``resources.pids.limit`` become rlimits (below); ``memory.swap`` of
+  -1 or at least ``memory.limit`` holds through RLIMIT_AS, any other is refused, as are
+  ``memory.kernel``/``kernelTCP``, ``cpu.mems`` and every other ``resources`` key (no cgroups).
+  ``sysctl``, ``devices``, the memory and CPU preferences (``reservation``, ``swappiness``,
+  ``disableOOMKiller``, ``cpu.shares``, ``idle``, ``period`` without a quota...) and the rest of
+  ``linux`` are ignored with a warning; ``maskedPaths``/``readonlyPaths`` hold under ``/proc`` and
+  ``/sys`` only (the rest refused).
 * ``process.user``: the workload runs as the caller, with the caller's gid, groups and umask
   (sandbox-exec changes none).  ``uid``/``gid`` 0 asked by a caller without it is a warning (the
   user-namespace "root" of Linux: the caller, no more rights); any other ``uid``/``gid`` than the
@@ -234,6 +239,64 @@ def _limit(problems: list[BundleProblem], value: Any, ptr: str) -> int | None:
     return value
 
 
+#: ``linux.resources.memory`` keys that are preferences or grants, never limits: warned, not applied
+_MEMORY_PREFERENCES = ("reservation", "swappiness", "disableOOMKiller", "useHierarchy", "checkBeforeUpdate")
+#: ``linux.resources.cpu`` keys that limit nothing without a quota: warned, not applied
+_CPU_PREFERENCES = ("shares", "period", "burst", "realtimePeriod", "idle")
+
+
+def _memory_and_cpu(
+    res: dict[str, Any],
+    mem: int | None,
+    problems: list[BundleProblem],
+    requires: set[str],
+    warnings: list[str],
+) -> None:
+    """The keys of ``linux.resources.memory``/``cpu`` beside ``memory.limit``: a limit macOS cannot
+    apply is refused (pointer) or required (``cpu.rate``); a preference is a warning."""
+    memory = res.get("memory") or {}
+    swap = memory.get("swap")
+    # memory+swap: RLIMIT_AS (= memory.limit) already bounds the whole address space below it
+    if swap is not None and swap != -1 and (mem is None or swap < mem):
+        problems.append(
+            BundleProblem(
+                "/linux/resources/memory/swap",
+                "macOS cannot limit swap apart from memory.limit (RLIMIT_AS bounds both together)",
+                _POLICY,
+                "remove it, or set it to -1 or at least memory.limit",
+            )
+        )
+    for key in ("kernel", "kernelTCP"):
+        if memory.get(key) is not None:
+            problems.append(
+                BundleProblem(
+                    f"/linux/resources/memory/{key}",
+                    f"memory.{key} cannot be enforced on macOS (no cgroups)",
+                    _POLICY,
+                    "remove it",
+                )
+            )
+    for key in _MEMORY_PREFERENCES:
+        if memory.get(key) is not None:
+            warnings.append(f"/linux/resources/memory/{key} ignored on macOS (a preference, not a limit)")
+    cpu = res.get("cpu") or {}
+    if cpu.get("mems"):
+        problems.append(
+            BundleProblem(
+                "/linux/resources/cpu/mems",
+                "macOS cannot bind a process tree to memory nodes",
+                _POLICY,
+                "remove it",
+            )
+        )
+    if cpu.get("quota") or cpu.get("cpus") or cpu.get("realtimeRuntime"):
+        requires.add("cpu.rate")
+    else:
+        for key in _CPU_PREFERENCES:
+            if cpu.get(key):
+                warnings.append(f"/linux/resources/cpu/{key} ignored on macOS (a preference, not a limit)")
+
+
 def _rlimits(
     cfg: dict[str, Any],
     problems: list[BundleProblem],
@@ -280,11 +343,7 @@ def _rlimits(
                     "sandbox-shim annotations",
                 )
             )
-    cpu = res.get("cpu") or {}
-    if cpu.get("quota") or cpu.get("cpus") or cpu.get("realtimeRuntime"):
-        requires.add("cpu.rate")
-    elif cpu.get("shares"):
-        warnings.append("/linux/resources/cpu/shares ignored on macOS (a preference, not a limit)")
+    _memory_and_cpu(res, mem, problems, requires, warnings)
     for key in sorted(set(res) - {"memory", "pids", "cpu"}):
         problems.append(
             BundleProblem(
