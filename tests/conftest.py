@@ -29,8 +29,9 @@ def base_config(args: list[str] | None = None) -> dict[str, Any]:
 def windows_config(args: list[str] | None = None) -> dict[str, Any]:
     """A tenant config a Job Object can honour (``platforms/windows/plan.py``) that ``bundle.load``
     accepts on any OS: ``base_config`` without what Windows refuses (namespaces, rlimits, mounts,
-    ``linux``, ``noNewPrivileges``) and with ``sandbox-shim.network`` ``host``."""
+    ``linux``, ``noNewPrivileges``, ``root.readonly``) and with ``sandbox-shim.network`` ``host``."""
     cfg = base_config(args)
+    cfg["root"]["readonly"] = False  # a job cannot keep any file read-only
     for key in ("mounts", "linux", "hostname"):
         cfg.pop(key, None)
     for key in ("rlimits", "noNewPrivileges"):

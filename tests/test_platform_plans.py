@@ -360,3 +360,167 @@ def test_an_empty_hooks_object_plans_where_hooks_are_refused(tmp_path: Path) -> 
         win = win_control()
         win["hooks"] = hooks
         assert wplan.plan_from_spec(spec_of(win)).hooks == {}
+
+
+# --- process.user, umask, terminal, oomScoreAdj, root.readonly (issue #18 review) ------------------
+
+
+def _user(**kv: Any) -> Any:
+    return lambda c: c["process"].setdefault("user", {}).update(kv)
+
+
+WIN_PROCESS_REFUSALS = [
+    (_user(uid=1000), "/process/user/uid"),
+    (_user(gid=1000), "/process/user/gid"),
+    (_user(umask=0o077), "/process/user/umask"),
+    (_user(additionalGids=[5]), "/process/user/additionalGids/0"),
+    (_user(username="svc"), "/process/user/username"),
+    (lambda c: c["process"].update(commandLine="C:\\prog.exe a"), "/process/commandLine"),
+    (lambda c: c["process"].update(terminal=True), "/process/terminal"),
+    (lambda c: c["process"].update(oomScoreAdj=1000), "/process/oomScoreAdj"),
+    (lambda c: c["root"].update(readonly=True), "/root/readonly"),
+]
+
+
+@pytest.mark.parametrize("change,pointer", WIN_PROCESS_REFUSALS)
+def test_windows_refuses_process_fields_a_job_does_not_apply(change: Any, pointer: str) -> None:
+    """A job runs as the caller's account, with no umask, terminal or OOM score, on files it cannot
+    make read-only: each such field is refused by its pointer, never planned and dropped."""
+    cfg = win_control()
+    assert wplan.plan_from_spec(spec_of(cfg)).argv  # the control: without the field it plans
+    change(cfg)
+    with pytest.raises(BundleInvalid) as e:
+        wplan.plan_from_spec(spec_of(cfg))
+    assert [p.pointer for p in e.value.problems] == [pointer]
+
+
+def test_windows_finding_user_umask_oom_readonly_bundle_is_refused_by_each_pointer() -> None:
+    """The review's bundle: uid/gid 1000, umask 63, oomScoreAdj 1000, root.readonly true."""
+    cfg = win_control()
+    cfg["process"]["user"] = {"uid": 1000, "gid": 1000, "umask": 63}
+    cfg["process"]["oomScoreAdj"] = 1000
+    cfg["root"]["readonly"] = True
+    with pytest.raises(BundleInvalid) as e:
+        wplan.plan_from_spec(spec_of(cfg))
+    assert {p.pointer for p in e.value.problems} == {
+        "/process/user/uid",
+        "/process/user/gid",
+        "/process/user/umask",
+        "/process/oomScoreAdj",
+        "/root/readonly",
+    }
+
+
+def test_windows_plans_what_a_job_does_anyway_with_notes() -> None:
+    """uid/gid 0 (the container's root: the caller, no more rights), umask 0, a negative OOM score
+    (it protects, never restricts), terminal false and a writable root plan, each grant noted."""
+    cfg = win_control()
+    cfg["process"]["user"] = {"uid": 0, "gid": 0, "umask": 0, "additionalGids": []}
+    cfg["process"]["oomScoreAdj"] = -100
+    cfg["process"]["terminal"] = False
+    cfg["root"]["readonly"] = False
+    notes = wplan.plan_from_spec(spec_of(cfg)).notes
+    assert [n.split()[0] for n in notes] == [
+        "/process/user/uid",
+        "/process/user/gid",
+        "/process/user/umask",
+        "/process/oomScoreAdj",
+    ]
+
+
+def _mac_plan(tmp_path: Path, change: Any, **caller: Any) -> dplan.DarwinPlan:
+    cfg = mac_control()
+    change(cfg)
+    me = {"caller_gid": 20, "caller_groups": [20, 12, 80], "caller_umask": 0o022} | caller
+    bundle = tmp_path / "mb"
+    return dplan.plan_from_spec(spec_of(cfg, str(bundle if bundle.is_dir() else _mac_bundle(tmp_path))), **me)
+
+
+@pytest.mark.parametrize(
+    "change,pointer",
+    [
+        (_user(gid=1000), "/process/user/gid"),
+        (_user(additionalGids=[12, 1000]), "/process/user/additionalGids/1"),
+        (_user(umask=0o077), "/process/user/umask"),  # the caller's 022 leaves group/other read
+        (_user(username="svc"), "/process/user/username"),
+        (lambda c: c["process"].update(commandLine="app"), "/process/commandLine"),
+        (lambda c: c["process"].update(terminal=True), "/process/terminal"),
+        (lambda c: c["process"].update(oomScoreAdj=1000), "/process/oomScoreAdj"),
+        (lambda c: c.update(windows={"resources": {"memory": {"limit": 1 << 28}}}), "/windows/resources"),
+    ],
+)
+def test_macos_refuses_process_fields_sandbox_exec_does_not_apply(
+    tmp_path: Path, change: Any, pointer: str
+) -> None:
+    """The workload runs as the caller, with its gid, groups and umask, no terminal and no OOM score:
+    a field asking otherwise is refused by its pointer; the control without it plans."""
+    assert _mac_plan(tmp_path, lambda c: None).warnings == ()
+    with pytest.raises(BundleInvalid) as e:
+        _mac_plan(tmp_path, change)
+    assert [p.pointer for p in e.value.problems] == [pointer]
+
+
+def test_macos_finding_umask0_oom_terminal_bundle_is_refused_by_each_pointer(tmp_path: Path) -> None:
+    """The review's bundle: umask 0 (a grant: the caller's 022 masks more, a warning), oomScoreAdj
+    1000 and terminal true (neither applied: refused)."""
+    with pytest.raises(BundleInvalid) as e:
+        _mac_plan(
+            tmp_path, lambda c: (_user(umask=0)(c), c["process"].update(oomScoreAdj=1000, terminal=True))
+        )
+    assert {p.pointer for p in e.value.problems} == {"/process/oomScoreAdj", "/process/terminal"}
+
+
+def test_macos_plans_what_sandbox_exec_does_anyway(tmp_path: Path) -> None:
+    """The caller's own gid, groups it is in, its umask (or a smaller one: files get fewer
+    permissions, warned), gid 0, a negative OOM score and a writable root (the rootfs stays
+    read-only, warned) plan; only the grants not given are warnings."""
+    plan = _mac_plan(tmp_path, _user(gid=20, additionalGids=[12, 80], umask=0o022), caller_uid=os.getuid())
+    assert plan.warnings == ()
+    plan = _mac_plan(
+        tmp_path,
+        lambda c: (
+            _user(gid=0, umask=0o002)(c),
+            c["process"].update(oomScoreAdj=-5, terminal=False),
+            c["root"].update(readonly=False),
+        ),
+    )
+    assert [w.split()[0] for w in plan.warnings] == [
+        "/process/user/gid",
+        "/process/user/umask",
+        "/process/oomScoreAdj",
+        "/root/readonly",
+    ]
+
+
+@pytest.mark.parametrize(
+    "memory,cpu,pointer",
+    [
+        ({"swap": 1 << 29}, {}, "/linux/resources/memory/swap"),  # no memory.limit: nothing bounds swap
+        ({"limit": 1 << 28, "swap": 1 << 27}, {}, "/linux/resources/memory/swap"),
+        ({"kernelTCP": 1 << 20}, {}, "/linux/resources/memory/kernelTCP"),
+        ({}, {"mems": "0"}, "/linux/resources/cpu/mems"),
+    ],
+)
+def test_macos_refuses_memory_and_cpu_limits_it_cannot_apply(
+    tmp_path: Path, memory: dict[str, Any], cpu: dict[str, Any], pointer: str
+) -> None:
+    with pytest.raises(BundleInvalid) as e:
+        _mac_plan(tmp_path, lambda c: c["linux"].update(resources={"memory": memory, "cpu": cpu}))
+    assert [p.pointer for p in e.value.problems] == [pointer]
+
+
+def test_macos_applies_swap_through_the_memory_rlimit_and_warns_preferences(tmp_path: Path) -> None:
+    """memory.swap at least memory.limit holds (RLIMIT_AS bounds memory and swap together); the
+    preferences are warnings, each by its pointer."""
+    res = {
+        "memory": {"limit": 1 << 28, "swap": 1 << 29, "reservation": 1 << 27, "swappiness": 10},
+        "cpu": {"shares": 512, "idle": 1},
+    }
+    plan = _mac_plan(tmp_path, lambda c: c["linux"].update(resources=res))
+    assert ("RLIMIT_AS", 1 << 28, 1 << 28) in plan.rlimits
+    assert [w.split()[0] for w in plan.warnings] == [
+        "/linux/resources/memory/reservation",
+        "/linux/resources/memory/swappiness",
+        "/linux/resources/cpu/shares",
+        "/linux/resources/cpu/idle",
+    ]

@@ -23,11 +23,26 @@ macOS has no mount, pid, ipc, uts or cgroup namespaces, so a bundle is *interpre
   ``filesystem.confinement``, every other type -> ``namespace.<type>``, which macOS does not have,
   so such a bundle is refused (``CapabilityUnavailable``).  Security fields that cannot be enforced
   are refused the same way: ``linux.seccomp`` -> ``seccomp``, ``process.noNewPrivileges`` ->
-  ``no_new_privs``, ``linux.resources.cpu`` quota -> ``cpu.rate``.  ``resources.memory.limit`` and
-  ``resources.pids.limit`` become rlimits (below).  ``maskedPaths``, ``readonlyPaths``, ``sysctl``,
-  ``devices``, ``cpu.shares`` and the rest of ``linux`` are ignored with a warning.
-* ``process.user``: the workload runs as the caller.  uid 0 asked by a non-root caller is a warning
-  (the user-namespace "root" of Linux); any other uid different from the caller's is refused.
+  ``no_new_privs``, ``linux.resources.cpu`` quota (``cpus``, ``realtimeRuntime``) -> ``cpu.rate``.
+  ``resources.memory.limit`` and ``resources.pids.limit`` become rlimits (below); ``memory.swap`` of
+  -1 or at least ``memory.limit`` holds through RLIMIT_AS, any other is refused, as are
+  ``memory.kernel``/``kernelTCP``, ``cpu.mems`` and every other ``resources`` key (no cgroups).
+  ``sysctl``, ``devices``, the memory and CPU preferences (``reservation``, ``swappiness``,
+  ``disableOOMKiller``, ``cpu.shares``, ``idle``, ``period`` without a quota...) and the rest of
+  ``linux`` are ignored with a warning; ``maskedPaths``/``readonlyPaths`` hold under ``/proc`` and
+  ``/sys`` only (the rest refused).
+* ``process.user``: the workload runs as the caller, with the caller's gid, groups and umask
+  (sandbox-exec changes none).  ``uid``/``gid`` 0 asked by a caller without it is a warning (the
+  user-namespace "root" of Linux: the caller, no more rights); any other ``uid``/``gid`` than the
+  caller's is refused.  Each ``additionalGids`` entry the caller is not in is refused (nothing adds
+  a group).  A ``umask`` with a bit the caller's umask leaves clear is refused (files would get more
+  than asked); one the caller's masks entirely (``0`` included) is a warning.  ``username`` is
+  refused (no account switch).
+* ``process.terminal`` true is refused (no console socket on macOS: the workload would get the
+  caller's stdio, not a terminal); ``process.commandLine`` (Windows-only) is refused;
+  ``process.oomScoreAdj`` above 0 is refused (macOS has no OOM score: the workload would not be the
+  first killed), below 0 is a warning (it only protects).  ``root.readonly`` true is what macOS does
+  anyway; false is a warning (the rootfs stays read-only).  The ``windows`` section is refused.
 * Network (annotation ``sandbox-shim.network``): ``none`` (default) denies every socket, loopback
   included (macOS loopback is the host's, not the sandbox's); ``host`` allows the network;
   ``isolated`` requires ``network.isolated``, which macOS lacks.
@@ -224,6 +239,64 @@ def _limit(problems: list[BundleProblem], value: Any, ptr: str) -> int | None:
     return value
 
 
+#: ``linux.resources.memory`` keys that are preferences or grants, never limits: warned, not applied
+_MEMORY_PREFERENCES = ("reservation", "swappiness", "disableOOMKiller", "useHierarchy", "checkBeforeUpdate")
+#: ``linux.resources.cpu`` keys that limit nothing without a quota: warned, not applied
+_CPU_PREFERENCES = ("shares", "period", "burst", "realtimePeriod", "idle")
+
+
+def _memory_and_cpu(
+    res: dict[str, Any],
+    mem: int | None,
+    problems: list[BundleProblem],
+    requires: set[str],
+    warnings: list[str],
+) -> None:
+    """The keys of ``linux.resources.memory``/``cpu`` beside ``memory.limit``: a limit macOS cannot
+    apply is refused (pointer) or required (``cpu.rate``); a preference is a warning."""
+    memory = res.get("memory") or {}
+    swap = memory.get("swap")
+    # memory+swap: RLIMIT_AS (= memory.limit) already bounds the whole address space below it
+    if swap is not None and swap != -1 and (mem is None or swap < mem):
+        problems.append(
+            BundleProblem(
+                "/linux/resources/memory/swap",
+                "macOS cannot limit swap apart from memory.limit (RLIMIT_AS bounds both together)",
+                _POLICY,
+                "remove it, or set it to -1 or at least memory.limit",
+            )
+        )
+    for key in ("kernel", "kernelTCP"):
+        if memory.get(key) is not None:
+            problems.append(
+                BundleProblem(
+                    f"/linux/resources/memory/{key}",
+                    f"memory.{key} cannot be enforced on macOS (no cgroups)",
+                    _POLICY,
+                    "remove it",
+                )
+            )
+    for key in _MEMORY_PREFERENCES:
+        if memory.get(key) is not None:
+            warnings.append(f"/linux/resources/memory/{key} ignored on macOS (a preference, not a limit)")
+    cpu = res.get("cpu") or {}
+    if cpu.get("mems"):
+        problems.append(
+            BundleProblem(
+                "/linux/resources/cpu/mems",
+                "macOS cannot bind a process tree to memory nodes",
+                _POLICY,
+                "remove it",
+            )
+        )
+    if cpu.get("quota") or cpu.get("cpus") or cpu.get("realtimeRuntime"):
+        requires.add("cpu.rate")
+    else:
+        for key in _CPU_PREFERENCES:
+            if cpu.get(key):
+                warnings.append(f"/linux/resources/cpu/{key} ignored on macOS (a preference, not a limit)")
+
+
 def _rlimits(
     cfg: dict[str, Any],
     problems: list[BundleProblem],
@@ -270,11 +343,7 @@ def _rlimits(
                     "sandbox-shim annotations",
                 )
             )
-    cpu = res.get("cpu") or {}
-    if cpu.get("quota") or cpu.get("cpus") or cpu.get("realtimeRuntime"):
-        requires.add("cpu.rate")
-    elif cpu.get("shares"):
-        warnings.append("/linux/resources/cpu/shares ignored on macOS (a preference, not a limit)")
+    _memory_and_cpu(res, mem, problems, requires, warnings)
     for key in sorted(set(res) - {"memory", "pids", "cpu"}):
         problems.append(
             BundleProblem(
@@ -327,14 +396,133 @@ def _linux_section(
         warnings.append("/hostname ignored on macOS (no uts namespace)")
 
 
-def plan_from_spec(spec: Spec, *, caller_uid: int | None = None) -> DarwinPlan:
+@dataclass(frozen=True)
+class _Caller:
+    """The credentials and umask the workload inherits: sandbox-exec changes none of them."""
+
+    uid: int
+    gid: int
+    groups: frozenset[int]
+    umask: int
+
+    @classmethod
+    def of(cls, uid: int | None, gid: int | None, groups: Iterable[int] | None, umask: int | None) -> _Caller:
+        if umask is None:
+            umask = os.umask(0o077)  # read by setting: POSIX has no getter (restored at once)
+            os.umask(umask)
+        return cls(
+            os.getuid() if uid is None else uid,
+            os.getgid() if gid is None else gid,
+            frozenset(os.getgroups() if groups is None else groups),
+            umask,
+        )
+
+
+def _refuse(ptr: str, message: str, fix: str) -> BundleProblem:
+    return BundleProblem(ptr, message, _POLICY + " (macOS sandbox-exec)", fix)
+
+
+def _process_fields(cfg: dict[str, Any], me: _Caller, warnings: list[str]) -> list[BundleProblem]:
+    """``process.user``, ``umask``, ``additionalGids``, ``username``, ``commandLine``, ``terminal``,
+    ``oomScoreAdj``, ``root.readonly`` and the ``windows`` section: applied (the workload runs as the
+    caller, with its umask and groups, on a rootfs it cannot write) or refused with the pointer;
+    what only grants and is not given is a warning (module docstring)."""
+    out: list[BundleProblem] = []
+    proc = cfg.get("process") or {}
+    user = proc.get("user") or {}
+    for key, mine in (("uid", me.uid), ("gid", me.gid)):
+        asked = user.get(key)
+        if asked is None or asked == mine:
+            continue
+        if asked == 0:  # the user-namespace "root" of Linux: the caller, with no more rights
+            warnings.append(f"/process/user/{key} 0 runs as the caller ({key} {mine}) on macOS")
+        else:
+            out.append(
+                _refuse(
+                    f"/process/user/{key}",
+                    f"{key} {asked} differs from the caller's ({mine}): sandbox-exec keeps the caller's",
+                    f"run the shim as that user, or set {key} 0 or {mine}",
+                )
+            )
+    for i, gid in enumerate(user.get("additionalGids") or []):
+        if gid not in me.groups:
+            out.append(
+                _refuse(
+                    f"/process/user/additionalGids/{i}",
+                    f"the caller is not in group {gid}, and sandbox-exec adds no group",
+                    "remove it, or run the shim as a member of that group",
+                )
+            )
+    umask = user.get("umask")
+    if umask is not None and umask != me.umask:
+        if umask & ~me.umask:  # a bit the caller's umask leaves set: files would get more than asked
+            out.append(
+                _refuse(
+                    "/process/user/umask",
+                    f"umask {umask:04o} is not applied: the workload keeps the caller's ({me.umask:04o})",
+                    f"remove it, or run the shim with that umask (or set {me.umask:04o})",
+                )
+            )
+        else:  # asks for no more than the caller's masks: files get fewer permissions than asked
+            warnings.append(
+                f"/process/user/umask {umask:04o}: the caller's umask {me.umask:04o} applies on macOS"
+            )
+    if user.get("username"):
+        out.append(_refuse("/process/user/username", "sandbox-exec runs as the caller", "remove it"))
+    if proc.get("commandLine"):
+        out.append(
+            _refuse("/process/commandLine", "a Windows command line is not run on macOS", "use process.args")
+        )
+    if proc.get("terminal"):
+        out.append(
+            _refuse(
+                "/process/terminal",
+                "sandbox-exec gives the workload no terminal (no console socket on macOS)",
+                "set terminal to false",
+            )
+        )
+    oom = proc.get("oomScoreAdj")
+    if oom:
+        if oom > 0:  # asks to be killed first under memory pressure: macOS has no such score
+            out.append(
+                _refuse(
+                    "/process/oomScoreAdj",
+                    "macOS has no OOM score to raise; the workload would not be killed first",
+                    "remove it; bound memory with linux.resources.memory.limit (RLIMIT_AS)",
+                )
+            )
+        else:
+            warnings.append("/process/oomScoreAdj ignored on macOS (it protects, never restricts)")
+    if (cfg.get("root") or {}).get("readonly") is False:
+        warnings.append("/root/readonly false: the rootfs stays read-only on macOS")
+    for key in sorted(cfg.get("windows") or {}):
+        out.append(
+            _refuse(
+                f"/windows/{key}",
+                "the windows section is not applied on macOS",
+                "remove it; use linux.resources (memory.limit, pids.limit) or process.rlimits",
+            )
+        )
+    return out
+
+
+def plan_from_spec(
+    spec: Spec,
+    *,
+    caller_uid: int | None = None,
+    caller_gid: int | None = None,
+    caller_groups: Iterable[int] | None = None,
+    caller_umask: int | None = None,
+) -> DarwinPlan:
     """Interpret a loaded bundle (``bundle.load``) for ``sandbox-exec`` (rules in the module
     docstring): its config, with the sandbox settings the ``Spec`` already parsed (``spec.settings``:
     network, wall clock, CPU time, requires); nothing here parses them again.
 
     Args:
         spec: the loaded bundle (``root.path`` and mount sources resolve against ``spec.bundle``).
-        caller_uid: the uid the workload will run as (default ``os.getuid()``).
+        caller_uid, caller_gid, caller_groups, caller_umask: what the workload runs with, the
+            caller's own (defaults ``os.getuid()``, ``os.getgid()``, ``os.getgroups()``, the process
+            umask); ``process.user`` is checked against them (module docstring).
     Returns:
         The plan.  It reads the bundle's rootfs (lstat/stat) to resolve ``args[0]`` and ``cwd``.
     Raises:
@@ -368,21 +556,9 @@ def plan_from_spec(spec: Spec, *, caller_uid: int | None = None) -> DarwinPlan:
         requires.discard("network.deny")
     else:
         requires.add("network.deny")
-    user = proc.get("user") or {}
-    uid = int(user.get("uid", 0))
-    me = os.getuid() if caller_uid is None else caller_uid
-    if uid != me:
-        if uid == 0 and me != 0:
-            warnings.append(f"/process/user/uid 0 runs as the caller (uid {me}) on macOS")
-        else:
-            problems.append(
-                BundleProblem(
-                    "/process/user/uid",
-                    f"uid {uid} differs from the caller's ({me})",
-                    _POLICY,
-                    "run the shim as that user, or set uid 0",
-                )
-            )
+    problems += _process_fields(
+        config, _Caller.of(caller_uid, caller_gid, caller_groups, caller_umask), warnings
+    )
     if (proc.get("capabilities") or {}).get("effective"):
         warnings.append("/process/capabilities ignored on macOS (no Linux capabilities; none are granted)")
     wall_clock = settings.wall_clock

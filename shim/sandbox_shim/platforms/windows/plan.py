@@ -49,6 +49,13 @@ the macOS planner, ``platforms/darwin/plan.py``):
   ``sandbox-shim.cpu-time-seconds`` (this layer sets no per-process time limit), ``process.rlimits``
   (no POSIX rlimits), every entry of ``mounts`` (a job makes no mounts), ``linux.resources`` (use
   ``windows.resources``), ``linux.maskedPaths`` and ``linux.readonlyPaths`` (no path rules).
+* Refused with ``BundleInvalid`` and the pointer unless they ask for what a job does anyway (a job
+  runs the program as the caller's account, on the host's files, with no umask, terminal or OOM
+  score): ``process.user.uid``/``gid`` other than 0 (0 is the Linux user-namespace "root": the caller,
+  noted), a non-zero ``umask`` (0 noted), any ``additionalGids`` entry, ``username``,
+  ``process.commandLine`` (the command line is built from ``process.args``), ``process.terminal``
+  true, ``process.oomScoreAdj`` above 0 (below 0 only protects: noted), ``root.readonly`` true (a job
+  cannot keep files read-only).
 * Recorded in ``notes`` (they grant, never restrict, so nothing is weakened): ``hostname``,
   ``process.capabilities`` and the other ``linux`` keys (``sysctl``, ``devices``, ``cgroupsPath``...).
 """
@@ -212,6 +219,90 @@ def _refuse(ptr: str, message: str, fix: str) -> BundleProblem:
     return BundleProblem(ptr, message, _POLICY + " (Windows Job Objects)", fix)
 
 
+def _process_fields(config: dict[str, Any], notes: list[str]) -> list[BundleProblem]:
+    """``process.user`` (``uid``, ``gid``, ``umask``, ``additionalGids``, ``username``),
+    ``commandLine``, ``terminal``, ``oomScoreAdj`` and ``root.readonly``: a job runs the program as the
+    caller's account on the host's files, with no umask, no terminal and no OOM score, so each is
+    refused with its pointer unless it asks for what a job does anyway; what only grants is a note."""
+    out: list[BundleProblem] = []
+    proc = config.get("process") or {}
+    user = proc.get("user") or {}
+    for key in ("uid", "gid"):
+        asked = user.get(key)
+        if asked:  # 0 is the Linux user-namespace "root": the caller, with no more rights
+            out.append(
+                _refuse(
+                    f"/process/user/{key}",
+                    f"{key} {asked} is not applied: a Job Object runs as the caller's account",
+                    f"remove it or set {key} 0, and run the shim as the account the workload needs",
+                )
+            )
+        elif asked == 0:
+            notes.append(f"/process/user/{key} 0 runs as the caller's account on Windows")
+    for i, _ in enumerate(user.get("additionalGids") or []):
+        out.append(
+            _refuse(
+                f"/process/user/additionalGids/{i}",
+                "Windows has no POSIX groups: the caller's token groups apply",
+                "remove it",
+            )
+        )
+    umask = user.get("umask")
+    if umask:  # a mask asked to hold: Windows files take inherited ACLs, never a umask
+        out.append(
+            _refuse(
+                "/process/user/umask", f"Windows has no umask; {umask:04o} would not be applied", "remove it"
+            )
+        )
+    elif umask == 0:
+        notes.append("/process/user/umask 0: Windows has no umask (new files take inherited ACLs)")
+    if user.get("username"):
+        out.append(
+            _refuse(
+                "/process/user/username",
+                "a Job Object does not log on as another account: the program runs as the caller",
+                "remove it, and run the shim as that account",
+            )
+        )
+    if proc.get("commandLine"):
+        out.append(
+            _refuse(
+                "/process/commandLine",
+                "commandLine is not passed: the command line is built from process.args",
+                "remove it; put the program and its arguments in process.args",
+            )
+        )
+    if proc.get("terminal"):
+        out.append(
+            _refuse(
+                "/process/terminal",
+                "a Job Object gives the program no terminal (no console socket on Windows)",
+                "set terminal to false",
+            )
+        )
+    oom = proc.get("oomScoreAdj")
+    if oom:
+        if oom > 0:  # asks to be killed first under memory pressure: Windows has no such score
+            out.append(
+                _refuse(
+                    "/process/oomScoreAdj",
+                    "Windows has no OOM score to raise; the program would not be killed first",
+                    "remove it; bound memory with windows.resources.memory.limit",
+                )
+            )
+        else:
+            notes.append("/process/oomScoreAdj not applied on Windows (it protects, never restricts)")
+    if (config.get("root") or {}).get("readonly"):
+        out.append(
+            _refuse(
+                "/root/readonly",
+                "a Job Object cannot make files read-only: the program writes wherever the caller can",
+                "set root.readonly to false, or run the bundle on Linux or macOS",
+            )
+        )
+    return out
+
+
 def _unsupported(spec: Spec, problems: list[BundleProblem], derived: set[str], notes: list[str]) -> None:
     """Every field a Job Object cannot apply: a requirement (refused by ``check_requirements`` as
     ``CapabilityUnavailable``), a ``BundleProblem`` with its pointer, or a note for a field that only
@@ -261,6 +352,7 @@ def _unsupported(spec: Spec, problems: list[BundleProblem], derived: set[str], n
             problems.append(
                 _refuse(f"/linux/{key}/{i}", "a Job Object has no path rules", f"remove it from linux.{key}")
             )
+    problems += _process_fields(config, notes)
     handled = {"namespaces", "seccomp", "resources", "maskedPaths", "readonlyPaths"}
     for key in sorted(set(linux) - handled):
         notes.append(f"/linux/{key} not applied on Windows (no Linux kernel; it grants, never restricts)")
