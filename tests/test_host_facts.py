@@ -8,7 +8,10 @@ detection and the capability cache key all read the table through it.
 
 from __future__ import annotations
 
+import ast
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +89,132 @@ def test_proc_status_has_one_parser() -> None:
 
         eff = proc.status_field("CapEff")
         assert eff is not None and _has_sys_resource() == bool(int(eff, 16) >> 24 & 1)
+
+
+# -- who may name a host file: a scan of the package's string literals ------------------------------
+
+PACKAGE = Path(__file__).resolve().parents[1] / "shim" / "sandbox_shim"
+
+#: a host path under proc(5) or sysfs(5): ``/proc``, ``/sys`` and anything below them
+HOST_PATH = re.compile(r"(^|[\s'\"=:(])/(proc|sys)(/|$|\s)")
+
+#: the modules outside ``platforms/linux/`` that may spell such a path, and why.  Every other one
+#: asks an owner (or the platform, through ``platforms.select`` / the mechanism) for the fact.
+HOST_PATH_OWNERS = {
+    "posix.py": "pid_exists: /proc/PID, the one owner of 'does this pid exist'",
+    "procstat.py": "/proc/PID/stat, its one reader",
+    "mountinfo.py": "/proc/self/mountinfo, its one parser",
+    "host_mounts.py": "passes /proc/self/mountinfo to mountinfo.read (and names it in its message)",
+    "probes/proc.py": "/proc/self/status, its one parser (and the generic proc(5) read)",
+    # paths inside the sandbox, from or for the config: not facts of the host
+    "bundle.py": "the container's /proc and /sys mount destinations (config rules)",
+    "paths.py": "the container's /proc and /sys mount destinations (config rules)",
+    "template.py": "the default config's masked and read-only container paths",
+    "hardening/tenant.py": "messages about the container's /proc mounts in a config",
+    "platforms/darwin/plan.py": "the container's /proc and /sys mount destinations (refused on macOS)",
+    "conformance/checks/isolation.py": "shell probes run inside the sandbox",
+    "conformance/checks/isolation_host.py": "shell probes run inside the sandbox",
+    "conformance/checks/isolation_kernel.py": "shell probes run inside the sandbox",
+}
+
+#: facts of the host with one reader in the whole package: the pattern a literal spelling the file
+#: matches (f-string and ``+`` parts that are not text are ``\0``) -> the module that owns it
+ONE_READER = {
+    r"^/proc/(\0|self|\d+)/stat$": "procstat.py",
+    r"^/proc/(\0|\d+)/?$": "posix.py",
+    r"^/proc/self/environ$": "platforms/linux/landlock.py",
+    r"^/proc/self/status$": "probes/proc.py",
+    r"^/proc/self/mountinfo$": "mountinfo.py",
+    r"^/sys/fs/cgroup": "platforms/linux/cgroups/",
+}
+
+
+def _folded(node: ast.AST) -> str | None:
+    """The text a string constant, an f-string or a ``+`` chain of them spells (other parts ``\\0``)."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "\0" for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _folded(node.left), _folded(node.right)
+        if left is None and right is None:
+            return None
+        return (left if left is not None else "\0") + (right if right is not None else "\0")
+    return None
+
+
+def host_paths(package: Path) -> list[tuple[str, int, str]]:
+    """``(module, line, text)`` for each string (not a docstring: text for readers) in the package
+    naming a path under /proc or /sys, after folding f-strings and ``+`` chains."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = str(path.relative_to(package))
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        docs = {
+            id(n.value)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Expr)
+            and isinstance(n.value, ast.Constant)
+            and isinstance(n.value.value, str)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Constant, ast.JoinedStr, ast.BinOp)) and id(node) not in docs:
+                text = _folded(node)
+                if text is not None and HOST_PATH.search(text):
+                    found.append((rel, getattr(node, "lineno", 0), text))
+    return found
+
+
+def host_path_violations(package: Path) -> list[str]:
+    """``module:line: text`` for each host path named outside ``platforms/linux/`` and the owners
+    of ``HOST_PATH_OWNERS``, and for each ``ONE_READER`` fact spelled outside its owner."""
+    bad = []
+    for rel, line, text in host_paths(package):
+        if not rel.startswith("platforms/linux/") and rel not in HOST_PATH_OWNERS:
+            bad.append(f"{rel}:{line}: {text!r} (not an owner of host facts)")
+        for pattern, owner in ONE_READER.items():
+            if re.search(pattern, text) and not rel.startswith(owner):
+                bad.append(f"{rel}:{line}: {text!r} (read only through {owner})")
+    return bad
+
+
+def test_only_the_owners_name_host_files() -> None:
+    found = host_paths(PACKAGE)
+    assert {r for r, _, _ in found} >= {"posix.py", "procstat.py", "platforms/linux/landlock.py"}  # control
+    assert host_path_violations(PACKAGE) == []
+    # each allowed owner still names one (no stale entry)
+    assert set(HOST_PATH_OWNERS) <= {r for r, _, _ in found}
+
+
+@pytest.mark.parametrize(
+    ("module", "code"),
+    [
+        # the review's plants: a third /proc/PID/stat parser, a cgroup file read in the control plane
+        (
+            "platforms/linux/process.py",
+            'def _b(pid: int) -> bytes:\n    with open(f"/proc/{pid}/stat", "rb") as fh:\n'
+            "        return fh.read()\n",
+        ),
+        (
+            "control.py",
+            'def _b() -> str:\n    with open("/sys/fs/cgroup/cgroup.controllers") as fh:\n'
+            "        return fh.read()\n",
+        ),
+        # a second "does this pid exist", a second environ parser, a proc read in the core
+        (
+            "platforms/linux/residue.py",
+            'def _b(pid: str) -> bool:\n    return os.path.exists("/proc/" + pid)\n',
+        ),
+        ("hardening/confinement.py", '_E = "/proc/self/environ"\n'),
+        ("probes/cache.py", "def _b(p: str) -> str:\n    return _read(f'/proc/sys/{p}')\n"),
+        ("platforms/linux/enter.py", '_S = "/proc/self/" + "stat"\n'),
+    ],
+)
+def test_a_host_file_named_outside_its_owner_is_found(tmp_path: Path, module: str, code: str) -> None:
+    pkg = tmp_path / "sandbox_shim"
+    shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    assert host_path_violations(pkg) == []  # the control: the copy is as clean as the tree
+    with open(pkg / module, "a", encoding="utf-8") as fh:
+        fh.write("\n\n" + code)
+    found = host_path_violations(pkg)
+    assert found and all(f.startswith(module + ":") for f in found), found

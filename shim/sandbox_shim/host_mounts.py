@@ -39,12 +39,13 @@ HOST_KERNEL_FS = frozenset(
 )
 
 
-def mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, str]] | None:
+def mounts(mountinfo: str | None = None) -> list[tuple[str, str]] | None:
     """(mount point, file system type) of every mount of this mount namespace (``mountinfo.read``,
-    escapes decoded), or None where the file cannot be read (not Linux, no /proc)."""
+    escapes decoded; ``mountinfo`` a mountinfo file, default ``mountinfo.MOUNTINFO``, this
+    process's), or None where the file cannot be read (not Linux, no /proc)."""
     from .mountinfo import read
 
-    table = read(mountinfo)
+    table = read() if mountinfo is None else read(mountinfo)
     return None if table is None else [(m.mount_point, m.fstype) for m in table]
 
 

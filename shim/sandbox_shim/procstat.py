@@ -1,9 +1,9 @@
 """``/proc/PID/stat``: the one reader of that file in the package (proc(5)).
 
-``platforms/linux/enter.py`` runs standalone and keeps its own.  Not psutil: the lifecycle verbs and
-``confine`` read this and psutil costs each ~40 ms to import, and its create_time is rounded seconds,
-not ticks.  It imports nothing: confine's start-up (the placeholder journal) reads it too.  ``state``
-re-exports the three functions.
+``platforms/linux/enter.py`` (forked, or run standalone) imports it before any step.  Not psutil:
+the lifecycle verbs and ``confine`` read this and psutil costs each ~40 ms to import, and its
+create_time is rounded seconds, not ticks.  It imports nothing: confine's start-up (the placeholder
+journal) reads it too.  ``state`` re-exports the three functions.
 """
 
 from __future__ import annotations

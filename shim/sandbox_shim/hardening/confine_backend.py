@@ -44,6 +44,11 @@ if TYPE_CHECKING:
             """Have this process get ``sig`` when its parent ends; False where the OS has no way."""
             ...
 
+        def initial_environ(self) -> dict[str, str] | None:
+            """This process's environment as it was exec'd, before the interpreter's start-up changed
+            ``os.environ``; None where the OS does not keep it."""
+            ...
+
         def render(
             self,
             exe: str,

@@ -102,19 +102,15 @@ def caller_environ() -> dict[str, str]:
 
     On Linux it is read from ``/proc/self/environ`` (proc(5)): the interpreter's startup may have
     added variables to ``os.environ`` (PEP 538 sets ``LC_CTYPE`` under the C locale), and the
-    confined process must see exactly what the caller had.  Elsewhere: a copy of ``os.environ``.
+    confined process must see exactly what the caller had.  Elsewhere (or when it cannot be read):
+    a copy of ``os.environ``.  Read through the platform's confinement backend
+    (``ConfineBackend.initial_environ``), which owns the parser.
     """
-    try:
-        with open("/proc/self/environ", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return dict(os.environ)
-    env: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        if b"=" in item:
-            k, _, v = item.partition(b"=")
-            env.setdefault(os.fsdecode(k), os.fsdecode(v))
-    return env
+    from ..platforms.select import confine_backend
+
+    backend = confine_backend()
+    env = backend.initial_environ() if backend is not None else None
+    return dict(os.environ) if env is None else env
 
 
 def _within(path: str, root: str) -> bool:

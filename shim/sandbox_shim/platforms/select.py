@@ -90,8 +90,9 @@ def register_probes() -> None:
 def cache_facts() -> dict[str, str]:
     """The platform's part of the capability cache key (``probes.cache.cache_key``): cheap reads only.
 
-    Linux: ``{"bwrap": the identity of the bwrap create runs, "cgroups": the cgroup layout}``;
-    elsewhere ``{"bwrap": "absent"}``."""
+    Linux: ``platforms/linux/hostkey.cache_facts`` (boot_id, bwrap's identity, the cgroup layout,
+    the user namespace, this process's confinement, the user-namespace sysctls); elsewhere
+    ``{"bwrap": "absent"}``."""
     if not _linux():
         return {"bwrap": "absent"}
     from .linux.hostkey import cache_facts as linux_facts

@@ -2,8 +2,9 @@
 
 ``cached_report(names, cache_dir)`` returns reports from ``cache_dir/capabilities.json`` while its key
 equals ``cache_key()``, and probes (then rewrites the file) otherwise.  The key holds everything whose
-change may change a probe's answer; it is built from cheap reads only (proc(5) files, ``stat`` of
-bwrap, ``uname``; the platform's part from ``platforms.select.cache_facts``), so a lifecycle verb
+change may change a probe's answer; it is built from cheap reads only (``uname``, euid, and the
+platform's part from ``platforms.select.cache_facts``: on Linux proc(5) files and ``stat`` of
+bwrap), so a lifecycle verb
 can check it on every call (well under a millisecond) without running a program.  Nothing here
 imports ctypes or subprocess: a cache hit loads no probe.
 """
@@ -16,8 +17,6 @@ import sys
 from .. import fastjson as json  # start reads the cache on every call: no json, re, enum
 from .. import posix
 from ..capability import Capability
-from .proc import read as _read
-from .proc import status_fields
 
 #: bump when a probe's meaning changes, so old caches are not trusted
 PROBES_VERSION = "2"
@@ -34,40 +33,20 @@ def host_facts() -> dict[str, str]:
     return {"kernel": platform.release(), "arch": platform.machine(), "platform": sys.platform}
 
 
-def _ns_inode(kind: str) -> str:
-    try:
-        return str(os.stat(f"/proc/self/ns/{kind}").st_ino)
-    except OSError:
-        return ""
-
-
 def cache_key() -> dict[str, str]:
     """Everything whose change may change a probe's answer, as text (cheap reads only).
 
-    Keys: kernel release and build, boot_id (proc(5): new each boot), the identity of the bwrap
-    create runs (``platforms/linux/locate.bwrap_stat_identity``), the cgroup layout (the
-    hierarchies, the v2 ``cgroup.controllers`` and each cgroup mount's options, read fresh from
-    /proc/self/mountinfo), euid and the user namespace,
-    this process's confinement (Seccomp, NoNewPrivs and the effective and bounding capability sets
-    of /proc/self/status), the user-namespace sysctls, and ``PROBES_VERSION``.
+    Keys: kernel release and build, euid, ``PROBES_VERSION``, and the platform's own facts
+    (``platforms.select.cache_facts``; on Linux ``platforms/linux/hostkey.py``: boot_id, the
+    identity of the bwrap create runs, the cgroup layout, the user namespace, this process's
+    confinement from /proc/self/status and the user-namespace sysctls).  No host file is read here.
     """
     key = dict(host_facts())
     key["kernel_build"] = os.uname().version if hasattr(os, "uname") else ""
-    key["boot_id"] = _read("/proc/sys/kernel/random/boot_id") or ""
+    key["euid"] = str(os.geteuid()) if hasattr(os, "geteuid") else ""
     from ..platforms.select import cache_facts
 
-    key.update(cache_facts())  # bwrap's identity and the cgroup layout (platforms/linux/hostkey.py)
-    key["euid"] = f"{os.geteuid() if hasattr(os, 'geteuid') else ''};userns={_ns_inode('user')}"
-    status = status_fields(("Seccomp", "NoNewPrivs", "CapEff", "CapBnd"))
-    key["confinement"] = ";".join(f"{k}={v}" for k, v in status.items())
-    key["sysctls"] = ";".join(
-        f"{p}={_read('/proc/sys/' + p)}"
-        for p in (
-            "user/max_user_namespaces",
-            "kernel/unprivileged_userns_clone",
-            "kernel/apparmor_restrict_unprivileged_userns",
-        )
-    )
+    key.update(cache_facts())
     key["probes_version"] = PROBES_VERSION
     return key
 

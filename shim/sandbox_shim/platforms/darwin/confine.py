@@ -32,6 +32,11 @@ def parent_death_signal(sig: int) -> bool:
     return False
 
 
+def initial_environ() -> dict[str, str] | None:
+    """None: macOS keeps no readable copy of the exec'd environment (the caller uses ``os.environ``)."""
+    return None
+
+
 def report(bwrap: str | None = None) -> list[Capability]:
     """``sandbox-exec`` present and executable, as a ``Capability`` report."""
     from ...capability import Capability

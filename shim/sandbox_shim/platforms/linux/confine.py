@@ -138,9 +138,16 @@ def probe_bwrap(bwrap: str | None = None) -> Capability:
 
 
 def parent_death_signal(sig: int) -> bool:
-    """``prctl(PR_SET_PDEATHSIG, sig)`` for this process (prctl(2)) through the ``_ctypes`` the
-    Landlock layer loads anyway (no ``ctypes`` import); True when set."""
-    return ll._libc().prctl(1, sig, 0, 0, 0) == 0
+    """``prctl(PR_SET_PDEATHSIG, sig)`` for this process (prctl(2)) through ``ll.pdeathsig_setter``,
+    the package's one setter of it; True when set."""
+    return ll.pdeathsig_setter(sig)()
+
+
+def initial_environ() -> dict[str, str] | None:
+    """This process's exec'd environment, decoded (``os.fsdecode``), from ``ll.initial_environ``, the
+    one parser of ``/proc/self/environ``; None when it cannot be read."""
+    env = ll.initial_environ()
+    return None if env is None else {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
 
 
 def probe_landlock() -> Capability:

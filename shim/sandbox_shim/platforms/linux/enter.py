@@ -3,7 +3,8 @@
 H is forked from the library's own process (``enter_client.exec_in`` calls ``run`` in the child: no
 interpreter starts per exec, ~15 ms of start-up and imports saved) with its stdio set and every
 other fd closed; ``python -I -S enter.py SPEC_FD STATUS_FD`` runs the same steps standalone.  This
-module imports only the standard library, all of it before any step: after ``setns(CLONE_NEWNS)``
+module imports only the standard library and ``procstat`` (the package's one reader of /proc/PID/stat,
+which imports nothing), all of it before any step: after ``setns(CLONE_NEWNS)``
 the host's files, Python's own included, are out of reach.  ``run`` takes the spec (``Spec`` below;
 standalone: ``marshal``-ed in ``SPEC_FD``); ``STATUS_FD`` receives the reports (``Status`` below).
 The library side is ``sandbox_shim.execution``.
@@ -73,6 +74,14 @@ import resource
 import select  # here: nothing is imported in H, a fork of a caller that may hold the import lock
 import signal
 import sys
+
+if __package__:  # imported before the fork (enter_client), like every other module H uses
+    from ...procstat import proc_start_time as start_time  # the one reader of /proc/PID/stat
+else:  # standalone (``python -I -S enter.py``): the package root is three folders up
+    sys.path.insert(
+        0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    )
+    from sandbox_shim.procstat import proc_start_time as start_time
 
 #: namespace file under /proc/PID/ns -> CLONE_NEW* flag (setns(2)); user first, then the rest
 NAMESPACES = (
@@ -188,16 +197,6 @@ def same_ns(pid: int, name: str) -> bool:
     """True if ``pid`` and this process share namespace ``name`` (same device and inode)."""
     a, b = os.stat(f"/proc/{pid}/ns/{name}"), os.stat(f"/proc/self/ns/{name}")
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-
-
-def start_time(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat (start time, clock ticks since boot), or None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    return int(data[data.rfind(b")") + 2 :].split()[19])
 
 
 def set_credentials(spec: dict, last_cap: int) -> None:

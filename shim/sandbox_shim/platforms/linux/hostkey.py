@@ -7,9 +7,19 @@ from /proc/self/mountinfo (proc(5); parsed by ``sandbox_shim.mountinfo``).
 
 from __future__ import annotations
 
+import os
+
 from ...mountinfo import Mount
 from ...mountinfo import read as read_mountinfo
+from ...probes.proc import read, status_fields
 from .locate import bwrap_stat_identity
+
+#: the sysctls that decide whether an unprivileged user namespace can be made (proc(5) /proc/sys)
+USERNS_SYSCTLS = (
+    "user/max_user_namespaces",
+    "kernel/unprivileged_userns_clone",
+    "kernel/apparmor_restrict_unprivileged_userns",
+)
 
 
 def cgroup_mounts(table: list[Mount]) -> str:
@@ -24,12 +34,29 @@ def cgroup_mounts(table: list[Mount]) -> str:
     return ";".join(sorted(out))
 
 
+def _ns_inode(kind: str) -> str:
+    """The inode of this process's namespace ``kind`` (/proc/self/ns/KIND, proc(5)), "" if unreadable."""
+    try:
+        return str(os.stat(f"/proc/self/ns/{kind}").st_ino)
+    except OSError:
+        return ""
+
+
 def cache_facts() -> dict[str, str]:
-    """``{"bwrap": bwrap_stat_identity(), "cgroups": "<layout fingerprint>|<cgroup mounts>"}``."""
+    """The Linux part of the cache key, all text: ``boot_id`` (/proc/sys/kernel/random/boot_id, new
+    each boot), ``bwrap`` (``bwrap_stat_identity()``), ``cgroups`` (``"<layout fingerprint>|<cgroup
+    mounts>"``), ``userns`` (the user namespace's inode), ``confinement`` (Seccomp, NoNewPrivs and
+    the effective and bounding capability sets of /proc/self/status) and ``sysctls``
+    (``USERNS_SYSCTLS``, ``path=value``; ``None`` for one that is absent)."""
     from .cgroups.detect import layout_of
 
     table = read_mountinfo() or []
+    status = status_fields(("Seccomp", "NoNewPrivs", "CapEff", "CapBnd"))
     return {
+        "boot_id": read("/proc/sys/kernel/random/boot_id") or "",
         "bwrap": bwrap_stat_identity(),
         "cgroups": f"{layout_of(table).fingerprint()}|{cgroup_mounts(table)}",
+        "userns": _ns_inode("user"),
+        "confinement": ";".join(f"{k}={v}" for k, v in status.items()),
+        "sysctls": ";".join(f"{p}={read('/proc/sys/' + p)}" for p in USERNS_SYSCTLS),
     }

@@ -34,7 +34,7 @@ import sys
 
 TYPE_CHECKING = False  # start-up cost: no typing at run time
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any
 
 # Syscall numbers: the same on x86_64 and aarch64 (asm-generic unistd.h: 444, 445, 446).
@@ -137,6 +137,23 @@ class _Libc:
 
 def _libc() -> _Libc:
     return _Libc()
+
+
+#: prctl(2) option: the signal this process gets when its parent thread ends (linux/prctl.h)
+PR_SET_PDEATHSIG = 1
+
+
+def pdeathsig_setter(sig: int) -> Callable[[], bool]:
+    """A function that sets ``PR_SET_PDEATHSIG`` to ``sig`` for the process calling it (prctl(2)) and
+    returns True when set: the package's one setter of it.  The C library is found here, when the
+    setter is made, so a setter made before ``fork`` makes only the syscall in the child (a
+    ``preexec_fn``, a forked placeholder).  Loads ``_ctypes``, not the ``ctypes`` package."""
+    prctl = _libc().prctl
+
+    def set_() -> bool:
+        return prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0
+
+    return set_
 
 
 def get_errno() -> int:
@@ -422,10 +439,11 @@ def _start_forwarder(spec: str) -> None:
     listener.close()
 
 
-def _initial_environ() -> dict[bytes, bytes] | None:
+def initial_environ() -> dict[bytes, bytes] | None:
     """The environment block this process was exec'd with, untouched by the interpreter's startup
     (PEP 538 locale coercion may set LC_CTYPE in ``os.environ``; ``/proc/self/environ`` is the
-    original block)."""
+    original block): the package's one parser of that file (proc(5); ``confine.initial_environ``
+    decodes it for the control plane).  None when it cannot be read."""
     try:
         with open("/proc/self/environ", "rb") as fh:
             raw = fh.read()
@@ -479,7 +497,7 @@ def main(argv: Sequence[str]) -> int:
             f"({abi_version()}); not running\n"
         )
         return 126
-    env = _initial_environ()
+    env = initial_environ()
     try:
         if apply:
             restrict_self(rules, scoped=scoped)

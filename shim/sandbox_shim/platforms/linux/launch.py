@@ -59,21 +59,21 @@ def spawn_bwrap(
     Raises:
         LaunchFailed: bwrap could not be started, or a namespace could not be joined.
     """
-    import ctypes
     import subprocess
 
     from . import namespaces
+    from .landlock import pdeathsig_setter
 
     stdio = dict(zip(("stdin", "stdout", "stderr"), stdio_fds, strict=True)) if stdio_fds else {}
     procs = [os.fsencode(p) for p in cgroup_procs or []]
-    libc = ctypes.CDLL(None, use_errno=True)
+    die_with_parent = pdeathsig_setter(9)  # SIGKILL; the C library is found here, before the fork
     parent = os.getpid()
 
     def preexec() -> None:  # between fork and exec: plain syscalls only
         # The outer bwrap dies with this process (kill -9 of create leaves no bwrap in the host's
         # namespaces); the parent-death signal survives execve of a non-set-user-ID binary (prctl(2))
         # and is not inherited by bwrap's child, which outlives the outer bwrap by design.
-        if libc.prctl(1, 9, 0, 0, 0) != 0 or os.getppid() != parent:  # PR_SET_PDEATHSIG, SIGKILL
+        if not die_with_parent() or os.getppid() != parent:  # PR_SET_PDEATHSIG, SIGKILL
             os._exit(125)
         for path in procs:
             fd = os.open(path, os.O_WRONLY)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 
-PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 

@@ -125,7 +125,7 @@ def sweep_probe_cgroups(layout: Layout | None = None) -> list[str]:
             continue
         for n in names:
             pid = n[len(PROBE_PREFIX) :].split("-", 1)[0]
-            if pid.isdigit() and os.path.exists(f"/proc/{pid}"):
+            if pid.isdigit() and posix.pid_exists(int(pid)):  # the one owner of "does this pid exist"
                 continue
             try:
                 os.rmdir(os.path.join(base, n))

@@ -477,8 +477,9 @@ def _placeholder() -> int:
     """Fork a child that only waits to be killed (it holds the new scope until bwrap is in it).  It dies
     with its parent (PR_SET_PDEATHSIG, prctl(2)), so a create killed midway leaves an empty scope, which
     systemd removes, and no process."""
-    import ctypes
+    from ..landlock import pdeathsig_setter
 
+    die_with_parent = pdeathsig_setter(signal.SIGKILL)  # the C library is found before the fork
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -486,7 +487,7 @@ def _placeholder() -> int:
             # the parent's files (a state lock among them: flock(2) locks belong to the open file,
             # which a forked copy keeps) are not the placeholder's to hold
             os.closerange(3, 1 << 16)
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+            die_with_parent()  # PR_SET_PDEATHSIG
             if os.getppid() != parent:  # the parent died before prctl took effect
                 os._exit(0)
             while True:
