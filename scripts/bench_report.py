@@ -194,7 +194,8 @@ def readme_table(results: dict[str, Any]) -> str:
         "teardown_vs_crun": "burst teardown vs crun",
         "procs_per_sandbox": "processes per running sandbox",
         "pss_vs_crun": "PSS per sandbox vs crun",
-        "confine_vs_2x_bwrap_plus_20ms": "confine vs 2 x bwrap + 20 ms",
+        "confine_vs_2x_bwrap_plus_20ms": "confine vs 2 x bwrap by hand + 20 ms (warm)",
+        "confine_vs_2x_bwrap_plus_20ms_cold": "confine vs 2 x bwrap by hand + 20 ms (cold)",
     }
     for section, key, label in (
         ("cli_lifecycle", None, "CLI lifecycle"),
