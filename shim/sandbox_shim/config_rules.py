@@ -631,3 +631,36 @@ def problems(
             )
         )
     return errors, mount_option_problems(cfg)[1]
+
+
+def terminal_and_oom_problems(
+    process: dict[str, Any], platform: str, rule: str, memory_fix: str, grants: list[str]
+) -> list[BundleProblem]:
+    """``process.terminal`` and ``process.oomScoreAdj`` on a platform with no console socket and no
+    OOM score (``platform``: ``"macOS"``, ``"Windows"``): a terminal, or a score above 0 (asking to be
+    killed first), is refused with its pointer (``rule`` names the policy; ``memory_fix`` says what
+    bounds memory there); a score below 0 only protects, so it is appended to ``grants`` as not
+    applied."""
+    out: list[BundleProblem] = []
+    if process.get("terminal"):
+        out.append(
+            BundleProblem(
+                "/process/terminal",
+                f"the workload gets no terminal on {platform} (no console socket)",
+                rule,
+                "set terminal to false",
+            )
+        )
+    oom = process.get("oomScoreAdj")
+    if oom and oom > 0:
+        out.append(
+            BundleProblem(
+                "/process/oomScoreAdj",
+                f"{platform} has no OOM score to raise; the workload would not be killed first",
+                rule,
+                f"remove it; {memory_fix}",
+            )
+        )
+    elif oom:
+        grants.append(f"/process/oomScoreAdj not applied on {platform} (it protects, never restricts)")
+    return out

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...capability import Capability, linux_requirements
+from ...config_rules import terminal_and_oom_problems
 from ...errors import BundleInvalid, BundleProblem, CapabilityUnavailable, CouldNotRun
 from ...hardening import tenant
 from ...hooks import refuse_in_sandbox, refuse_on_host
@@ -473,26 +474,13 @@ def _process_fields(cfg: dict[str, Any], me: _Caller, warnings: list[str]) -> li
         out.append(
             _refuse("/process/commandLine", "a Windows command line is not run on macOS", "use process.args")
         )
-    if proc.get("terminal"):
-        out.append(
-            _refuse(
-                "/process/terminal",
-                "sandbox-exec gives the workload no terminal (no console socket on macOS)",
-                "set terminal to false",
-            )
-        )
-    oom = proc.get("oomScoreAdj")
-    if oom:
-        if oom > 0:  # asks to be killed first under memory pressure: macOS has no such score
-            out.append(
-                _refuse(
-                    "/process/oomScoreAdj",
-                    "macOS has no OOM score to raise; the workload would not be killed first",
-                    "remove it; bound memory with linux.resources.memory.limit (RLIMIT_AS)",
-                )
-            )
-        else:
-            warnings.append("/process/oomScoreAdj ignored on macOS (it protects, never restricts)")
+    out += terminal_and_oom_problems(
+        proc,
+        "macOS",
+        _POLICY + " (macOS sandbox-exec)",
+        "bound memory with linux.resources.memory.limit (RLIMIT_AS)",
+        warnings,
+    )
     if (cfg.get("root") or {}).get("readonly") is False:
         warnings.append("/root/readonly false: the rootfs stays read-only on macOS")
     for key in sorted(cfg.get("windows") or {}):

@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...capability import Capability, linux_requirements
+from ...config_rules import terminal_and_oom_problems
 from ...errors import BundleInvalid, BundleProblem, CapabilityUnavailable
 from ...hardening import tenant
 from ...hooks import refuse_in_sandbox, refuse_on_host
@@ -272,26 +273,13 @@ def _process_fields(config: dict[str, Any], notes: list[str]) -> list[BundleProb
                 "remove it; put the program and its arguments in process.args",
             )
         )
-    if proc.get("terminal"):
-        out.append(
-            _refuse(
-                "/process/terminal",
-                "a Job Object gives the program no terminal (no console socket on Windows)",
-                "set terminal to false",
-            )
-        )
-    oom = proc.get("oomScoreAdj")
-    if oom:
-        if oom > 0:  # asks to be killed first under memory pressure: Windows has no such score
-            out.append(
-                _refuse(
-                    "/process/oomScoreAdj",
-                    "Windows has no OOM score to raise; the program would not be killed first",
-                    "remove it; bound memory with windows.resources.memory.limit",
-                )
-            )
-        else:
-            notes.append("/process/oomScoreAdj not applied on Windows (it protects, never restricts)")
+    out += terminal_and_oom_problems(
+        proc,
+        "Windows",
+        _POLICY + " (Windows Job Objects)",
+        "bound memory with windows.resources.memory.limit",
+        notes,
+    )
     if (config.get("root") or {}).get("readonly"):
         out.append(
             _refuse(
