@@ -500,7 +500,7 @@ def unshare_links(held: Sequence[str]) -> list[str]:
 
 def _replace_with_copy(path: str, st: os.stat_result) -> None:
     """``path`` (lstat ``st``) replaced by a copy with a new inode: same content, permission bits,
-    times and (when run as root) owner.  Raises OSError."""
+    times and (when run as root) owner.  Raises OSError (the copy is removed, ``path`` untouched)."""
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.relink")
     src = os.open(path, os.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK)
     try:
@@ -509,33 +509,22 @@ def _replace_with_copy(path: str, st: os.stat_result) -> None:
             raise OSError(f"{path} changed while it was copied")
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | posix.O_NOFOLLOW, 0o600)
         try:
-            while True:
-                chunk = os.read(src, 1 << 20)
-                if not chunk:
-                    break
+            while chunk := os.read(src, 1 << 20):
                 os.write(out, chunk)
             if posix.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
                 posix.fchown(out, st.st_uid, st.st_gid)  # root confining a user's project: theirs still
             posix.fchmod(out, st.st_mode & 0o7777)
         finally:
             os.close(out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    finally:
-        os.close(src)
-    try:
         os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
         os.rename(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        from ..durable import discard  # the failure path only: durable is not on confine's start-up
+
+        discard(tmp)
         raise
+    finally:
+        os.close(src)
 
 
 def build_sets(
