@@ -214,7 +214,10 @@ def serve_after(spec: LaunchSpec) -> None:
 
             if egress is not None:
                 egress.start()  # a thread of this child; the main thread waits for the command's end
-            select.select([watch], [], [])
+            waiter = select.poll()  # poll(2): no FD_SETSIZE limit on the pidfd's number
+            waiter.register(watch, select.POLLIN)
+            while not waiter.poll():
+                pass
             done()
         if egress is not None:
             egress.serve_forever()
