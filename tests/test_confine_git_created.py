@@ -41,6 +41,8 @@ def proj(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     p = home / "proj"
     p.mkdir(parents=True)
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "GIT_CONFIG_NOSYSTEM": "1"}
+    if "PYTHONPATH" in os.environ:  # a source tree under test is the one run
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     subprocess.run(["git", "init", "-q", str(p)], check=True, env=env)
     return p, env
 

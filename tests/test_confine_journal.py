@@ -27,7 +27,9 @@ NAMES = (".claude", ".idea", ".vscode", ".mcp.json")
 
 
 def env_for(home: Path) -> dict[str, str]:
-    return {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    """A small environment; ``PYTHONPATH`` is kept, so a source tree under test is the one run."""
+    kept = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+    return {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **kept}
 
 
 def confine_cmd(proj: Path, *cmd: str) -> list[str]:
@@ -72,6 +74,36 @@ def test_normal_run_leaves_nothing_and_keeps_the_users_own(proj: Path) -> None:
     assert left(proj) == [".vscode"]
     journal = confine_journal.journal_dir(env)
     assert journal and records(journal) == []
+
+
+#: ``python -c`` that runs the CLI without ``os.pidfd_open`` (a kernel before 5.3, or macOS): the
+#: child that outlives the exec then learns of the command's end from PR_SET_PDEATHSIG instead
+NO_PIDFD = (
+    "import os, runpy, sys; del os.pidfd_open; sys.argv[0] = 'sandbox-shim'; "
+    "runpy.run_module('sandbox_shim', run_name='__main__')"
+)
+
+
+@pytest.mark.parametrize("watch", ["pidfd", "pdeathsig"])
+def test_the_commands_end_releases_the_placeholders(proj: Path, watch: str) -> None:
+    """Whichever way the child learns that the command ended, the placeholders go then (control:
+    they are there while the command runs), the command's status is kept, and the child exits."""
+    env = env_for(proj.parent)
+    cmd = confine_cmd(proj, "sleep", "1")
+    if watch == "pdeathsig":
+        cmd = [sys.executable, "-c", NO_PIDFD, *cmd[3:]]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert settle(proj, sorted(NAMES)) == sorted(NAMES)  # control: held while the command runs
+    finally:
+        _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert settle(proj, []) == []
+    journal = confine_journal.journal_dir(env)
+    end = time.monotonic() + 10
+    while records(journal) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert records(journal) == []
 
 
 @pytest.mark.parametrize("delay", [0.05, 0.15, 0.25, 0.4, 0.7, 1.2])

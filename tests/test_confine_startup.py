@@ -1,5 +1,6 @@
-"""confine's start-up aids: the bytecode read ahead (``confine_launch.read_ahead``) is exactly what
-the confine path imports next, so a cold page cache costs one batch of reads, not one per module."""
+"""confine's start-up aids: the bytecode read ahead (``_lazy.read_ahead`` of ``cli.CONFINE_PATH``) is
+exactly what the confine command imports, so a cold page cache costs one batch of reads, not one per
+module."""
 
 from __future__ import annotations
 
@@ -20,11 +21,14 @@ pytestmark = pytest.mark.skipif(
 )
 
 PROBE = """
-import json, sys
-from sandbox_shim.hardening import confine_launch
+import sys
+import sandbox_shim.cli as cli
 before = set(sys.modules)
-spec = confine_launch.launch({"permitPath": sys.argv[1]}, ["/bin/true"], dry_run=True)
-print(json.dumps(sorted(set(sys.modules) - before)))
+try:
+    cli.main(["confine", "--permit-path", sys.argv[1], "--print-launch-spec", "--", "/bin/true"])
+except SystemExit:
+    pass
+sys.stderr.write(" ".join(sorted(set(sys.modules) - before)))
 """
 
 
@@ -33,32 +37,57 @@ def module_name(path: str) -> str:
     return name.removesuffix(".__init__")
 
 
-def test_read_ahead_names_exactly_the_modules_prepare_imports(tmp_path: Path) -> None:
+def test_read_ahead_names_exactly_what_the_confine_command_imports(tmp_path: Path) -> None:
     r = subprocess.run(
-        [sys.executable, "-c", PROBE, str(tmp_path)], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-c", PROBE, str(tmp_path)], capture_output=True, text=True, timeout=60, check=False
     )
+    from sandbox_shim import cli
     from sandbox_shim.platforms import select
 
-    loaded = {m for m in json.loads(r.stdout) if m.startswith("sandbox_shim.")}
-    listed = {module_name(m) for m in (*confine_launch.NEXT_MODULES, *select.LINUX_CONFINE_MODULES)}
+    loaded = set(r.stderr.strip().splitlines()[-1].split())
+    ours = {m for m in loaded if m.startswith("sandbox_shim.")}
+    assert r.returncode == 0 and '"cmd"' in r.stdout, r.stderr  # control: the command did its work
+    assert ours, r.stderr  # control: the path does import modules after sandbox_shim.cli
+    listed = {module_name(m) for m in (*cli.CONFINE_PATH, *select.LINUX_CONFINE_MODULES)}
     listed |= {"sandbox_shim.platforms", "sandbox_shim.platforms.select"}  # the way in: read as met
-    assert loaded, r.stderr  # control: the path does import modules after confine_launch
-    assert listed - loaded == set(), "read ahead but not imported: drop them from NEXT_MODULES"
-    assert loaded - listed == set(), "imported but not read ahead: add them to NEXT_MODULES"
+    assert listed - ours == set(), "read ahead but not imported: drop them from CONFINE_PATH"
+    assert ours - listed == set(), "imported but not read ahead: add them to CONFINE_PATH"
+    extensions = {m for m in loaded - ours if m not in sys.builtin_module_names and _is_extension(m)}
+    child = {"select"}  # imported by the child that outlives the exec (confine_launch.serve_after)
+    builtin = set(sys.builtin_module_names)
+    assert (extensions | child) - builtin == set(cli.CONFINE_EXTENSIONS) - builtin
 
 
-def test_module_bytecode_is_where_the_interpreter_keeps_it() -> None:
+def _is_extension(name: str) -> bool:
     import importlib.util
 
-    [path] = confine_launch.module_bytecode(["hardening/confine_launch"])
-    assert confine_launch.__file__ is not None
-    assert path == importlib.util.cache_from_source(confine_launch.__file__)
+    spec = importlib.util.find_spec(name)
+    return spec is not None and spec.origin is not None and spec.origin.endswith(".so")
+
+
+def test_read_ahead_paths_are_where_the_interpreter_reads_them() -> None:
+    import importlib.util
+
+    from sandbox_shim import _lazy, cli
+
+    paths = _lazy.module_bytecode(cli.CONFINE_PATH, cli.CONFINE_EXTENSIONS)
+    assert cli.__file__ is not None
+    assert _lazy.module_bytecode(["cli/__init__"]) == [importlib.util.cache_from_source(cli.__file__)]
+    for ext in cli.CONFINE_EXTENSIONS:
+        if ext in sys.builtin_module_names:
+            continue
+        spec = importlib.util.find_spec(ext)
+        assert spec is not None and spec.origin in paths  # the very file the import opens
+    missing = [p for p in paths if not os.path.exists(p)]
+    assert len(missing) < len(paths)  # control: bytecode was written for most of them already
 
 
 def test_read_ahead_skips_what_it_cannot_open(tmp_path: Path) -> None:
+    from sandbox_shim import _lazy
+
     f = tmp_path / "f"
     f.write_bytes(b"x" * 4096)
-    confine_launch.read_ahead([str(tmp_path / "missing"), str(tmp_path), str(f)], limit=4096)  # no raise
+    _lazy.read_ahead([str(tmp_path / "missing"), str(tmp_path), str(f)], limit=4096)  # no raise
     assert f.read_bytes() == b"x" * 4096
 
 

@@ -8,7 +8,7 @@ instead.  It never returns otherwise.
 
 Around the exec: with an egress allow-list, placeholders for missing protected names, or a git
 snapshot, a forked child (``serve_after``) outlives the exec: it serves the egress proxy until the
-command ends (it gets SIGTERM when the exec'd process exits: PR_SET_PDEATHSIG, prctl(2)), then
+command ends (a pidfd of the exec'd process turns readable, pidfd_open(2); else PR_SET_PDEATHSIG), then
 releases the launch spec (``LaunchSpec.release``: placeholders removed, repositories the command
 created disarmed, each one warned about on stderr and in the report).
 
@@ -30,62 +30,9 @@ from ..errors import CouldNotRun, UsageError
 
 TYPE_CHECKING = False  # start-up cost: no typing at run time
 if TYPE_CHECKING:
-    from collections.abc import Sequence
     from typing import Any, NoReturn
 
     from .confinement import LaunchSpec
-
-
-#: the modules ``prepare`` imports next, relative to the package (``read_ahead`` of their bytecode;
-#: the platform's renderer reads its own ahead: ``platforms.select.confine_backend``)
-NEXT_MODULES = (
-    "hardening/confinement",
-    "hardening/readset",
-    "hardening/confine_git",
-    "hardening/confine_sets",
-    "hardening/confine_journal",
-    "procstat",
-    "posix",
-)
-
-
-def module_bytecode(modules: Sequence[str]) -> list[str]:
-    """Where the interpreter reads ``modules`` (paths like ``hardening/readset`` in this package)
-    from: their ``__pycache__`` files (PEP 3147, with the ``-O`` level's suffix, PEP 488)."""
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    tag = sys.implementation.cache_tag
-    opt = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""
-    out = []
-    for m in modules:
-        d, _, name = m.rpartition("/")
-        out.append(os.path.join(root, d, "__pycache__", f"{name}.{tag}{opt}.pyc"))
-    return out
-
-
-def read_ahead(paths: Sequence[str], limit: int = 0) -> None:
-    """Ask the kernel to start reading ``paths`` into the page cache now, all at once
-    (posix_fadvise(2) ``POSIX_FADV_WILLNEED``: asynchronous readahead, the first ``limit`` bytes, 0:
-    all), so that the reads which follow one at a time (imports, execs) find them there.  When the
-    files are cached already it costs a few microseconds each; on a cold cache it turns a dozen
-    disk round trips in a row into one batch.  Missing files and systems without posix_fadvise are
-    skipped.  Never raises."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is None:  # macOS, Windows
-        return
-    willneed = os.POSIX_FADV_WILLNEED  # type: ignore[attr-defined,unused-ignore]  # absent on macOS
-    for p in paths:
-        try:
-            fd = os.open(p, os.O_RDONLY)  # not inherited (PEP 446)
-        except OSError:
-            continue
-        try:
-            advise(fd, 0, limit, willneed)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
 
 
 def load_settings(path: str) -> dict[str, Any]:
@@ -157,7 +104,6 @@ def prepare(opts: dict[str, Any], command: list[str]) -> LaunchSpec:
     that cannot be found (or executed) here cannot be inside either, and is refused before any
     confinement is built.
     """
-    read_ahead(module_bytecode(NEXT_MODULES))
     from . import confinement
 
     opts = merged(opts)
@@ -223,18 +169,28 @@ def exec_spec(spec: LaunchSpec) -> NoReturn:
 
 def serve_after(spec: LaunchSpec) -> None:
     """Fork the child that outlives the exec: it serves the egress proxy (if any) and, when the
-    exec'd command's process ends, releases the spec (``LaunchSpec.release``).  Returns in the parent."""
+    exec'd command's process ends, releases the spec (``LaunchSpec.release``).  Returns in the parent.
+
+    The child learns of the end from a pidfd of this process (pidfd_open(2), Linux 5.3: it turns
+    readable when the process exits, whatever it exec'd), opened before the fork so it cannot name a
+    later process with a reused pid; without pidfds, from ``PR_SET_PDEATHSIG`` (SIGTERM when the
+    parent ends; ``confinement.die_with_parent``).  A SIGTERM sent to it releases the spec too."""
     if sys.platform == "win32":  # no fork(2); confine has no Windows backend (platforms.select)
         raise UsageError("confine is not supported on Windows")
     import _signal as signal  # type: ignore[import-not-found]  # C module: no enum (signal.py)
 
     egress = spec.egress
     parent = os.getpid()
+    try:
+        watch: int | None = os.pidfd_open(parent)  # type: ignore[attr-defined,unused-ignore]  # Linux only
+    except (AttributeError, OSError):  # macOS; a kernel before 5.3
+        watch = None
     pid = os.fork()
     if pid != 0:
+        if watch is not None:
+            os.close(watch)
         return
     try:
-        from .confinement import die_with_parent
 
         def done(*_: object) -> None:
             changed = spec.release()
@@ -243,13 +199,26 @@ def serve_after(spec: LaunchSpec) -> None:
             os._exit(0)
 
         signal.signal(signal.SIGTERM, done)
-        die_with_parent(signal.SIGTERM)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the command's to handle
-        if os.getppid() != parent:
+        if watch is None:
+            from .confinement import die_with_parent
+
+            die_with_parent(signal.SIGTERM)
+        if os.getppid() != parent:  # the parent ended before the watch was set: release now
             done()
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1):
             os.dup2(devnull, fd)
+        if watch is not None:
+            import select
+
+            if egress is not None:
+                egress.start()  # a thread of this child; the main thread waits for the command's end
+            waiter = select.poll()  # poll(2): no FD_SETSIZE limit on the pidfd's number
+            waiter.register(watch, select.POLLIN)
+            while not waiter.poll():
+                pass
+            done()
         if egress is not None:
             egress.serve_forever()
         while True:

@@ -167,7 +167,7 @@ def bwrap_version() -> str | None:
     return ident[1] if ident else None
 
 
-#: the modules the Linux renderer loads (``confine_launch.read_ahead`` of their bytecode, since
+#: the modules the Linux renderer loads (``_lazy.read_ahead`` of their bytecode, since
 #: ``confine`` runs once per command and a cold page cache would read them one at a time)
 LINUX_CONFINE_MODULES = (
     "platforms/linux/__init__",
@@ -183,7 +183,7 @@ def confine_backend() -> ConfineBackend | None:
     None.  What a renderer offers is the protocol ``hardening.confine_backend.ConfineBackend``."""
     if sys.platform.startswith("linux"):
         if __package__ + ".linux.confine" not in sys.modules:  # first use: read them in at once
-            from ..hardening.confine_launch import module_bytecode, read_ahead
+            from .._lazy import module_bytecode, read_ahead
 
             read_ahead(module_bytecode(LINUX_CONFINE_MODULES))
         from .linux import confine as linux

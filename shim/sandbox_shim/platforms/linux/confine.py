@@ -234,8 +234,8 @@ def render(
 
     Raises: CannotEnforce("bwrap" | "landlock", detail): bwrap unusable; Landlock required but absent.
     """
+    from ..._lazy import read_ahead
     from ...errors import CannotEnforce
-    from ...hardening.confine_launch import read_ahead
     from .confine_state import etc_view, landlock_abi
 
     path = bwrap_path(bwrap)
