@@ -5,10 +5,14 @@ Reads one command per line on stdin and answers each with ``WALL_MS CPU_MS`` (or
 * ``life ID``: ``api.provision`` -> ``api.start`` -> wait for the container process (re-parented to
   this process, a subreaper) -> ``api.destroy``.
 * ``up ID``: provision and start a sandbox of the second bundle (a long ``sleep``) and keep it;
-  ``exec ID``: ``execute`` ``/bin/true`` in it; ``down ID``: destroy it.
+  ``exec ID``: ``execute`` ``/bin/true`` in it; ``down ID``: destroy it (``--force``: the workload is
+  killed and reaped here, so its CPU counts).
+* ``burst ID``: provision and start a sandbox of the third bundle (the burst's ``sleep 30``) and keep
+  it (scripts/bench section 3 runs J of these helpers side by side, one state root).
 
 CPU is this process's own (time.process_time) plus what its reaped children used (RUSAGE_CHILDREN),
-so bwrap and the container process count.  Usage: python bench_lib.py STATE_ROOT BUNDLE [LONG_BUNDLE]
+so bwrap and the container process count.
+Usage: python bench_lib.py STATE_ROOT BUNDLE [LONG_BUNDLE [BURST_BUNDLE]]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ def _cpu() -> float:
 def main() -> int:
     root, bundle = sys.argv[1], sys.argv[2]
     long_bundle = sys.argv[3] if len(sys.argv) > 3 else bundle
+    burst_bundle = sys.argv[4] if len(sys.argv) > 4 else long_bundle
     from sandbox_shim import api
     from sandbox_shim.execution import execute
     from sandbox_shim.mechanism import Sandbox
@@ -47,6 +52,9 @@ def main() -> int:
                 api.destroy(mech, sid)
             elif verb == "up":
                 api.provision(mech, Sandbox(sid, long_bundle))
+                api.start(mech, sid)
+            elif verb == "burst":
+                api.provision(mech, Sandbox(sid, burst_bundle))
                 api.start(mech, sid)
             elif verb == "exec":
                 done = execute(mech, sid, ("/bin/true", []))

@@ -17,6 +17,8 @@ TARGETS = {  # name -> the largest ratio allowed
     "execute_vs_bare_bwrap": 2.0,
     "burst_cli_vs_crun": 2.0,
     "teardown_vs_crun": 1.0,
+    "burst_lib_vs_crun": 1.0,
+    "teardown_lib_vs_crun": 1.0,
     "procs_per_sandbox": 1.0,
     "pss_vs_crun": 1.5,
     "state": 1.5,
@@ -70,6 +72,9 @@ def verdicts_of(results: dict[str, Any]) -> dict[str, Any]:
     if "shim" in bu and "crun" in bu:
         judge("burst_cli_vs_crun", {"wall": bu["shim"]["all_running_ms"] / bu["crun"]["all_running_ms"]})
         judge("teardown_vs_crun", {"wall": bu["shim"]["teardown_ms"] / bu["crun"]["teardown_ms"]})
+    if "library" in bu and "crun" in bu:
+        judge("burst_lib_vs_crun", {"wall": bu["library"]["all_running_ms"] / bu["crun"]["all_running_ms"]})
+        judge("teardown_lib_vs_crun", {"wall": bu["library"]["teardown_ms"] / bu["crun"]["teardown_ms"]})
     rs = results.get("resident", {})
     if "shim" in rs:
         judge("procs_per_sandbox", {"procs": rs["shim"]["procs_per_sandbox"]})
@@ -192,6 +197,8 @@ def readme_table(results: dict[str, Any]) -> str:
         "execute_vs_bare_bwrap": "execute /bin/true vs bare bwrap",
         "burst_cli_vs_crun": "burst to all-running vs crun (CLI)",
         "teardown_vs_crun": "burst teardown vs crun",
+        "burst_lib_vs_crun": "burst to all-running vs crun (library)",
+        "teardown_lib_vs_crun": "burst teardown vs crun (library)",
         "procs_per_sandbox": "processes per running sandbox",
         "pss_vs_crun": "PSS per sandbox vs crun",
         "confine_vs_2x_bwrap_plus_20ms": "confine vs 2 x bwrap by hand + 20 ms (warm)",
@@ -211,6 +218,20 @@ def readme_table(results: dict[str, Any]) -> str:
                 f"{_m(a, 'cold') / _m(b, 'cold'):.2f}×; {_m(a, 'cold_cpu') / _m(b, 'cold_cpu'):.2f}× | "
                 f"{_m(a, 'warm') / _m(b, 'warm'):.2f}×; {_m(a, 'warm_cpu') / _m(b, 'warm_cpu'):.2f}× | | |"
             )
+    bu = results.get("burst", {})
+    cpu_rows = []  # CPU beside the burst's wall-time rows (informational: the targets are wall time)
+    if "crun" in bu and bu["crun"].get("all_running_cpu_ms") and bu["crun"].get("teardown_cpu_ms"):
+        for who in ("shim", "library"):
+            if bu.get(who, {}).get("all_running_cpu_ms") is not None:
+                d, c = bu[who], bu["crun"]
+                cpu_rows.append(
+                    f"| burst CPU vs crun ({'CLI' if who == 'shim' else 'library'}; to all-running, teardown)"
+                    f" | {d['all_running_cpu_ms'] / c['all_running_cpu_ms']:.2f}×; "
+                    f"{d['teardown_cpu_ms'] / c['teardown_cpu_ms']:.2f}× | | | |"
+                )
+    last_burst = [n for n in v if n in ("teardown_vs_crun", "teardown_lib_vs_crun")][-1:] or [None]
+    if last_burst[0] is None:
+        out += cpu_rows
     for name, d in v.items():
         modes = d["by_mode"]
         cold = modes.get("cold", next(iter(modes.values())))
@@ -220,6 +241,8 @@ def readme_table(results: dict[str, Any]) -> str:
             f"| {label} | {cold:.2f}{'' if name == 'procs_per_sandbox' else '×'} | "
             f"{f'{warm:.2f}×' if warm != '' else ''} | ≤ {d['limit']} | {'met' if d['met'] else 'missed'} |"
         )
+        if name == last_burst[0]:
+            out += cpu_rows
     return "\n".join(out)
 
 

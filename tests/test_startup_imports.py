@@ -144,6 +144,120 @@ def test_lifecycle_verbs_skip_costly_stdlib_modules(
     assert not (state_root / "s3").exists()  # delete removed the state directory all the same
 
 
+#: our modules each lifecycle verb may load (a bundle without hooks, network or console), as measured;
+#: a module added to a verb's path fails here until it is listed with a reason.  Every verb: the CLI's
+#: dispatch and output, the API, the state store and the Linux mechanism.
+VERB_COMMON = {
+    f"sandbox_shim.{m}"
+    for m in (
+        "_lazy",
+        "fastjson",
+        "values",
+        "errors",
+        "posix",
+        "durable",
+        "procstat",
+        "scoped",
+        "state",
+        "mechanism",
+        "api",
+        "cli",
+        "cli.output",
+        "cli.flags",
+        "cli.lifecycle",
+        "platforms",
+        "platforms.select",
+        "platforms.linux",
+        "platforms.linux.process",
+        "platforms.linux.mechanism",
+    )
+} | {"sandbox_shim"}
+#: the cgroup layout and the mount table it is read from (no manager: ``v1``/``v2``/``systemd`` absent)
+CGROUP_LAYOUT = {
+    f"sandbox_shim.{m}"
+    for m in (
+        "mountinfo",
+        "platforms.linux.cgroups",
+        "platforms.linux.cgroups.base",
+        "platforms.linux.cgroups.detect",
+    )
+}
+#: a manager of this host's hierarchy (v1 here, v2 in the VM lane)
+CGROUP_MANAGER = {f"sandbox_shim.platforms.linux.cgroups.{v}" for v in ("v1", "v2")}
+#: the capability cache start re-checks (its key: host facts, bwrap's identity, the cgroup layout)
+CAPABILITY_CACHE = {
+    f"sandbox_shim.{m}"
+    for m in (
+        "capability",
+        "probes",
+        "probes.cache",
+        "probes.proc",
+        "platforms.linux.locate",
+        "platforms.linux.hostkey",
+    )
+}
+VERB_ALLOWED = {
+    "state created": VERB_COMMON,  # the process held on the start FIFO: no freezer to read
+    "start": VERB_COMMON | CGROUP_LAYOUT | CAPABILITY_CACHE,  # no manager: a just-started one is never paused
+    "state running": VERB_COMMON | CGROUP_LAYOUT | CGROUP_MANAGER,  # the freezer: paused or running
+    "kill": VERB_COMMON,  # a signal to a live process, paused or not
+    "delete": VERB_COMMON
+    | CGROUP_LAYOUT
+    | CGROUP_MANAGER
+    | {
+        "sandbox_shim.platforms.linux.residue",  # the cgroup records and parents
+        "sandbox_shim.platforms.linux.tree_claims",  # the sandbox's tree claim, dropped
+    },
+}
+
+
+def test_each_lifecycle_verb_loads_only_its_listed_modules(
+    tmp_path: Path, state_root: Path, make_bundle: BundleFactory
+) -> None:
+    """Our modules on each verb's path are a subset of ``VERB_ALLOWED``; the control is that each verb
+    does load the common set (the wrapper saw its path)."""
+    bundle = make_bundle(args=["sleep", "30"])
+    pid_file = tmp_path / "pid"
+    created = run_shim(state_root, "create", "--bundle", str(bundle), "--pid-file", str(pid_file), "s5")
+    assert created.returncode == 0, created.stderr
+    mods = {"state created": loaded(tmp_path, state_root, "state", "s5")}
+    mods["start"] = loaded(tmp_path, state_root, "start", "s5")
+    mods["state running"] = loaded(tmp_path, state_root, "state", "s5")
+    mods["kill"] = loaded(tmp_path, state_root, "kill", "s5", "KILL")
+    assert wait_pid(int(pid_file.read_text())) == 137
+    mods["delete"] = loaded(tmp_path, state_root, "delete", "s5")
+    ours = {verb: {m for m in names if m.split(".")[0] == "sandbox_shim"} for verb, names in mods.items()}
+    extra = {verb: sorted(ours[verb] - VERB_ALLOWED[verb]) for verb in ours}
+    assert extra == {verb: [] for verb in ours}
+    assert all(VERB_COMMON <= names for names in ours.values())  # the control
+    assert not (state_root / "s5").exists()
+
+
+#: records at the verb's exit whether the cyclic garbage collector is on ("1") or off ("0")
+GC_WRAPPER = WRAPPER.replace('fh.write("\\n".join(names))', "import gc; fh.write(str(int(gc.isenabled())))")
+
+
+def test_lifecycle_verbs_run_without_cycle_collection_and_other_commands_with_it(
+    tmp_path: Path, state_root: Path
+) -> None:
+    """A lifecycle verb's process turns the cyclic collector off (``cli._no_cycle_collection``: ~3 ms
+    of create's CPU); a command that may run long (``list``, through click) keeps it, and so does the
+    library (the test process itself)."""
+    import gc
+
+    assert "fh.write(str(int(gc.isenabled())))" in GC_WRAPPER  # the control: the wrapper was rewritten
+    out = tmp_path / "gc.txt"
+
+    def gc_on(*args: str) -> str:
+        argv = [sys.executable, "-c", GC_WRAPPER, str(out), "--root", str(state_root), *args]
+        subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        return out.read_text()
+
+    assert gc_on("state", "nope") == "0"  # an unknown id: the verb still ran, and exited with 6
+    assert gc_on("list") == "1"
+    assert gc.isenabled()
+
+
 def test_start_reads_the_capability_cache_and_loads_no_ctypes(
     tmp_path: Path, state_root: Path, make_bundle: BundleFactory
 ) -> None:
