@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.skipif(
 
 PROBE = """
 import sys
+import time
 import sandbox_shim.cli as cli
 before = set(sys.modules)
 try:
@@ -205,3 +207,37 @@ def test_node_packages_read_without_json_and_survive_a_nesting_bomb(tmp_path: Pa
     from sandbox_shim.hardening import readset
 
     assert readset.node_packages(str(nm / "a" / "cli.js")) == [str(nm / "a"), str(nm / "b")]
+
+
+CHILD_GC = """
+import gc, os, sys
+from sandbox_shim.hardening import confine_launch
+
+class Spec:
+    egress = None
+    placeholders = ["x"]
+    snapshot = None
+    report = None
+
+    def release(self):
+        with open(sys.argv[1], "w") as fh:
+            fh.write("%d %d" % (gc.isenabled(), os.getpid() != PARENT))
+        return []
+
+PARENT = os.getpid()
+gc.disable()  # as the CLI leaves it for confine (cli._no_cycle_collection)
+confine_launch.serve_after(Spec())
+os._exit(0)  # the "command" ends: the child releases the spec
+"""
+
+
+def test_the_child_that_outlives_the_exec_collects_cycles(tmp_path: Path) -> None:
+    """The CLI runs confine without the cyclic collector (it execs at once); the child it forks may
+    serve an egress proxy for hours, so it turns the collector back on."""
+    out = tmp_path / "gc"
+    subprocess.run([sys.executable, "-c", CHILD_GC, str(out)], check=True, timeout=60)
+    for _ in range(200):
+        if out.exists() and out.read_text():
+            break
+        time.sleep(0.05)
+    assert out.read_text() == "1 1"  # enabled, and released by the child (not the parent)

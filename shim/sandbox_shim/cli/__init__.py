@@ -90,8 +90,9 @@ def _no_cycle_collection() -> None:
     counting still frees everything that is not in a cycle; what is (an exception's traceback and its
     frames) is freed when the process exits, which it does right after the verb.  No verb relies on a
     collection: every fd and lock is closed explicitly (``try``/``finally``, ``scoped``), and the
-    processes create forks exec or exit at once.  Only the process's own CLI (``main``): the library
-    and an in-process ``run`` keep their collector."""
+    processes create forks exec or exit at once.  ``confine`` likewise: it execs the command, and the
+    child it forks to outlive the exec turns the collector back on (``confine_launch.serve_after``).
+    Only the process's own CLI (``main``): the library and an in-process ``run`` keep their collector."""
     import gc
 
     gc.disable()
@@ -152,7 +153,7 @@ def _run(args: list[str], reset_signals: bool = False) -> tuple[int, bool]:
 
         g, rest = parse_globals(args)
         fast = bool(rest) and rest[0] in FAST_VERBS
-        if fast and reset_signals:
+        if (fast or rest[:1] == ["confine"]) and reset_signals:  # confine execs (its child: serve_after)
             _no_cycle_collection()
         status = _dispatch(g, rest)
     except SystemExit as e:  # a command that ends with a status of its own (run, exec, validate)

@@ -191,6 +191,9 @@ def serve_after(spec: LaunchSpec) -> None:
             os.close(watch)
         return
     try:
+        import gc
+
+        gc.enable()  # the CLI turned it off for its short life; this child lives as long as the command
 
         def done(*_: object) -> None:
             changed = spec.release()
