@@ -291,7 +291,9 @@ def test_cache_reuses_reports_while_the_key_holds(tmp_path: Path, counted: list[
     assert [p.name for p in tmp_path.iterdir()] == [probes.CACHE_FILE]  # atomic: no temp file left
 
 
-@pytest.mark.parametrize("field", ["kernel", "boot_id", "bwrap", "cgroups", "confinement"])
+@pytest.mark.parametrize(
+    "field", ["kernel", "boot_id", "bwrap", "cgroups", "confinement", "python", "ld_cache"]
+)
 def test_cache_is_invalidated_when_the_key_changes(tmp_path: Path, counted: list[int], field: str) -> None:
     key = probes.cache_key()
     probes.cached_report(["test.counted"], str(tmp_path), key)
@@ -349,6 +351,53 @@ def test_cache_is_not_reused_when_a_hierarchy_is_remounted_read_only(tmp_path: P
     ro = in_namespace(True)  # the same cache dir, the hierarchy read-only: the key differs, re-probed
     assert not ro["available"] and "Read-only file system" in ro["detail"], ro
     assert in_namespace(False)["available"]  # and back: the read-only answer is not reused either
+
+
+#: a binding that cannot be loaded, first on ``sys.path`` (as a process without the venv's packages)
+BROKEN_BINDING = "raise ImportError('no binding here')\n"
+
+
+@needs_linux_root
+def test_cache_is_not_reused_by_a_process_that_imports_other_packages(tmp_path: Path) -> None:
+    """A process whose ``sys.path`` has no usable libseccomp binding gets "seccomp unavailable" and
+    keeps it in the cache; a process that has the binding must probe again, not read that answer
+    (and the other way round)."""
+    cache, blocked = tmp_path / "cache", tmp_path / "blocked"
+    cache.mkdir()
+    blocked.mkdir()
+    (blocked / "pyseccomp.py").write_text(BROKEN_BINDING)
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[2]) if sys.argv[2] else None; "
+        "from sandbox_shim import probes; "
+        "c = probes.cached_report(['seccomp'], sys.argv[1])[0]; print(json.dumps(c.to_dict()))"
+    )
+
+    def report(block: bool) -> dict[str, Any]:
+        run = subprocess.run(
+            [sys.executable, "-c", code, str(cache), str(blocked) if block else ""],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert run.returncode == 0, run.stderr
+        return json.loads(run.stdout)
+
+    without = report(True)
+    assert not without["available"] and "no binding here" in without["detail"], without  # control
+    assert report(False)["available"]  # re-probed with the binding: not the cached refusal
+    assert not report(True)["available"]  # and back
+
+
+def test_cache_key_covers_what_the_interpreter_can_import(tmp_path: Path) -> None:
+    """Installing a package changes its directory's entries, so the key's ``python`` part."""
+    sys.path.insert(0, str(tmp_path))
+    try:
+        before = probes.cache_key()["python"]
+        (tmp_path / "newpkg").mkdir()
+        os.utime(tmp_path, ns=(0, os.stat(tmp_path).st_mtime_ns + 1_000_000))  # a coarse clock
+        assert probes.cache_key()["python"] != before
+    finally:
+        sys.path.remove(str(tmp_path))
 
 
 def test_cache_key_is_stable_within_a_boot() -> None:

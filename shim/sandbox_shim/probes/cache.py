@@ -33,10 +33,35 @@ def host_facts() -> dict[str, str]:
     return {"kernel": platform.release(), "arch": platform.machine(), "platform": sys.platform}
 
 
+def python_identity() -> str:
+    """This interpreter and what it can import, as text: ``sys.executable``, its version, then each
+    ``sys.path`` entry with the inode and mtime (ns) of the directory or file there (``-`` when it is
+    missing).  Installing or removing a package changes its directory's entries, so its mtime; a
+    process started with another path (``-S``, ``-I``, ``PYTHONPATH``, another venv) has another
+    identity.  The first entry is left out when it is the current directory (``python -c`` and
+    ``-m`` put it there): where a verb is run from is no install.  One ``stat`` per entry."""
+    parts = [sys.executable, sys.version]
+    try:
+        cwd = os.getcwd() if sys.path and sys.path[0] else ""
+    except OSError:  # the current directory was removed
+        cwd = ""
+    for i, entry in enumerate(sys.path):
+        if i == 0 and entry in ("", cwd):  # ``-c``/``-m``: the directory a verb runs in, not an install
+            continue
+        try:
+            st = os.stat(entry or ".")
+            parts.append(f"{entry}:{st.st_ino}:{st.st_mtime_ns}")
+        except OSError:
+            parts.append(f"{entry}:-")
+    return "\n".join(parts)
+
+
 def cache_key() -> dict[str, str]:
     """Everything whose change may change a probe's answer, as text (cheap reads only).
 
-    Keys: kernel release and build, euid, ``PROBES_VERSION``, and the platform's own facts
+    Keys: kernel release and build, euid, ``PROBES_VERSION``, ``python_identity()`` (what this
+    interpreter can import: a probe that loads a binding, e.g. seccomp's, answers for it), and the
+    platform's own facts
     (``platforms.select.cache_facts``; on Linux ``platforms/linux/hostkey.py``: boot_id, the
     identity of the bwrap create runs, the cgroup layout, the user namespace, this process's
     confinement from /proc/self/status and the user-namespace sysctls).  No host file is read here.
@@ -44,6 +69,7 @@ def cache_key() -> dict[str, str]:
     key = dict(host_facts())
     key["kernel_build"] = os.uname().version if hasattr(os, "uname") else ""
     key["euid"] = str(os.geteuid()) if hasattr(os, "geteuid") else ""
+    key["python"] = python_identity()
     from ..platforms.select import cache_facts
 
     key.update(cache_facts())

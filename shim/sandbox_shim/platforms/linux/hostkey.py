@@ -14,6 +14,8 @@ from ...mountinfo import read as read_mountinfo
 from ...probes.proc import read, status_fields
 from .locate import bwrap_stat_identity
 
+#: the dynamic loader's cache of shared libraries (ld.so(8), ldconfig(8))
+LD_CACHE = "/etc/ld.so.cache"
 #: the sysctls that decide whether an unprivileged user namespace can be made (proc(5) /proc/sys)
 USERNS_SYSCTLS = (
     "user/max_user_namespaces",
@@ -46,8 +48,10 @@ def cache_facts() -> dict[str, str]:
     """The Linux part of the cache key, all text: ``boot_id`` (/proc/sys/kernel/random/boot_id, new
     each boot), ``bwrap`` (``bwrap_stat_identity()``), ``cgroups`` (``"<layout fingerprint>|<cgroup
     mounts>"``), ``userns`` (the user namespace's inode), ``confinement`` (Seccomp, NoNewPrivs and
-    the effective and bounding capability sets of /proc/self/status) and ``sysctls``
-    (``USERNS_SYSCTLS``, ``path=value``; ``None`` for one that is absent)."""
+    the effective and bounding capability sets of /proc/self/status), ``sysctls``
+    (``USERNS_SYSCTLS``, ``path=value``; ``None`` for one that is absent) and ``ld_cache`` (the
+    inode, size and mtime of ``LD_CACHE``: ldconfig(8) rewrites it when a shared library such as
+    libseccomp is installed or removed, and the dynamic loader finds libraries by it, ld.so(8))."""
     from .cgroups.detect import layout_of
 
     table = read_mountinfo() or []
@@ -59,4 +63,13 @@ def cache_facts() -> dict[str, str]:
         "userns": _ns_inode("user"),
         "confinement": ";".join(f"{k}={v}" for k, v in status.items()),
         "sysctls": ";".join(f"{p}={read('/proc/sys/' + p)}" for p in USERNS_SYSCTLS),
+        "ld_cache": _file_identity(LD_CACHE),
     }
+
+
+def _file_identity(path: str) -> str:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "-"
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
