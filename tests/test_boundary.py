@@ -38,7 +38,9 @@ def test_every_public_module_exists_once() -> None:
 
 def test_a_listed_module_that_does_not_exist_is_found() -> None:
     """The control for the check above: a stale line naming a removed module."""
-    text = "## Public\n\n- `sandbox_shim.api` — x\n- `sandbox_shim.gone` — y\n\n## Notes\n- `sandbox_shim.x`\n"
+    text = (
+        "## Public\n\n- `sandbox_shim.api` — x\n- `sandbox_shim.gone` — y\n\n## Notes\n- `sandbox_shim.x`\n"
+    )
     assert _public(text) == ["sandbox_shim.api", "sandbox_shim.gone"]
     assert set(_public(text)) - installed_modules() == {"sandbox_shim.gone"}
 

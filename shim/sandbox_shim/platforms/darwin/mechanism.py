@@ -350,3 +350,13 @@ def _unlink(path: str | None) -> None:
     if path:
         with contextlib.suppress(OSError):
             os.unlink(path)
+
+
+if TYPE_CHECKING:
+    from ...mechanism import Mechanism
+
+    #: never evaluated: mypy checks ``DarwinSeatbeltMechanism`` against the ``Mechanism`` protocol
+    #: here, on any OS (``mypy shim``); a member missing or off its type fails.  The one line a
+    #: platform's mechanism needs to be on the contract (``tests/test_mechanism_contract.py`` fails for
+    #: a mechanism class of a platform folder without it).
+    _CONTRACT: Mechanism = DarwinSeatbeltMechanism()

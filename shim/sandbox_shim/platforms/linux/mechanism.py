@@ -638,3 +638,13 @@ def claim_owner(root: str, sandbox_id: str) -> str:
     from .residue import root_tag
 
     return root_tag(root) + "-" + sandbox_id
+
+
+if TYPE_CHECKING:
+    from ...mechanism import Mechanism
+
+    #: never evaluated: mypy checks ``LinuxMechanism`` against the ``Mechanism`` protocol
+    #: here, on any OS (``mypy shim``); a member missing or off its type fails.  The one line a
+    #: platform's mechanism needs to be on the contract (``tests/test_mechanism_contract.py`` fails for
+    #: a mechanism class of a platform folder without it).
+    _CONTRACT: Mechanism = LinuxMechanism()

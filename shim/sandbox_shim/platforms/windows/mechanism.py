@@ -406,3 +406,13 @@ class WindowsJobMechanism:
         for handle in (h.thread, h.process, h.job):
             jo.close(handle)
         self._open.pop(sandbox.id, None)
+
+
+if TYPE_CHECKING:
+    from ...mechanism import Mechanism
+
+    #: never evaluated: mypy checks ``WindowsJobMechanism`` against the ``Mechanism`` protocol
+    #: here, on any OS (``mypy shim``); a member missing or off its type fails.  The one line a
+    #: platform's mechanism needs to be on the contract (``tests/test_mechanism_contract.py`` fails for
+    #: a mechanism class of a platform folder without it).
+    _CONTRACT: Mechanism = WindowsJobMechanism()
