@@ -18,7 +18,7 @@ import pytest
 from sandbox_shim.mechanism import Mechanism
 
 REPO = Path(__file__).resolve().parents[1]
-MEMBERS = sorted(n for n in vars(Mechanism) if not n.startswith("_")) + ["name", "root", "systemd_cgroup"]
+MEMBERS = sorted(n for n in vars(Mechanism) if not n.startswith("_")) + ["name", "root"]
 
 
 def test_every_mechanism_is_a_mechanism_at_run_time() -> None:
@@ -60,7 +60,9 @@ def mechanism_uses(package: Path) -> tuple[dict[str, set[str]], list[str], list[
     """What the neutral code does with a mechanism, read from its source (not a hand-written list).
 
     Returns ``(members, dodges, untyped)``: each member read on a mechanism with the modules reading
-    it; every ``getattr``/``hasattr`` on one (a member the protocol need not declare); every
+    it; every ``getattr``/``hasattr`` on one (a member the protocol need not declare), and every
+    attribute set on one outside the composition point (``platforms/select.py`` makes a mechanism
+    with its options; nobody changes it afterwards, as the CLI once set ``systemd_cgroup``); every
     parameter named like a mechanism left unannotated or typed ``Any``/``object`` (mypy would not check
     what is called on it)."""
     members: dict[str, set[str]] = {}
@@ -71,6 +73,8 @@ def mechanism_uses(package: Path) -> tuple[dict[str, set[str]], list[str], list[
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), where)):
             if isinstance(node, ast.Attribute) and _is_mechanism(node.value):
                 members.setdefault(node.attr, set()).add(where)
+                if isinstance(node.ctx, ast.Store) and where != "platforms/select.py":
+                    dodges.append(f"{where}:{node.lineno}: {ast.unparse(node)} = ...")
             elif (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)
@@ -103,6 +107,7 @@ def test_the_protocol_declares_what_the_library_calls() -> None:
     [
         ("def _f(mechanism: Mechanism) -> None:\n    mechanism.teleport()\n", "undeclared"),
         ("def _f(mechanism: Mechanism) -> object:\n    return getattr(mechanism, 'status', None)\n", "dodge"),
+        ("def _f(mech: Mechanism) -> None:\n    mech.root = None\n", "dodge"),
         ("def _f(mechanism: Any) -> None:\n    pass\n", "untyped"),
         ("def _f(mech) -> None:\n    pass\n", "untyped"),
     ],
@@ -130,7 +135,7 @@ def _module(omit: str | None) -> str:
     return (
         "from sandbox_shim.mechanism import Mechanism\n"
         "from sandbox_shim.platforms.windows.mechanism import WindowsJobMechanism\n\n\n"
-        "class Partial:\n    name = 'partial'\n    root: str | None = None\n    systemd_cgroup = False\n"
+        "class Partial:\n    name = 'partial'\n    root: str | None = None\n"
         f"{body}\n\n\nCHECK: Mechanism = Partial()\n"
     )
 
@@ -441,3 +446,17 @@ def test_the_script_finds_a_new_platform_folder(tmp_path: Path) -> None:
     (bsd / "__init__.py").write_text("")
     run = subprocess.run([script, "--list"], capture_output=True, text=True, timeout=60)
     assert run.returncode != 0 and "SYS_PLATFORM" in run.stderr, run.stdout + run.stderr
+
+
+def test_the_systemd_cgroup_choice_is_made_where_the_mechanism_is() -> None:
+    """runc's ``--systemd-cgroup`` is an argument of the call that makes the mechanism
+    (``api.default_mechanism`` -> ``platforms.select.mechanism``), not an attribute set afterwards."""
+    from sandbox_shim import api
+    from sandbox_shim.platforms.linux.mechanism import LinuxMechanism
+
+    mech = api.default_mechanism("/nonexistent/state", systemd_cgroup=True)
+    if sys.platform.startswith("linux"):
+        assert isinstance(mech, LinuxMechanism) and mech.systemd_cgroup is True
+        plain = api.default_mechanism("/nonexistent/state")
+        assert isinstance(plain, LinuxMechanism) and plain.systemd_cgroup is False
+    assert "systemd_cgroup" not in vars(Mechanism)

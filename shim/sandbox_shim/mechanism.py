@@ -497,8 +497,6 @@ class Mechanism(Protocol):
     name: str
     #: the state root its sandboxes' records live under (``state.resolve_root``); set by ``select``
     root: str | None
-    #: runc's ``--systemd-cgroup`` (Linux: systemd makes the scope); other platforms ignore it
-    systemd_cgroup: bool
 
     def capabilities(self) -> list[Capability]:
         """Probe reports for everything this mechanism could enforce on this host."""

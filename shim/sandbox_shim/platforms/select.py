@@ -38,8 +38,12 @@ def _linux() -> bool:
     return sys.platform.startswith("linux")
 
 
-def mechanism(root: str | None = None) -> Mechanism:
+def mechanism(root: str | None = None, systemd_cgroup: bool = False) -> Mechanism:
     """A new mechanism for this OS, keeping its sandboxes' state under ``root`` (``state.resolve_root``).
+
+    ``systemd_cgroup``: runc's ``--systemd-cgroup`` (Linux: ``cgroupsPath`` is ``slice:prefix:name``
+    and systemd makes the scope; macOS and Windows have no cgroups and ignore it, as runc's flag
+    has no meaning there).  The choice is made here, once, never set on a mechanism afterwards.
 
     Raises: ``LaunchFailed`` on an OS this build has no mechanism for.
     """
@@ -49,7 +53,7 @@ def mechanism(root: str | None = None) -> Mechanism:
     if _linux():
         from .linux.mechanism import LinuxMechanism
 
-        mech = LinuxMechanism()
+        mech = LinuxMechanism(systemd_cgroup=systemd_cgroup)
     elif sys.platform == "darwin":
         from .darwin.mechanism import DarwinSeatbeltMechanism
 

@@ -80,7 +80,6 @@ class DarwinSeatbeltMechanism:
 
     name = "darwin-seatbelt"
     root: str | None = None  # the state root (``platforms.select.mechanism`` sets it)
-    systemd_cgroup = False  # runc's --systemd-cgroup: no meaning on macOS
 
     def __init__(
         self, probe: Callable[[], list[Capability]] | None = None, sandbox_exec: str = SANDBOX_EXEC

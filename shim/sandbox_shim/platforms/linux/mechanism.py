@@ -46,8 +46,11 @@ class LinuxMechanism:
 
     name = "linux"
     root: str | None = None  # the state root (``platforms.select.mechanism`` sets it)
-    #: runc's ``--systemd-cgroup``: ``cgroupsPath`` is ``slice:prefix:name`` and systemd makes the scope
-    systemd_cgroup = False
+
+    def __init__(self, systemd_cgroup: bool = False) -> None:
+        #: runc's ``--systemd-cgroup``: ``cgroupsPath`` is ``slice:prefix:name`` and systemd makes the
+        #: scope (``create``; the other verbs read the choice back from the sandbox's record)
+        self.systemd_cgroup = systemd_cgroup
 
     def capabilities(self) -> list[Capability]:
         from ...capability import report

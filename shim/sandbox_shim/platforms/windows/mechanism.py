@@ -119,7 +119,6 @@ class WindowsJobMechanism:
 
     name = "windows-job-object"
     root: str | None = None  # the state root (``platforms.select.mechanism`` sets it)
-    systemd_cgroup = False  # runc's --systemd-cgroup: no meaning on Windows
 
     def __init__(self, probe: Any = windows_capabilities) -> None:
         self._probe = probe
