@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from typing import IO, Any, Protocol, runtime_checkable
 
     from .bundle import Spec
-    from .capability import Capability
     from .control import Facts
     from .resources import Limits
     from .state import StateStore
@@ -488,8 +487,9 @@ class CgroupControl(Protocol):
 @runtime_checkable
 class Mechanism(Protocol):
     """What a platform must provide: every member the library (``api``, ``control``, ``execution``,
-    ``spawn``, ``reconcile``, ``addresses``) calls.  ``platforms.select`` checks the three mechanisms
-    against it for mypy; a mechanism missing a member does not type-check.
+    ``spawn``, ``reconcile``, ``addresses``) calls, and nothing it does not: each platform's
+    ``mechanism.py`` assigns its class to it for mypy (``_CONTRACT``), so a mechanism missing a member
+    does not type-check (``tests/test_mechanism_contract.py`` checks both directions).
 
     Every method raises ``ShimError`` subclasses only (``errors.py``).
     """
@@ -497,10 +497,6 @@ class Mechanism(Protocol):
     name: str
     #: the state root its sandboxes' records live under (``state.resolve_root``); set by ``select``
     root: str | None
-
-    def capabilities(self) -> list[Capability]:
-        """Probe reports for everything this mechanism could enforce on this host."""
-        ...
 
     def make_plan(self, spec: Spec, sandbox_id: str) -> LaunchPlan:
         """The platform's plan from the loaded bundle; refusal happens here (``BundleInvalid``,

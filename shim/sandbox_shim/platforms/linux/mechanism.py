@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load
     from typing import Any
 
     from ...bundle import Spec
-    from ...capability import Capability
     from ...mechanism import ExecSpec, HookEntry, LaunchPlan
     from ...plan import Plan
     from ...state import StateStore
@@ -51,11 +50,6 @@ class LinuxMechanism:
         #: runc's ``--systemd-cgroup``: ``cgroupsPath`` is ``slice:prefix:name`` and systemd makes the
         #: scope (``create``; the other verbs read the choice back from the sandbox's record)
         self.systemd_cgroup = systemd_cgroup
-
-    def capabilities(self) -> list[Capability]:
-        from ...capability import report
-
-        return report()
 
     def make_plan(self, spec: Spec, sandbox_id: str) -> Plan:
         """The tenant Plan for ``spec``; raises ``CapabilityUnavailable`` if this host lacks what it needs."""
