@@ -22,6 +22,17 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 
+def boot_id() -> str:
+    """This boot's id: ``/proc/sys/kernel/random/boot_id`` (proc(5): a random UUID, new with every
+    boot), stripped; "" when it cannot be read.  The one reader of that file: the kept Landlock ABI
+    here and the capability cache key (``hostkey.cache_facts``) both ask this."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as fh:
+            return fh.read(64).strip().decode("ascii", "replace")
+    except OSError:
+        return ""
+
+
 def state_dir(env: Mapping[str, str], read_write: Sequence[str], held: Sequence[str] = ()) -> str | None:
     """The user's sandbox-shim state directory (the placeholder journal's parent,
     ``confine_journal.state_root``) when what is kept there may be trusted, else None: it must be
@@ -57,7 +68,7 @@ def landlock_abi(
 ) -> int:
     """``landlock.abi_version()``, kept for the boot in ``STATE/landlock-abi`` (``state_dir``) as
     ``BOOT_ID ABI``: the ABI is the running kernel's (Landlock is built in, not a module) and
-    ``/proc/sys/kernel/random/boot_id`` changes with every boot (proc(5)).  Asking the kernel takes
+    the boot id changes with every boot (``boot_id``).  Asking the kernel takes
     ``_ctypes`` (a shared library to load) and a libc call; reading the file does not.  Without a
     usable state directory, or a boot id, the kernel is asked; so it is when the file is not a
     regular file of this user's (``confine_journal.owned_file``) or names no ABI in ``0..ABI_MAX``.
@@ -67,11 +78,7 @@ def landlock_abi(
     from ...hardening.confine_journal import owned_file
 
     state = state_dir(env, read_write, held) if env is not None else None
-    try:
-        with open("/proc/sys/kernel/random/boot_id", "rb") as fh:
-            boot = fh.read(64).strip()
-    except OSError:
-        boot = b""
+    boot = boot_id().encode()
     if state is None or not boot:
         return ll.abi_version()
     path = os.path.join(state, "landlock-abi")
