@@ -37,7 +37,8 @@ from .trials import darwin_capabilities
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ...bundle import Spec
-    from ...mechanism import CgroupControl, ExecSpec, HookEntry, HostRecord, LaunchPlan, Started
+    from ...control import Facts
+    from ...mechanism import CgroupControl, CounterWatch, ExecSpec, HookEntry, HostRecord, LaunchPlan, Started
     from ...state import StateStore
 
 #: the report ``exec`` refuses with (exit status 4, "not available")
@@ -214,6 +215,11 @@ class DarwinSeatbeltMechanism:
     def paused(self, sandbox: Sandbox) -> bool:
         """Always False: this mechanism has no pause (no freezer on macOS; SIGSTOP is not offered)."""
         return False
+
+    def watch(self, sandbox: Sandbox, first: Facts) -> CounterWatch | None:
+        """``Mechanism.watch``: None, nothing to watch on macOS (no cgroup; its limits are not read from
+        counters that vanish with the program)."""
+        return None
 
     def cgroup(self, sandbox: Sandbox) -> CgroupControl | None:
         """None: macOS has no control groups (pause, update and stats refuse)."""

@@ -33,10 +33,12 @@ if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load
     from typing import Any
 
     from ...bundle import Spec
+    from ...control import Facts
     from ...mechanism import ExecSpec, HookEntry, LaunchPlan
     from ...plan import Plan
     from ...state import StateStore
     from .cgroups.base import CgroupManager
+    from .cgroups.watch import EventsWatch
     from .enter_client import HelperStarted
 
 
@@ -441,6 +443,16 @@ class LinuxMechanism:
         from .cgroups.detect import manager_of  # only here: ``kill`` of a running sandbox needs none
 
         return manager_of(cg)
+
+    def watch(self, sandbox: Sandbox, first: Facts) -> EventsWatch | None:
+        """``Mechanism.watch``: the cgroup's counters, re-read whenever ``memory.events`` changes
+        (``cgroups/watch.py``); None without a cgroup."""
+        cg = self.cgroup(sandbox)
+        if cg is None:
+            return None
+        from .cgroups.watch import EventsWatch
+
+        return EventsWatch(cg, first)
 
     def paused(self, sandbox: Sandbox) -> bool:
         cg = self.cgroup(sandbox)

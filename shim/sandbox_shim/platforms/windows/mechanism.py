@@ -27,7 +27,8 @@ from .plan import JobLimits, JobPlan, check_requirements, plan_from_spec
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ...bundle import Spec
-    from ...mechanism import CgroupControl, ExecSpec, HookEntry, HostRecord, LaunchPlan, Started
+    from ...control import Facts
+    from ...mechanism import CgroupControl, CounterWatch, ExecSpec, HookEntry, HostRecord, LaunchPlan, Started
     from ...state import StateStore
 
 SIGKILL = 9  # POSIX numbers; Python's signal module has no SIGKILL on Windows
@@ -326,6 +327,11 @@ class WindowsJobMechanism:
     def workload_pid(self, sandbox: Sandbox) -> int:
         """The primary process's pid while it runs, else 0."""
         return int(sandbox.private.get("pid") or 0) if self.alive(sandbox) else 0
+
+    def watch(self, sandbox: Sandbox, first: Facts) -> CounterWatch | None:
+        """``Mechanism.watch``: None, nothing to watch on Windows (no cgroup; its limits are not read from
+        counters that vanish with the program)."""
+        return None
 
     def cgroup(self, sandbox: Sandbox) -> CgroupControl | None:
         """None: Windows has no control groups (pause, update and stats refuse)."""
