@@ -280,3 +280,96 @@ def test_namespace_identity_has_one_owner(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+#: a cgroup interface file (cgroups(7), cgroup-v1/*.rst, cgroup-v2.rst), alone or at the end of a path
+CGROUP_FILE = re.compile(
+    r"(^|/)(tasks|cgroup\.(procs|threads|events|kill|freeze|controllers|subtree_control|type|stat|max\.\w+)"
+    r"|(memory|memsw|pids|cpu|cpuacct|cpuset|blkio|freezer|hugetlb)\.[a-z_.]*[a-z_]"
+    r"|io\.(max|stat|weight|pressure|latency|cost\.\w+|bfq\.\w+))$"
+)
+
+#: modules outside ``platforms/<os>/`` that may name a cgroup file, and why
+CGROUP_FILE_EXCEPT = {
+    "resources.py": "the v1 blkio throttle files the OCI throttle keys map to (moving to the Linux cgroups)",
+}
+
+
+def cgroup_file_names(package: Path) -> list[str]:
+    """``module:line: text`` for each string outside ``platforms/<os>/`` naming a cgroup file: which
+    files a cgroup has, how they are read and when they signal is the Linux mechanism's (the library
+    asks ``Mechanism.cgroup`` / ``Mechanism.watch``)."""
+    plats = {p.parent.name for p in (package / "platforms").glob("*/__init__.py")}
+    return [
+        f"{rel}:{line}: {text!r}"
+        for rel, line, text in _strings(package)
+        if not (rel.startswith("platforms/") and rel.split("/")[1] in plats)
+        and rel not in CGROUP_FILE_EXCEPT
+        and CGROUP_FILE.search(text)
+    ]
+
+
+def _strings(package: Path) -> list[tuple[str, int, str]]:
+    """``(module, line, text)`` for each string of code (docstrings left out), f-strings folded."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = str(path.relative_to(package))
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        docs = {
+            id(n.value)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Expr)
+            and isinstance(n.value, ast.Constant)
+            and isinstance(n.value.value, str)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Constant, ast.JoinedStr, ast.BinOp)) and id(node) not in docs:
+                text = _folded(node)
+                if text is not None:
+                    found.append((rel, getattr(node, "lineno", 0), text))
+    return found
+
+
+def test_the_neutral_code_names_no_cgroup_file(tmp_path: Path) -> None:
+    assert cgroup_file_names(PACKAGE) == []
+    linux = [t for r, _, t in _strings(PACKAGE) if r.startswith("platforms/linux/cgroups/")]
+    assert any(CGROUP_FILE.search(t) for t in linux)  # the control: the managers do name them
+    pkg = tmp_path / "sandbox_shim"
+    shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(pkg / "execution.py", "a", encoding="utf-8") as fh:  # the watch's old home
+        fh.write('\n\ndef _b(d: str) -> str:\n    return os.path.join(d, "memory.events")\n')
+    with open(pkg / "control.py", "a", encoding="utf-8") as fh:
+        fh.write('\n\n_P = "/sys/fs/cgroup/x/cgroup.procs"\n')
+    found = cgroup_file_names(pkg)
+    assert [f.split(":")[0] for f in found] == ["control.py", "execution.py"], found
+
+
+def mountinfo_opens(package: Path) -> list[str]:
+    """``module:line`` for each ``open(MOUNTINFO ...)`` outside ``mountinfo.py`` (the constant hides
+    the path from the literal scan above): the table is read through ``mountinfo.read`` only."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = str(path.relative_to(package))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if (
+                rel != "mountinfo.py"
+                and isinstance(node, ast.Call)
+                and node.args
+                and ast.unparse(node.func) in ("open", "os.open", "io.open")
+                and ast.unparse(node.args[0]).split(".")[-1] == "MOUNTINFO"
+            ):
+                found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+def test_the_mount_table_has_one_reader(tmp_path: Path) -> None:
+    assert mountinfo_opens(PACKAGE) == []
+    from sandbox_shim.platforms.linux.cgroups.detect import detect, layout_of
+
+    if sys.platform.startswith("linux"):  # the detection reads the table the one reader gives
+        assert detect() == layout_of(mountinfo.read() or [])
+    pkg = tmp_path / "sandbox_shim"
+    shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(pkg / "platforms" / "linux" / "cgroups" / "detect.py", "a", encoding="utf-8") as fh:
+        fh.write('\n\ndef _b() -> bytes:\n    with open(MOUNTINFO, "rb") as fh:\n        return fh.read()\n')
+    assert [f.split(":")[0] for f in mountinfo_opens(pkg)] == ["platforms/linux/cgroups/detect.py"]
