@@ -126,8 +126,8 @@ ONE_READER = {
     r"^/proc/self/status$": "probes/proc.py",
     r"^/proc/self/mountinfo$": "mountinfo.py",
     r"^/sys/fs/cgroup": "platforms/linux/cgroups/",
-    r"^/proc/sys/kernel/random/boot_id$": "platforms/linux/confine_state.py",
-    r"^/proc/(\0|self|\d+)/ns(/|$)": "platforms/linux/nsid.py",
+    r"^/proc/sys/kernel/random/boot_id$": "platforms/linux/__init__.py",
+    r"^/proc/(\0|self|\d+)/ns(/|$)": "platforms/linux/__init__.py",
 }
 
 #: ``(module, ONE_READER pattern)`` -> why that module still spells the owned file itself
@@ -135,7 +135,7 @@ ONE_READER_EXCEPT = {
     ("platforms/linux/bwrap.py", r"^/proc/(\0|self|\d+)/ns(/|$)"): (
         "the refusal of a uts namespace join that is the host's compares /proc/self/ns/uts and "
         "/proc/1/ns/uts; bwrap.py is being made a pure renderer (its host reads behind one host view), "
-        "and that read moves onto nsid with it"
+        "and that read moves onto the package's ns_identity with it"
     ),
 }
 
@@ -225,7 +225,7 @@ def test_only_the_owners_name_host_files() -> None:
         ("hardening/confinement.py", '_E = "/proc/self/environ"\n'),
         ("probes/cache.py", "def _b(p: str) -> str:\n    return _read(f'/proc/sys/{p}')\n"),
         ("platforms/linux/enter.py", '_S = "/proc/self/" + "stat"\n'),
-        # a second boot id reader, a namespace compared by hand outside nsid
+        # a second boot id reader, a namespace compared by hand outside the owner
         ("platforms/linux/hostkey.py", '_B = "/proc/sys/kernel/random/boot_id"\n'),
         (
             "platforms/linux/network.py",
@@ -247,35 +247,41 @@ def test_a_host_file_named_outside_its_owner_is_found(tmp_path: Path, module: st
 @linux
 def test_the_boot_id_has_one_reader() -> None:
     """The capability cache key and the kept Landlock ABI read the same boot id, from one reader."""
+    from sandbox_shim.platforms import linux as hostid
     from sandbox_shim.platforms.linux import confine_state, hostkey
 
-    boot = confine_state.boot_id()
+    boot = hostid.boot_id()
     assert len(boot) == 36 and boot.count("-") == 4, boot  # a UUID (proc(5))
     assert hostkey.cache_facts()["boot_id"] == boot
+    assert confine_state.boot_id is hostid.boot_id  # the kept Landlock ABI's key: the same reader
 
 
 @linux
 def test_namespace_identity_has_one_owner(tmp_path: Path) -> None:
-    """``nsid`` answers for this process, a child in a new namespace, and a namespace file's stat."""
-    from sandbox_shim.platforms.linux import namespaces, nsid
+    """The owner (``platforms/linux/__init__.py``) answers for this process, a child in a new
+    namespace, and a namespace file's stat."""
+    from sandbox_shim.platforms import linux as hostid
+    from sandbox_shim.platforms.linux import namespaces
 
     me = os.getpid()
-    assert nsid.shared(me, "net") and nsid.shared("self", "mnt")
-    assert nsid.is_namespace_of(os.stat(f"/proc/{me}/ns/net"), "self", "net")
+    assert hostid.ns_shared(me, "net") and hostid.ns_shared("self", "mnt")
+    assert hostid.is_namespace_of(os.stat(f"/proc/{me}/ns/net"), "self", "net")
     assert namespaces.same_namespace(me, "network")
-    assert nsid.identity("self", "net") != nsid.identity("self", "mnt")  # the control: two namespaces
+    assert hostid.ns_identity("self", "net") != hostid.ns_identity(
+        "self", "mnt"
+    )  # the control: two namespaces
     with pytest.raises(FileNotFoundError):
-        nsid.identity(2**22 + 1, "net")  # above pid_max: gone
+        hostid.ns_identity(2**22 + 1, "net")  # above pid_max: gone
     unshare = shutil.which("unshare")
     if unshare is None or os.geteuid() != 0:
         return
     child = subprocess.Popen([unshare, "--net", "sleep", "5"])
     try:
         for _ in range(100):  # until unshare has made the namespace and exec'd sleep
-            if not nsid.shared(child.pid, "net"):
+            if not hostid.ns_shared(child.pid, "net"):
                 break
             subprocess.run(["sleep", "0.02"], check=False)
-        assert not nsid.shared(child.pid, "net") and nsid.shared(child.pid, "mnt")
+        assert not hostid.ns_shared(child.pid, "net") and hostid.ns_shared(child.pid, "mnt")
         assert not namespaces.same_namespace(child.pid, "network")
     finally:
         child.kill()

@@ -15,22 +15,12 @@ from __future__ import annotations
 
 import os
 
+from . import boot_id
 from . import landlock as ll
 
 TYPE_CHECKING = False  # start-up cost (confine runs per command): no typing at run time
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-
-
-def boot_id() -> str:
-    """This boot's id: ``/proc/sys/kernel/random/boot_id`` (proc(5): a random UUID, new with every
-    boot), stripped; "" when it cannot be read.  The one reader of that file: the kept Landlock ABI
-    here and the capability cache key (``hostkey.cache_facts``) both ask this."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", "rb") as fh:
-            return fh.read(64).strip().decode("ascii", "replace")
-    except OSError:
-        return ""
 
 
 def state_dir(env: Mapping[str, str], read_write: Sequence[str], held: Sequence[str] = ()) -> str | None:
@@ -68,7 +58,7 @@ def landlock_abi(
 ) -> int:
     """``landlock.abi_version()``, kept for the boot in ``STATE/landlock-abi`` (``state_dir``) as
     ``BOOT_ID ABI``: the ABI is the running kernel's (Landlock is built in, not a module) and
-    the boot id changes with every boot (``boot_id``).  Asking the kernel takes
+    the boot id changes with every boot (``boot_id`` in the package's ``__init__``).  Asking the kernel takes
     ``_ctypes`` (a shared library to load) and a libc call; reading the file does not.  Without a
     usable state directory, or a boot id, the kernel is asked; so it is when the file is not a
     regular file of this user's (``confine_journal.owned_file``) or names no ABI in ``0..ABI_MAX``.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ...errors import LaunchFailed
 from ...mechanism import HookEntry
-from . import nsid
+from . import ns_shared
 
 #: nsenter(1) option for each entry of /proc/PID/ns, in the order they are given
 NSENTER = {"user": "-U", "mnt": "-m", "uts": "-u", "ipc": "-i", "net": "-n", "pid": "-p", "cgroup": "-C"}
@@ -44,7 +44,7 @@ def differing(pid: int) -> set[str]:
     found: set[str] = set()
     for name in NSENTER:
         try:
-            if not nsid.shared(pid, name):
+            if not ns_shared(pid, name):
                 found.add(name)
         except FileNotFoundError:
             continue

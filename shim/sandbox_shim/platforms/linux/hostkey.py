@@ -10,8 +10,7 @@ from __future__ import annotations
 from ...mountinfo import Mount
 from ...mountinfo import read as read_mountinfo
 from ...probes.proc import read, status_fields
-from . import nsid
-from .confine_state import boot_id
+from . import boot_id, ns_identity
 from .locate import bwrap_stat_identity
 
 #: the sysctls that decide whether an unprivileged user namespace can be made (proc(5) /proc/sys)
@@ -35,15 +34,15 @@ def cgroup_mounts(table: list[Mount]) -> str:
 
 
 def _ns_inode(kind: str) -> str:
-    """The inode of this process's namespace ``kind`` (``nsid.identity``), "" if unreadable."""
+    """The inode of this process's namespace ``kind`` (``ns_identity``), "" if unreadable."""
     try:
-        return str(nsid.identity("self", kind)[1])
+        return str(ns_identity("self", kind)[1])
     except OSError:
         return ""
 
 
 def cache_facts() -> dict[str, str]:
-    """The Linux part of the cache key, all text: ``boot_id`` (``confine_state.boot_id``, new each
+    """The Linux part of the cache key, all text: ``boot_id`` (the package's ``boot_id``, new each
     boot), ``bwrap`` (``bwrap_stat_identity()``), ``cgroups`` (``"<layout fingerprint>|<cgroup
     mounts>"``), ``userns`` (the user namespace's inode), ``confinement`` (Seccomp, NoNewPrivs and
     the effective and bounding capability sets of /proc/self/status) and ``sysctls``
