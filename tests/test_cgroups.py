@@ -881,6 +881,7 @@ def test_every_thread_and_child_of_the_sandbox_is_in_each_of_its_cgroups(
         run_shim(state_root, "delete", "--force", sid)
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="os.pread and an open file removed: POSIX")
 def test_the_watch_keeps_the_counters_of_a_cgroup_that_vanished(fake_v2: Path) -> None:
     """``Mechanism.watch`` on Linux (``cgroups/watch.py``): a change of ``memory.events`` is read
     while the cgroup exists, and once its directory is gone (systemd removes an emptied scope) the

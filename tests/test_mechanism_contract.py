@@ -425,6 +425,7 @@ def test_a_posix_only_call_in_the_core_fails_the_windows_check(tmp_path: Path) -
     assert status == 0, out
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="scripts/mypy-platform is a bash script")
 def test_the_script_finds_a_new_platform_folder(tmp_path: Path) -> None:
     """``scripts/mypy-platform`` takes the platforms from the folders: a ``platforms/freebsd/`` stating
     its ``sys.platform`` is listed and checked with nothing else edited; one stating none is refused."""
