@@ -879,3 +879,36 @@ def test_every_thread_and_child_of_the_sandbox_is_in_each_of_its_cgroups(
                 assert any(line.endswith(":/" + path) for line in lines), (p, d, lines)
     finally:
         run_shim(state_root, "delete", "--force", sid)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="os.pread and an open file removed: POSIX")
+def test_the_watch_keeps_the_counters_of_a_cgroup_that_vanished(fake_v2: Path) -> None:
+    """``Mechanism.watch`` on Linux (``cgroups/watch.py``): a change of ``memory.events`` is read
+    while the cgroup exists, and once its directory is gone (systemd removes an emptied scope) the
+    last reading stands instead of the zeros of missing files."""
+    import shutil
+
+    from sandbox_shim.mechanism import Sandbox
+    from sandbox_shim.platforms.linux.cgroups.watch import EventsWatch
+    from sandbox_shim.platforms.linux.mechanism import LinuxMechanism
+
+    m = V2Manager(str(fake_v2), "/sandbox-shim/w")
+    m.create([])
+    d = fake_v2 / "sandbox-shim" / "w"
+    (d / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    first = control.facts(m)
+    watch = EventsWatch(m, first)
+    try:
+        assert watch.fd is not None
+        watch.changed()  # the control: nothing new, the first reading stands
+        assert watch.last.oom_kills == 0
+        (d / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n")
+        watch.changed()
+        assert watch.last.oom_kills == 1
+        shutil.rmtree(d)
+        assert control.facts(m).oom_kills == 0  # what a read after the exit would have said
+        assert watch.final().oom_kills == 1
+    finally:
+        watch.close()
+    assert watch.fd is None
+    assert LinuxMechanism().watch(Sandbox("x", "/b"), first) is None  # no cgroup: nothing to watch

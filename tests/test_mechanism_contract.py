@@ -1,28 +1,32 @@
-"""The ``Mechanism`` protocol is the platform contract: all three mechanisms satisfy it, checked by
-mypy (``platforms/select.py`` assigns each to it) and at run time; a mechanism missing one member the
-library calls fails mypy (the control: the same file with every member passes)."""
+"""The ``Mechanism`` protocol is the platform contract: every platform folder's mechanism satisfies it,
+checked by mypy (each ``platforms/<os>/mechanism.py`` assigns its class to it) and at run time; a
+mechanism missing one member the library calls fails mypy (the control: the same file with every
+member passes).  The platforms are taken from the folders under ``platforms/``, never from a list."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import os
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from sandbox_shim.mechanism import Mechanism
-from sandbox_shim.platforms.darwin.mechanism import DarwinSeatbeltMechanism
-from sandbox_shim.platforms.linux.mechanism import LinuxMechanism
-from sandbox_shim.platforms.windows.mechanism import WindowsJobMechanism
 
 REPO = Path(__file__).resolve().parents[1]
-MEMBERS = sorted(n for n in vars(Mechanism) if not n.startswith("_")) + ["name", "root", "systemd_cgroup"]
+MEMBERS = sorted(n for n in vars(Mechanism) if not n.startswith("_")) + ["name", "root"]
 
 
 def test_every_mechanism_is_a_mechanism_at_run_time() -> None:
-    for mech in (LinuxMechanism(), DarwinSeatbeltMechanism(), WindowsJobMechanism()):
-        assert isinstance(mech, Mechanism), type(mech).__name__
+    found = _mechanism_classes(PACKAGE)
+    assert {f for f, _, _ in found} >= {"linux", "darwin", "windows"}, found
+    for folder, module, name in found:
+        cls = getattr(importlib.import_module(f"sandbox_shim.platforms.{folder}.{module}"), name)
+        assert isinstance(cls(), Mechanism), name
 
 
 #: the names neutral code gives a mechanism (a parameter, a local, an attribute of ``self``)
@@ -56,7 +60,9 @@ def mechanism_uses(package: Path) -> tuple[dict[str, set[str]], list[str], list[
     """What the neutral code does with a mechanism, read from its source (not a hand-written list).
 
     Returns ``(members, dodges, untyped)``: each member read on a mechanism with the modules reading
-    it; every ``getattr``/``hasattr`` on one (a member the protocol need not declare); every
+    it; every ``getattr``/``hasattr`` on one (a member the protocol need not declare), and every
+    attribute set on one outside the composition point (``platforms/select.py`` makes a mechanism
+    with its options; nobody changes it afterwards, as the CLI once set ``systemd_cgroup``); every
     parameter named like a mechanism left unannotated or typed ``Any``/``object`` (mypy would not check
     what is called on it)."""
     members: dict[str, set[str]] = {}
@@ -67,6 +73,8 @@ def mechanism_uses(package: Path) -> tuple[dict[str, set[str]], list[str], list[
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), where)):
             if isinstance(node, ast.Attribute) and _is_mechanism(node.value):
                 members.setdefault(node.attr, set()).add(where)
+                if isinstance(node.ctx, ast.Store) and where != "platforms/select.py":
+                    dodges.append(f"{where}:{node.lineno}: {ast.unparse(node)} = ...")
             elif (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)
@@ -83,13 +91,17 @@ def mechanism_uses(package: Path) -> tuple[dict[str, set[str]], list[str], list[
 
 
 def test_the_protocol_declares_what_the_library_calls() -> None:
-    """Every member the platform-neutral code reads on a mechanism is declared by the protocol, no
+    """Every member the platform-neutral code reads on a mechanism is declared by the protocol (and
+    every declared member is read somewhere), no
     code dodges it with getattr/hasattr, and every mechanism parameter is typed ``Mechanism`` (so
     mypy checks each call against the protocol, for all three platforms: ``platforms.select``)."""
     members, dodges, untyped = mechanism_uses(PACKAGE)
     assert {"provision", "start", "status", "termination", "observed_cgroups", "lost_pids"} <= set(members)
     undeclared = {m: sorted(w) for m, w in members.items() if m not in MEMBERS}
     assert not undeclared, undeclared
+    # and the converse: a member no neutral module uses is not the library's to demand (the issue:
+    # "what the library calls is what a mechanism must implement"; ``capabilities`` once was one)
+    assert set(MEMBERS) - set(members) == set(), "declared by the protocol but never used"
     assert not dodges, dodges
     assert not untyped, untyped
 
@@ -99,6 +111,7 @@ def test_the_protocol_declares_what_the_library_calls() -> None:
     [
         ("def _f(mechanism: Mechanism) -> None:\n    mechanism.teleport()\n", "undeclared"),
         ("def _f(mechanism: Mechanism) -> object:\n    return getattr(mechanism, 'status', None)\n", "dodge"),
+        ("def _f(mech: Mechanism) -> None:\n    mech.root = None\n", "dodge"),
         ("def _f(mechanism: Any) -> None:\n    pass\n", "untyped"),
         ("def _f(mech) -> None:\n    pass\n", "untyped"),
     ],
@@ -126,7 +139,7 @@ def _module(omit: str | None) -> str:
     return (
         "from sandbox_shim.mechanism import Mechanism\n"
         "from sandbox_shim.platforms.windows.mechanism import WindowsJobMechanism\n\n\n"
-        "class Partial:\n    name = 'partial'\n    root: str | None = None\n    systemd_cgroup = False\n"
+        "class Partial:\n    name = 'partial'\n    root: str | None = None\n"
         f"{body}\n\n\nCHECK: Mechanism = Partial()\n"
     )
 
@@ -277,8 +290,8 @@ def test_mypy_refuses_a_confinement_renderer_off_the_contract(tmp_path: Path, ol
 # --- every platform folder's mechanism is on the contract ------------------------------------------
 
 
-def _mechanism_classes(package: Path) -> set[tuple[str, str]]:
-    """``(platform folder, class)`` for every class under ``platforms/<folder>/`` that defines
+def _mechanism_classes(package: Path) -> set[tuple[str, str, str]]:
+    """``(platform folder, module, class)`` for every class under ``platforms/<folder>/`` that defines
     ``provision`` (what makes a class a mechanism), the folders taken from the file system."""
     found = set()
     for folder in sorted(p for p in (package / "platforms").iterdir() if p.is_dir()):
@@ -289,49 +302,90 @@ def _mechanism_classes(package: Path) -> set[tuple[str, str]]:
                 if isinstance(node, ast.ClassDef) and any(
                     isinstance(f, ast.FunctionDef) and f.name == "provision" for f in node.body
                 ):
-                    found.add((folder.name, node.name))
+                    module = ".".join(path.relative_to(folder).with_suffix("").parts)
+                    found.add((folder.name, module, node.name))
     return found
 
 
-def _contract_classes(package: Path) -> set[tuple[str, str]]:
-    """``(platform folder, class)`` named by the parameters of ``select._contract`` (mypy checks each
-    against ``Mechanism`` there), resolved through ``select.py``'s own imports."""
-    tree = ast.parse((package / "platforms" / "select.py").read_text())
-    where = {
-        alias.asname or alias.name: (node.module or "").split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.level == 1
-        for alias in node.names
-    }
-    contract = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_contract")
-    names = [a.annotation.id for a in contract.args.args if isinstance(a.annotation, ast.Name)]
-    return {(where.get(n, "?"), n) for n in names}
+def _contract_classes(package: Path) -> set[tuple[str, str, str]]:
+    """``(platform folder, module, class)`` for each ``NAME: Mechanism = Class()`` in a platform
+    folder's module naming a class of that module (mypy checks the class against the protocol there)."""
+    found = set()
+    for folder in sorted(p for p in (package / "platforms").iterdir() if (p / "__init__.py").exists()):
+        for path in sorted(folder.rglob("*.py")):
+            tree = ast.parse(path.read_text(), str(path))
+            classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+            for node in ast.walk(tree):
+                if (
+                    isinstance(node, ast.AnnAssign)
+                    and ast.unparse(node.annotation) == "Mechanism"
+                    and isinstance(node.value, ast.Call)
+                    and isinstance(node.value.func, ast.Name)
+                    and node.value.func.id in classes
+                ):
+                    module = ".".join(path.relative_to(folder).with_suffix("").parts)
+                    found.add((folder.name, module, node.value.func.id))
+    return found
 
 
 def test_every_platform_folder_has_its_mechanism_on_the_contract() -> None:
     found = _mechanism_classes(PACKAGE)
-    assert {f for f, _ in found} >= {"linux", "darwin", "windows"}, found
+    assert {f for f, _, _ in found} >= {"linux", "darwin", "windows"}, found
     assert found - _contract_classes(PACKAGE) == set()
 
 
 def test_a_new_platform_off_the_contract_is_found(tmp_path: Path) -> None:
-    """The control: a ``platforms/freebsd/`` with a mechanism that ``select._contract`` does not name."""
+    """The control: a ``platforms/freebsd/`` with a mechanism its folder does not assign to the protocol
+    (and the same folder once it does: nothing outside it to edit)."""
     copy = tmp_path / "sandbox_shim"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "platforms" / "freebsd").mkdir()
-    (copy / "platforms" / "freebsd" / "__init__.py").write_text("")
-    (copy / "platforms" / "freebsd" / "mechanism.py").write_text(
+    (copy / "platforms" / "freebsd" / "__init__.py").write_text('SYS_PLATFORM = "freebsd12"\n')
+    mech = copy / "platforms" / "freebsd" / "mechanism.py"
+    mech.write_text(
         "class JailMechanism:\n    def provision(self, sandbox, plan, options):\n        return None\n"
     )
-    assert _mechanism_classes(copy) - _contract_classes(copy) == {("freebsd", "JailMechanism")}
+    assert _mechanism_classes(copy) - _contract_classes(copy) == {("freebsd", "mechanism", "JailMechanism")}
+    with open(mech, "a", encoding="utf-8") as fh:
+        fh.write("\n\nif TYPE_CHECKING:\n    _CONTRACT: Mechanism = JailMechanism()\n")
+    assert _mechanism_classes(copy) - _contract_classes(copy) == set()
+
+
+@pytest.mark.parametrize(("old", "new"), [("    def lost_pids(", "    def lost_pid_list(")])
+def test_mypy_refuses_a_platform_mechanism_off_the_contract(tmp_path: Path, old: str, new: str) -> None:
+    """The folder's own line is what mypy checks: the macOS mechanism with a member renamed fails
+    ``mypy`` on this Linux host, at ``platforms/darwin/mechanism.py``."""
+    copy = tmp_path / "src" / "sandbox_shim"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    path = copy / "platforms" / "darwin" / "mechanism.py"
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    out, status = _mypy(tmp_path, copy)
+    assert status == 1, out
+    assert "lost_pids" in out and "darwin/mechanism.py" in out, out
+
+
+def platforms(package: Path = PACKAGE) -> dict[str, str]:
+    """``{sys.platform value: folder}``, as each ``platforms/<folder>/__init__.py`` states it."""
+    found = {}
+    for init in sorted((package / "platforms").glob("*/__init__.py")):
+        m = re.search(r'^SYS_PLATFORM = "(\w+)"$', init.read_text(encoding="utf-8"), re.M)
+        assert m, f"{init} states no SYS_PLATFORM"
+        found[m.group(1)] = init.parent.name
+    return found
+
+
+def test_each_platform_package_states_its_platform() -> None:
+    assert {"linux": "linux", "darwin": "darwin", "win32": "windows"}.items() <= platforms().items()
+    for plat, folder in platforms().items():
+        assert importlib.import_module(f"sandbox_shim.platforms.{folder}").SYS_PLATFORM == plat
 
 
 def _mypy_platform(tmp_path: Path, plat: str, root: Path = REPO) -> tuple[str, int]:
     """``scripts/mypy-platform PLAT`` (the core plus that platform's folder, as mypy sees them there)
     on the checkout at ``root``, with this interpreter's mypy and a private cache."""
     pytest.importorskip("mypy", reason="mypy is a test dependency (pip install -e '.[test]')")
-    import subprocess
-
     env = {**os.environ, "MYPY": str(Path(sys.executable).with_name("mypy"))}
     if not Path(env["MYPY"]).exists():
         pytest.skip("no mypy script next to this interpreter")
@@ -345,11 +399,12 @@ def _mypy_platform(tmp_path: Path, plat: str, root: Path = REPO) -> tuple[str, i
     return run.stdout + run.stderr, run.returncode
 
 
-@pytest.mark.parametrize("plat", ["linux", "darwin", "win32"])
+@pytest.mark.parametrize("plat", sorted(platforms()))
 def test_the_core_type_checks_as_every_platform_sees_it(tmp_path: Path, plat: str) -> None:
-    """The protocol and the core are checked by mypy as each OS sees them (CI's lint lane runs all
-    three): the core's POSIX-only names come from ``sandbox_shim.posix`` or sit behind a
-    ``sys.platform`` check, so Windows' view (no fcntl, O_NOFOLLOW, SIGKILL, fork) is clean too."""
+    """The protocol and the core are checked by mypy as each OS sees them (CI's lint lane runs every
+    platform folder found, ``scripts/mypy-platform --all``): the core's POSIX-only names come from
+    ``sandbox_shim.posix`` or sit behind a ``sys.platform`` check, so Windows' view (no fcntl,
+    O_NOFOLLOW, SIGKILL, fork) is clean too."""
     out, status = _mypy_platform(tmp_path, plat)
     assert status == 0, out
 
@@ -368,3 +423,45 @@ def test_a_posix_only_call_in_the_core_fails_the_windows_check(tmp_path: Path) -
     assert "paths.py" in out and "geteuid" in out, out
     out, status = _mypy_platform(tmp_path, "linux", copy)
     assert status == 0, out
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="scripts/mypy-platform is a bash script")
+def test_the_script_finds_a_new_platform_folder(tmp_path: Path) -> None:
+    """``scripts/mypy-platform`` takes the platforms from the folders: a ``platforms/freebsd/`` stating
+    its ``sys.platform`` is listed and checked with nothing else edited; one stating none is refused."""
+    copy = tmp_path / "repo"
+    (copy / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "mypy-platform", copy / "scripts")
+    shutil.copytree(PACKAGE, copy / "shim" / "sandbox_shim", ignore=shutil.ignore_patterns("__pycache__"))
+    script = str(copy / "scripts" / "mypy-platform")
+    run = subprocess.run([script, "--list"], capture_output=True, text=True, timeout=60)
+    listed = [f"{p} {f}" for p, f in sorted(platforms().items(), key=lambda pf: pf[1])]
+    assert run.returncode == 0 and run.stdout.splitlines() == listed, run.stdout + run.stderr
+    assert {"darwin darwin", "linux linux", "win32 windows"} <= set(listed)
+    bsd = copy / "shim" / "sandbox_shim" / "platforms" / "freebsd"
+    bsd.mkdir()
+    (bsd / "__init__.py").write_text('SYS_PLATFORM = "freebsd12"\n')
+    run = subprocess.run([script, "--list"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "freebsd12 freebsd" in run.stdout.split("\n"), run.stdout + run.stderr
+    # the one platform asked for is run with its folder kept and the others pruned (``echo`` as mypy)
+    env = {**os.environ, "MYPY": "echo"}
+    run = subprocess.run([script, "freebsd12"], capture_output=True, text=True, timeout=60, env=env, cwd="/")
+    assert run.returncode == 0 and "--platform freebsd12" in run.stdout, run.stdout + run.stderr
+    assert "platforms/freebsd/__init__.py" in run.stdout and "platforms/linux/" not in run.stdout, run.stdout
+    (bsd / "__init__.py").write_text("")
+    run = subprocess.run([script, "--list"], capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and "SYS_PLATFORM" in run.stderr, run.stdout + run.stderr
+
+
+def test_the_systemd_cgroup_choice_is_made_where_the_mechanism_is() -> None:
+    """runc's ``--systemd-cgroup`` is an argument of the call that makes the mechanism
+    (``api.default_mechanism`` -> ``platforms.select.mechanism``), not an attribute set afterwards."""
+    from sandbox_shim import api
+    from sandbox_shim.platforms.linux.mechanism import LinuxMechanism
+
+    mech = api.default_mechanism("/nonexistent/state", systemd_cgroup=True)
+    if sys.platform.startswith("linux"):
+        assert isinstance(mech, LinuxMechanism) and mech.systemd_cgroup is True
+        plain = api.default_mechanism("/nonexistent/state")
+        assert isinstance(plain, LinuxMechanism) and plain.systemd_cgroup is False
+    assert "systemd_cgroup" not in vars(Mechanism)

@@ -24,12 +24,14 @@ if TYPE_CHECKING:
     from .mechanism import Mechanism
 
 
-def default_mechanism(root: str | None = None) -> Mechanism:
+def default_mechanism(root: str | None = None, systemd_cgroup: bool = False) -> Mechanism:
     """The mechanism for this platform, keeping its sandboxes' state under ``root`` (picked by the
-    composition point, ``platforms.select.mechanism``).  Raises ``LaunchFailed`` on an OS without one."""
+    composition point, ``platforms.select.mechanism``); ``systemd_cgroup``: runc's
+    ``--systemd-cgroup`` (Linux: systemd makes the sandbox's scope; ignored where there are no
+    cgroups).  Raises ``LaunchFailed`` on an OS without one."""
     from .platforms.select import mechanism
 
-    return mechanism(root)
+    return mechanism(root, systemd_cgroup=systemd_cgroup)
 
 
 def id_of(sandbox: Sandbox | str) -> str:

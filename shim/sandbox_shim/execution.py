@@ -36,11 +36,11 @@ from . import api, posix
 from .capture import MAX_OUTPUT, Collected, collect
 from .control import Facts, facts
 from .errors import LimitExceeded, check_seconds
-from .mechanism import CgroupControl, Completion, Ended, Sandbox, Started, Usage
+from .mechanism import Completion, Ended, Sandbox, Started, Usage
 from .spawn import spawn
 
 if TYPE_CHECKING:
-    from .mechanism import Mechanism
+    from .mechanism import CounterWatch, Mechanism
 
 __all__ = ["Started", "execute", "preflight", "run_bundle", "run_detached", "spawn"]
 
@@ -197,61 +197,11 @@ _instrument()
 # -- a bundle's own process ---------------------------------------------------------------------------
 
 
-class _Watch:
-    """The cgroup's counters as last seen while the program ran.
-
-    A cgroup can vanish with its counters the moment its last process exits (systemd stops an emptied
-    transient scope and removes its directory), so a limit that killed the program would go unreported
-    if the counters were read only afterwards.  ``CgroupControl.events_fd`` (v2: ``memory.events``, which
-    signals every change, cgroup-v2.rst) wakes the wait; the counters are read then, while the cgroup
-    still exists, and ``final()`` prefers what can still be read after the exit."""
-
-    def __init__(self, cg: CgroupControl | None, first: Facts) -> None:
-        self.cg, self.last = cg, first
-        self.fd = cg.events_fd() if cg is not None else None
-        self.seen = b""
-
-    def changed(self) -> None:
-        """Read the counters again if the event file's text changed.  Called on every wake of the
-        wait, the program's exit included: the kernel counts an OOM kill before its victim dies, but
-        the file's notification is rate-limited (20 ms, cgroup_file_notify), so the exit can come
-        first — and the cgroup may be removed right after it."""
-        if self.cg is None or self.fd is None or sys.platform == "win32":  # cgroups: Linux only
-            return
-        try:
-            text = os.pread(self.fd, 4096, 0)  # re-arms the notification (kernfs: a read takes the event)
-        except OSError:  # ENODEV: the cgroup is gone; the last reading stands
-            self.close()
-            return
-        if text != self.seen:
-            self.seen = text
-            self._read()
-
-    def final(self) -> Facts:
-        """The counters now if the cgroup still exists, else the last ones read while it did."""
-        self._read()
-        return self.last
-
-    def _read(self) -> None:
-        """Read the counters; kept only if the cgroup still existed after the reading (files that
-        vanished midway read as zeros, which must not replace a real count)."""
-        if self.cg is None:
-            return
-        now = facts(self.cg)
-        if any(os.path.isdir(d) for d in self.cg.dirs()):
-            self.last = now
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
 def _wait_exit(
-    mechanism: Mechanism, sb: Sandbox, pid: int, deadline: float | None, watch: _Watch | None = None
+    mechanism: Mechanism, sb: Sandbox, pid: int, deadline: float | None, watch: CounterWatch | None = None
 ) -> int | None:
     """Wait until the container process ``pid`` exits or ``deadline`` (monotonic) passes; with
-    ``watch``, its counters are read again whenever the cgroup signals a change.
+    ``watch`` (``Mechanism.watch``), its counters are read again whenever they signal a change.
 
     Returns its exit status (128+n for a signal) as the mechanism learns it (on Linux: reaped by this
     process, its subreaper, and recorded), 255 if it is gone with no status known, None on timeout.
@@ -343,7 +293,7 @@ def run_bundle(
             wall = (rec.private.get("plan") or {}).get("wall_clock")
             limit = min((t for t in (timeout, wall) if t), default=None)
             before = facts(cg) if cg else Facts()
-            watch = _Watch(cg, before)
+            watch = mechanism.watch(sb, before)
             try:
                 api.start(mechanism, sandbox_id)
                 t0 = time.monotonic()
@@ -357,9 +307,10 @@ def run_bundle(
                 duration = time.monotonic() - t0
                 # exit 137 is not SIGKILL: ask for the wait(2) status where the mechanism keeps it
                 ended = mechanism.termination(sb) if not timed_out else None
-                after = watch.final()
+                after = watch.final() if watch is not None else before
             finally:
-                watch.close()
+                if watch is not None:
+                    watch.close()
         finally:
             if not keep:
                 api.destroy(mechanism, sandbox_id, force=True)

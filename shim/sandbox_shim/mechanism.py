@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from typing import IO, Any, Protocol, runtime_checkable
 
     from .bundle import Spec
-    from .capability import Capability
     from .control import Facts
     from .resources import Limits
     from .state import StateStore
@@ -461,13 +460,6 @@ class CgroupControl(Protocol):
     platform has one (``Mechanism.cgroup`` returns None otherwise).  Linux: ``platforms/linux/cgroups``
     managers.  Errors: ``LaunchFailed`` naming the file the kernel refused."""
 
-    def dirs(self) -> list[str]: ...
-
-    def join_files(self) -> list[str]:
-        """The files a process is placed in this cgroup through (its pid written to each): the one
-        rule for joining, v1's ``tasks`` or v2's ``cgroup.procs``, in every existing directory."""
-        ...
-
     def apply(self, limits: Limits) -> None: ...
 
     def pids(self) -> list[int]: ...
@@ -478,18 +470,39 @@ class CgroupControl(Protocol):
 
     def facts(self) -> Facts: ...
 
-    def events_fd(self) -> int | None:
-        """A new fd that select(2) reports as an exceptional condition whenever the cgroup's event
-        counters change (v2 ``memory.events``: "a value change in this file generates a file modified
-        event", cgroup-v2.rst); the caller closes it.  None where the platform signals nothing."""
+
+class CounterWatch(Protocol):
+    """A running sandbox's limit counters kept current while its program runs (``Mechanism.watch``):
+    where the counters may vanish with the program (Linux: a systemd scope removed once empty), a limit
+    that killed it is still reported.  Linux: ``platforms/linux/cgroups/watch.py``.
+
+    Attributes:
+        fd: an fd select(2) reports as an exceptional condition whenever the counters change (Linux
+            v2: ``memory.events``), or None where nothing signals; owned by the watch (``close``).
+    """
+
+    fd: int | None
+
+    def changed(self) -> None:
+        """Read the counters again if they changed; called on every wake of the library's wait, the
+        program's exit included.  Never raises (a counter source that is gone keeps the last reading)."""
+        ...
+
+    def final(self) -> Facts:
+        """The counters now if they can still be read, else the last ones read while they could."""
+        ...
+
+    def close(self) -> None:
+        """Close ``fd`` (idempotent)."""
         ...
 
 
 @runtime_checkable
 class Mechanism(Protocol):
     """What a platform must provide: every member the library (``api``, ``control``, ``execution``,
-    ``spawn``, ``reconcile``, ``addresses``) calls.  ``platforms.select`` checks the three mechanisms
-    against it for mypy; a mechanism missing a member does not type-check.
+    ``spawn``, ``reconcile``, ``addresses``) calls, and nothing it does not: each platform's
+    ``mechanism.py`` assigns its class to it for mypy (``_CONTRACT``), so a mechanism missing a member
+    does not type-check (``tests/test_mechanism_contract.py`` checks both directions).
 
     Every method raises ``ShimError`` subclasses only (``errors.py``).
     """
@@ -497,12 +510,6 @@ class Mechanism(Protocol):
     name: str
     #: the state root its sandboxes' records live under (``state.resolve_root``); set by ``select``
     root: str | None
-    #: runc's ``--systemd-cgroup`` (Linux: systemd makes the scope); other platforms ignore it
-    systemd_cgroup: bool
-
-    def capabilities(self) -> list[Capability]:
-        """Probe reports for everything this mechanism could enforce on this host."""
-        ...
 
     def make_plan(self, spec: Spec, sandbox_id: str) -> LaunchPlan:
         """The platform's plan from the loaded bundle; refusal happens here (``BundleInvalid``,
@@ -615,6 +622,12 @@ class Mechanism(Protocol):
 
     def cgroup(self, sandbox: Sandbox) -> CgroupControl | None:
         """The sandbox's control group, or None where the platform has none."""
+        ...
+
+    def watch(self, sandbox: Sandbox, first: Facts) -> CounterWatch | None:
+        """A watch of the sandbox's limit counters while its program runs (``execution.run_bundle``),
+        starting from ``first`` (read before start), or None where there is nothing to watch (no
+        cgroup; macOS and Windows, whose limits are not read from counters that can vanish)."""
         ...
 
     def destroy(self, sandbox: Sandbox) -> None:

@@ -123,8 +123,8 @@ def main(argv: list[str], g: Globals | None = None) -> int:
         raise UsageError(f"too many arguments for {verb}: {' '.join(pos[max_pos:])}")
     from .. import api
 
-    mech = api.default_mechanism(g.root)
-    mech.systemd_cgroup = g.systemd_cgroup  # create makes a systemd scope; the others read the record
+    # create makes a systemd scope with --systemd-cgroup; the other verbs read the record
+    mech = api.default_mechanism(g.root, systemd_cgroup=g.systemd_cgroup)
     sid = pos[0]
     if verb == "create":
         from ..mechanism import Sandbox

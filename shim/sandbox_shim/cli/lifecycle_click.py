@@ -27,8 +27,8 @@ def run(g: Globals, bundle: str, detach: bool, pid_file: str | None, keep: bool,
     from .. import api, control
     from ..execution import run_bundle, run_detached
 
-    mech = api.default_mechanism(g.root)
-    mech.systemd_cgroup = g.systemd_cgroup  # create makes a systemd scope; the others read the record
+    # create makes a systemd scope with --systemd-cgroup; the other verbs read the record
+    mech = api.default_mechanism(g.root, systemd_cgroup=g.systemd_cgroup)
     if detach:
         run_detached(mech, container_id, bundle, pid_file=pid_file, stdio=(0, 1, 2))
         return

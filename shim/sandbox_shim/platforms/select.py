@@ -3,9 +3,10 @@
 Everything here picks the implementation for this OS (``sys.platform``) and imports it on first use,
 so importing this module costs nothing.  The layer contract (``[tool.importlinter]`` in pyproject.toml,
 ``tests/test_layers.py``) names this module as the only exception to "the core never imports a
-platform"; a new platform is a new folder under ``platforms/`` plus one branch in ``mechanism`` and
-its mechanism class as a parameter of ``_contract`` (``tests/test_mechanism_contract.py`` finds every
-platform folder's mechanism class and fails when ``_contract`` does not name it).
+platform"; a new platform is a new folder under ``platforms/`` (its ``__init__.py`` states its
+``sys.platform`` value; its mechanism module assigns its class to ``Mechanism`` for mypy,
+``tests/test_mechanism_contract.py`` fails for a platform folder's mechanism class without that line)
+plus one branch in ``mechanism``.
 
 What the core asks of a platform beyond the ``Mechanism`` protocol is host facts that exist before
 any mechanism does: the probes to register, the capability cache's key, config rules that need only
@@ -26,18 +27,7 @@ if TYPE_CHECKING:
     from ..hardening.confine_backend import ConfineBackend
     from ..mechanism import Mechanism
     from .darwin import confine as darwin_confine
-    from .darwin.mechanism import DarwinSeatbeltMechanism
     from .linux import confine as linux_confine
-    from .linux.mechanism import LinuxMechanism
-    from .windows.mechanism import WindowsJobMechanism
-
-    def _contract(
-        linux: LinuxMechanism, darwin: DarwinSeatbeltMechanism, windows: WindowsJobMechanism
-    ) -> tuple[Mechanism, Mechanism, Mechanism]:
-        """Never called: mypy checks every platform's mechanism against the ``Mechanism`` protocol
-        here, on any OS (the branches of ``mechanism`` below are per-platform, and mypy skips the
-        other platforms' branches).  A mechanism missing a member fails ``mypy``."""
-        return linux, darwin, windows
 
     #: never evaluated: mypy checks both confinement renderers against ``ConfineBackend`` here, on
     #: any OS (``confine_backend``'s branches are per platform); a renderer missing a member fails
@@ -48,8 +38,12 @@ def _linux() -> bool:
     return sys.platform.startswith("linux")
 
 
-def mechanism(root: str | None = None) -> Mechanism:
+def mechanism(root: str | None = None, systemd_cgroup: bool = False) -> Mechanism:
     """A new mechanism for this OS, keeping its sandboxes' state under ``root`` (``state.resolve_root``).
+
+    ``systemd_cgroup``: runc's ``--systemd-cgroup`` (Linux: ``cgroupsPath`` is ``slice:prefix:name``
+    and systemd makes the scope; macOS and Windows have no cgroups and ignore it, as runc's flag
+    has no meaning there).  The choice is made here, once, never set on a mechanism afterwards.
 
     Raises: ``LaunchFailed`` on an OS this build has no mechanism for.
     """
@@ -59,7 +53,7 @@ def mechanism(root: str | None = None) -> Mechanism:
     if _linux():
         from .linux.mechanism import LinuxMechanism
 
-        mech = LinuxMechanism()
+        mech = LinuxMechanism(systemd_cgroup=systemd_cgroup)
     elif sys.platform == "darwin":
         from .darwin.mechanism import DarwinSeatbeltMechanism
 

@@ -37,7 +37,8 @@ from .trials import darwin_capabilities
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ...bundle import Spec
-    from ...mechanism import CgroupControl, ExecSpec, HookEntry, HostRecord, LaunchPlan, Started
+    from ...control import Facts
+    from ...mechanism import CgroupControl, CounterWatch, ExecSpec, HookEntry, HostRecord, LaunchPlan, Started
     from ...state import StateStore
 
 #: the report ``exec`` refuses with (exit status 4, "not available")
@@ -80,7 +81,6 @@ class DarwinSeatbeltMechanism:
 
     name = "darwin-seatbelt"
     root: str | None = None  # the state root (``platforms.select.mechanism`` sets it)
-    systemd_cgroup = False  # runc's --systemd-cgroup: no meaning on macOS
 
     def __init__(
         self, probe: Callable[[], list[Capability]] | None = None, sandbox_exec: str = SANDBOX_EXEC
@@ -216,6 +216,11 @@ class DarwinSeatbeltMechanism:
         """Always False: this mechanism has no pause (no freezer on macOS; SIGSTOP is not offered)."""
         return False
 
+    def watch(self, sandbox: Sandbox, first: Facts) -> CounterWatch | None:
+        """``Mechanism.watch``: None, nothing to watch on macOS (no cgroup; its limits are not read from
+        counters that vanish with the program)."""
+        return None
+
     def cgroup(self, sandbox: Sandbox) -> CgroupControl | None:
         """None: macOS has no control groups (pause, update and stats refuse)."""
         return None
@@ -350,3 +355,13 @@ def _unlink(path: str | None) -> None:
     if path:
         with contextlib.suppress(OSError):
             os.unlink(path)
+
+
+if TYPE_CHECKING:
+    from ...mechanism import Mechanism
+
+    #: never evaluated: mypy checks ``DarwinSeatbeltMechanism`` against the ``Mechanism`` protocol
+    #: here, on any OS (``mypy shim``); a member missing or off its type fails.  The one line a
+    #: platform's mechanism needs to be on the contract (``tests/test_mechanism_contract.py`` fails for
+    #: a mechanism class of a platform folder without it).
+    _CONTRACT: Mechanism = DarwinSeatbeltMechanism()

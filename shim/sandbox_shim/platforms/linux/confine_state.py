@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+from . import boot_id
 from . import landlock as ll
 
 TYPE_CHECKING = False  # start-up cost (confine runs per command): no typing at run time
@@ -57,7 +58,7 @@ def landlock_abi(
 ) -> int:
     """``landlock.abi_version()``, kept for the boot in ``STATE/landlock-abi`` (``state_dir``) as
     ``BOOT_ID ABI``: the ABI is the running kernel's (Landlock is built in, not a module) and
-    ``/proc/sys/kernel/random/boot_id`` changes with every boot (proc(5)).  Asking the kernel takes
+    the boot id changes with every boot (``boot_id`` in the package's ``__init__``).  Asking the kernel takes
     ``_ctypes`` (a shared library to load) and a libc call; reading the file does not.  Without a
     usable state directory, or a boot id, the kernel is asked; so it is when the file is not a
     regular file of this user's (``confine_journal.owned_file``) or names no ABI in ``0..ABI_MAX``.
@@ -67,11 +68,7 @@ def landlock_abi(
     from ...hardening.confine_journal import owned_file
 
     state = state_dir(env, read_write, held) if env is not None else None
-    try:
-        with open("/proc/sys/kernel/random/boot_id", "rb") as fh:
-            boot = fh.read(64).strip()
-    except OSError:
-        boot = b""
+    boot = boot_id().encode()
     if state is None or not boot:
         return ll.abi_version()
     path = os.path.join(state, "landlock-abi")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 
 from ...errors import BundleProblem
+from . import is_namespace_of
 
 TYPE_CHECKING = False  # no typing at run time: create loads this module
 if TYPE_CHECKING:
@@ -129,13 +130,14 @@ def net_raw_problem(capabilities: list[str], join: dict[str, str]) -> BundleProb
     """CAP_NET_RAW is contained by the sandbox's own network namespace (hardening/capabilities.py); a
     network namespace joined by path that is the runtime's own (the host's) would not contain it.
 
-    Rule: network_namespaces(7); the namespace identity is the inode of ``/proc/self/ns/net``.
+    Rule: network_namespaces(7); namespace identity: device and inode
+    (ioctl_ns(2)), compared by ``is_namespace_of`` (``platforms/linux/__init__.py``).
     """
     path = join.get("network")
     if "CAP_NET_RAW" not in capabilities or not path:
         return None
     try:
-        same = os.stat(path).st_ino == os.stat("/proc/self/ns/net").st_ino
+        same = is_namespace_of(os.stat(path), "self", "net")
     except OSError:
         return None  # a missing path is refused where namespaces are joined
     if not same:

@@ -3,10 +3,11 @@
 H is forked from the library's own process (``enter_client.exec_in`` calls ``run`` in the child: no
 interpreter starts per exec, ~15 ms of start-up and imports saved) with its stdio set and every
 other fd closed; ``python -I -S enter.py SPEC_FD STATUS_FD`` runs the same steps standalone.  This
-module imports only the standard library and ``procstat`` (the package's one reader of /proc/PID/stat,
-which imports nothing), all of it before any step: after ``setns(CLONE_NEWNS)``
-the host's files, Python's own included, are out of reach.  ``run`` takes the spec (``Spec`` below;
-standalone: ``marshal``-ed in ``SPEC_FD``); ``STATUS_FD`` receives the reports (``Status`` below).
+module imports only the standard library, ``procstat`` (the package's one reader of /proc/PID/stat)
+and this package's ``__init__`` (namespace identity), which import nothing more, all of it before any
+step: after ``setns(CLONE_NEWNS)`` the host's files, Python's own included, are out of reach.  ``run`` takes
+the spec (``Spec`` below; standalone: ``marshal``-ed in ``SPEC_FD``); ``STATUS_FD`` receives the
+reports (``Status`` below).
 The library side is ``sandbox_shim.execution``.
 
 Steps, in this order (each cites its man page).  Everything that becomes visible inside the sandbox is
@@ -77,10 +78,12 @@ import sys
 
 if __package__:  # imported before the fork (enter_client), like every other module H uses
     from ...procstat import proc_start_time as start_time  # the one reader of /proc/PID/stat
+    from . import ns_path, ns_shared  # namespace identity, its one owner (the package)
 else:  # standalone (``python -I -S enter.py``): the package root is three folders up
     sys.path.insert(
         0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     )
+    from sandbox_shim.platforms.linux import ns_path, ns_shared
     from sandbox_shim.procstat import proc_start_time as start_time
 
 #: namespace file under /proc/PID/ns -> CLONE_NEW* flag (setns(2)); user first, then the rest
@@ -191,12 +194,6 @@ def cap_number(name: str) -> int:
     if short not in CAP_NAMES:
         raise StepFailed("capabilities", errno.EINVAL, f"unknown capability {name}")
     return CAP_NAMES.index(short)
-
-
-def same_ns(pid: int, name: str) -> bool:
-    """True if ``pid`` and this process share namespace ``name`` (same device and inode)."""
-    a, b = os.stat(f"/proc/{pid}/ns/{name}"), os.stat(f"/proc/self/ns/{name}")
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def set_credentials(spec: dict, last_cap: int) -> None:
@@ -462,9 +459,9 @@ def run(spec: dict, status_fd: int) -> int:
     pid = int(spec["pid"])
     try:
         ns_fds = [
-            (flag, os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC))
+            (flag, os.open(ns_path(pid, name), os.O_RDONLY | os.O_CLOEXEC))
             for name, flag in NAMESPACES
-            if os.path.exists(f"/proc/{pid}/ns/{name}") and not same_ns(pid, name)
+            if os.path.exists(ns_path(pid, name)) and not ns_shared(pid, name)
         ]
         root_fd = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         procs = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in spec.get("cgroup_procs") or []]

@@ -28,7 +28,8 @@ from ...state import proc_start_time
 from . import enter
 
 if TYPE_CHECKING:
-    from ...mechanism import CgroupControl, ExecSpec, Sandbox
+    from ...mechanism import ExecSpec, Sandbox
+    from .cgroups.base import CgroupManager
 
 _NOT_FOUND = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
 _DENIED = (errno.EACCES, errno.EPERM)
@@ -211,7 +212,7 @@ def _connect_console(path: str) -> socket.socket:
     return sock
 
 
-def exec_in(sandbox: Sandbox, wpid: int, cg: CgroupControl | None, req: ExecSpec) -> HelperStarted:
+def exec_in(sandbox: Sandbox, wpid: int, cg: CgroupManager | None, req: ExecSpec) -> HelperStarted:
     """Start ``req`` in the sandbox whose container process is ``wpid`` (0: gone) and whose cgroup is
     ``cg``; return once the program has exec'd.
 

@@ -12,10 +12,9 @@ EINVAL).  ``LinuxMechanism.hook_entry`` is the protocol member (``mechanism.Hook
 
 from __future__ import annotations
 
-import os
-
 from ...errors import LaunchFailed
 from ...mechanism import HookEntry
+from . import ns_shared
 
 #: nsenter(1) option for each entry of /proc/PID/ns, in the order they are given
 NSENTER = {"user": "-U", "mnt": "-m", "uts": "-u", "ipc": "-i", "net": "-n", "pid": "-p", "cgroup": "-C"}
@@ -45,7 +44,7 @@ def differing(pid: int) -> set[str]:
     found: set[str] = set()
     for name in NSENTER:
         try:
-            if os.stat(f"/proc/{pid}/ns/{name}").st_ino != os.stat(f"/proc/self/ns/{name}").st_ino:
+            if not ns_shared(pid, name):
                 found.add(name)
         except FileNotFoundError:
             continue

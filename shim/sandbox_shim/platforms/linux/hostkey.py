@@ -7,11 +7,10 @@ from /proc/self/mountinfo (proc(5); parsed by ``sandbox_shim.mountinfo``).
 
 from __future__ import annotations
 
-import os
-
 from ...mountinfo import Mount
 from ...mountinfo import read as read_mountinfo
 from ...probes.proc import read, status_fields
+from . import boot_id, ns_identity
 from .locate import bwrap_stat_identity
 
 #: the dynamic loader's cache of shared libraries (ld.so(8), ldconfig(8))
@@ -37,16 +36,16 @@ def cgroup_mounts(table: list[Mount]) -> str:
 
 
 def _ns_inode(kind: str) -> str:
-    """The inode of this process's namespace ``kind`` (/proc/self/ns/KIND, proc(5)), "" if unreadable."""
+    """The inode of this process's namespace ``kind`` (``ns_identity``), "" if unreadable."""
     try:
-        return str(os.stat(f"/proc/self/ns/{kind}").st_ino)
+        return str(ns_identity("self", kind)[1])
     except OSError:
         return ""
 
 
 def cache_facts() -> dict[str, str]:
-    """The Linux part of the cache key, all text: ``boot_id`` (/proc/sys/kernel/random/boot_id, new
-    each boot), ``bwrap`` (``bwrap_stat_identity()``), ``cgroups`` (``"<layout fingerprint>|<cgroup
+    """The Linux part of the cache key, all text: ``boot_id`` (the package's ``boot_id``, new each
+    boot), ``bwrap`` (``bwrap_stat_identity()``), ``cgroups`` (``"<layout fingerprint>|<cgroup
     mounts>"``), ``userns`` (the user namespace's inode), ``confinement`` (Seccomp, NoNewPrivs and
     the effective and bounding capability sets of /proc/self/status), ``sysctls``
     (``USERNS_SYSCTLS``, ``path=value``; ``None`` for one that is absent) and ``ld_cache`` (the
@@ -57,7 +56,7 @@ def cache_facts() -> dict[str, str]:
     table = read_mountinfo() or []
     status = status_fields(("Seccomp", "NoNewPrivs", "CapEff", "CapBnd"))
     return {
-        "boot_id": read("/proc/sys/kernel/random/boot_id") or "",
+        "boot_id": boot_id(),
         "bwrap": bwrap_stat_identity(),
         "cgroups": f"{layout_of(table).fingerprint()}|{cgroup_mounts(table)}",
         "userns": _ns_inode("user"),

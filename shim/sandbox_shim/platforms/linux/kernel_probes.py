@@ -25,6 +25,7 @@ from ...probes.proc import linux_only as _linux_only
 from ...probes.proc import read as _read
 from ...probes.proc import seccomp_note as _seccomp_note
 from ...probes.proc import status_field as _status_field
+from . import ns_identity, ns_path
 
 UNSHARE = "unshare(2)"
 #: CLONE_NEW* flags, from <linux/sched.h> (unshare(2)); the probe name suffix -> (flag, /proc/self/ns entry)
@@ -80,12 +81,12 @@ def _ns_trial(kind: str, extra_flags: int) -> Callable[[], str]:
     flag, flag_name, entry = NAMESPACES[kind]
 
     def trial() -> str:
-        before = os.stat(f"/proc/self/ns/{entry}").st_ino
+        before = ns_identity("self", entry)
         what = f"unshare({flag_name}{'|CLONE_NEWUSER' if extra_flags else ''})"
         _call(what, _libc().unshare, ctypes.c_int(flag | extra_flags))
         note = _verify_pid() if kind == "pid" else ""  # pid_for_children is empty until a first child
-        if os.stat(f"/proc/self/ns/{entry}").st_ino == before:
-            raise RuntimeError(f"/proc/self/ns/{entry} did not change after unshare")
+        if ns_identity("self", entry) == before:
+            raise RuntimeError(f"{ns_path('self', entry)} did not change after unshare")
         return note or _VERIFY.get(kind, lambda: "")()
 
     return trial

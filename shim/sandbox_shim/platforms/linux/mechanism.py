@@ -33,11 +33,12 @@ if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load
     from typing import Any
 
     from ...bundle import Spec
-    from ...capability import Capability
+    from ...control import Facts
     from ...mechanism import ExecSpec, HookEntry, LaunchPlan
     from ...plan import Plan
     from ...state import StateStore
     from .cgroups.base import CgroupManager
+    from .cgroups.watch import EventsWatch
     from .enter_client import HelperStarted
 
 
@@ -46,13 +47,11 @@ class LinuxMechanism:
 
     name = "linux"
     root: str | None = None  # the state root (``platforms.select.mechanism`` sets it)
-    #: runc's ``--systemd-cgroup``: ``cgroupsPath`` is ``slice:prefix:name`` and systemd makes the scope
-    systemd_cgroup = False
 
-    def capabilities(self) -> list[Capability]:
-        from ...capability import report
-
-        return report()
+    def __init__(self, systemd_cgroup: bool = False) -> None:
+        #: runc's ``--systemd-cgroup``: ``cgroupsPath`` is ``slice:prefix:name`` and systemd makes the
+        #: scope (``create``; the other verbs read the choice back from the sandbox's record)
+        self.systemd_cgroup = systemd_cgroup
 
     def make_plan(self, spec: Spec, sandbox_id: str) -> Plan:
         """The tenant Plan for ``spec``; raises ``CapabilityUnavailable`` if this host lacks what it needs."""
@@ -445,6 +444,16 @@ class LinuxMechanism:
 
         return manager_of(cg)
 
+    def watch(self, sandbox: Sandbox, first: Facts) -> EventsWatch | None:
+        """``Mechanism.watch``: the cgroup's counters, re-read whenever ``memory.events`` changes
+        (``cgroups/watch.py``); None without a cgroup."""
+        cg = self.cgroup(sandbox)
+        if cg is None:
+            return None
+        from .cgroups.watch import EventsWatch
+
+        return EventsWatch(cg, first)
+
     def paused(self, sandbox: Sandbox) -> bool:
         cg = self.cgroup(sandbox)
         return bool(cg and hasattr(cg, "is_frozen") and cg.is_frozen())
@@ -638,3 +647,13 @@ def claim_owner(root: str, sandbox_id: str) -> str:
     from .residue import root_tag
 
     return root_tag(root) + "-" + sandbox_id
+
+
+if TYPE_CHECKING:
+    from ...mechanism import Mechanism
+
+    #: never evaluated: mypy checks ``LinuxMechanism`` against the ``Mechanism`` protocol
+    #: here, on any OS (``mypy shim``); a member missing or off its type fails.  The one line a
+    #: platform's mechanism needs to be on the contract (``tests/test_mechanism_contract.py`` fails for
+    #: a mechanism class of a platform folder without it).
+    _CONTRACT: Mechanism = LinuxMechanism()

@@ -29,6 +29,7 @@ import stat
 
 from ...errors import BundleInvalid, BundleProblem, CouldNotRun, LaunchFailed
 from ...paths import resolve_in_root
+from . import is_namespace_of, ns_path, ns_shared
 
 TYPE_CHECKING = False  # no typing at run time: create loads this module
 if TYPE_CHECKING:
@@ -133,11 +134,10 @@ def host_namespace(ns_type: str, info: os.stat_result) -> str | None:
     name = NAMESPACES[ns_type][1]
     for who, proc in (("the host (pid 1)", "1"), ("this runtime", "self")):
         try:
-            mine = os.stat(f"/proc/{proc}/ns/{name}")
+            if is_namespace_of(info, proc, name):
+                return who
         except OSError:
             continue
-        if (mine.st_dev, mine.st_ino) == (info.st_dev, info.st_ino):
-            return who
     return None
 
 
@@ -247,8 +247,8 @@ def apply_sysctl(pid: int, sysctl: dict[str, str]) -> None:
             # the sandbox's own (bwrap nests one for process.user) would lose them for the ipc/net ones
             for t in ("ipc", "uts", "network") if os.geteuid() == 0 else ("user", "ipc", "uts", "network"):
                 name = NAMESPACES[t][1]
-                if os.stat(f"/proc/{pid}/ns/{name}").st_ino != os.stat(f"/proc/self/ns/{name}").st_ino:
-                    fds.append((t, os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)))
+                if not ns_shared(pid, name):
+                    fds.append((t, os.open(ns_path(pid, name), os.O_RDONLY | os.O_CLOEXEC)))
             enter(fds)
             for key, value in sysctl.items():
                 path = "/proc/sys/" + (key if "/" in key else key.replace(".", "/"))
@@ -273,10 +273,11 @@ def apply_sysctl(pid: int, sysctl: dict[str, str]) -> None:
 
 
 def same_namespace(pid: int, ns_type: str) -> bool:
-    """True if process ``pid`` is in our namespace of ``ns_type`` (inode of /proc/PID/ns/X)."""
+    """True if process ``pid`` is in our namespace of ``ns_type`` (``ns_shared``); True also where
+    the kernel has no such namespace."""
     name = NAMESPACES[ns_type][1]
     try:
-        return os.stat(f"/proc/{pid}/ns/{name}").st_ino == os.stat(f"/proc/self/ns/{name}").st_ino
+        return ns_shared(pid, name)
     except OSError as e:
         if e.errno == errno.ENOENT:
             return True

@@ -57,6 +57,7 @@ from typing import Any
 
 from ...errors import LaunchFailed
 from ...state import write_atomic
+from . import ns_path, ns_shared
 
 DEFAULT_RANGE = "10.213.0.0/16"
 RANGE_ENV = "SANDBOX_SHIM_NETWORK_RANGE"
@@ -125,9 +126,9 @@ def setup(sandbox_id: str, child_pid: int, plan: Any, state_root: str) -> dict[s
         LaunchFailed: the namespace is the host's, no /30 is free, a link of that name exists, or a
             netlink request failed.  Whatever was made is removed first.
     """
-    ns_path = f"/proc/{child_pid}/ns/net"
+    net_ns = ns_path(child_pid, "net")
     try:
-        if os.stat(ns_path).st_ino == os.stat("/proc/self/ns/net").st_ino:
+        if ns_shared(child_pid, "net"):
             raise LaunchFailed(
                 "network mode 'isolated' but the sandbox shares the host's network namespace",
                 'add {"type": "network"} to linux.namespaces',
@@ -173,7 +174,7 @@ def setup(sandbox_id: str, child_pid: int, plan: Any, state_root: str) -> dict[s
             _sysctl(f"/proc/sys/net/ipv4/conf/{info['host_if']}/forwarding", "0")
             ipr.add_ipv4(idx, info["host_address"], PREFIXLEN)
             ipr.set_up(idx)
-        _in_netns(ns_path, lambda: _configure_inside(info))
+        _in_netns(net_ns, lambda: _configure_inside(info))
     except LaunchFailed:
         if os.path.exists(marker):
             teardown(info)

@@ -14,6 +14,7 @@ import ctypes
 import os
 
 from ...errors import LaunchFailed
+from . import ns_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def apply(pid: int, todo: list[tuple[Mount, str]]) -> None:
         os.close(r)
         try:
             libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(ns_path(pid, "mnt"), os.O_RDONLY | os.O_CLOEXEC)
             if libc.setns(fd, _CLONE_NEWNS) != 0:
                 err = ctypes.get_errno()
                 raise OSError(err, f"setns(mnt): {os.strerror(err)}")

@@ -4,3 +4,8 @@
 ``capabilities`` (probes by trying), ``mechanism`` (``WindowsJobMechanism``).  Nothing is imported here,
 so importing the package costs nothing on other hosts.
 """
+
+#: the ``sys.platform`` value this package serves: the one place it is stated for the tooling
+#: (``scripts/mypy-platform`` checks each folder as mypy sees it on that OS; the tests take the
+#: platforms from the folders)
+SYS_PLATFORM = "win32"

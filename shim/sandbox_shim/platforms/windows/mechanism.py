@@ -27,7 +27,8 @@ from .plan import JobLimits, JobPlan, check_requirements, plan_from_spec
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ...bundle import Spec
-    from ...mechanism import CgroupControl, ExecSpec, HookEntry, HostRecord, LaunchPlan, Started
+    from ...control import Facts
+    from ...mechanism import CgroupControl, CounterWatch, ExecSpec, HookEntry, HostRecord, LaunchPlan, Started
     from ...state import StateStore
 
 SIGKILL = 9  # POSIX numbers; Python's signal module has no SIGKILL on Windows
@@ -119,7 +120,6 @@ class WindowsJobMechanism:
 
     name = "windows-job-object"
     root: str | None = None  # the state root (``platforms.select.mechanism`` sets it)
-    systemd_cgroup = False  # runc's --systemd-cgroup: no meaning on Windows
 
     def __init__(self, probe: Any = windows_capabilities) -> None:
         self._probe = probe
@@ -328,6 +328,11 @@ class WindowsJobMechanism:
         """The primary process's pid while it runs, else 0."""
         return int(sandbox.private.get("pid") or 0) if self.alive(sandbox) else 0
 
+    def watch(self, sandbox: Sandbox, first: Facts) -> CounterWatch | None:
+        """``Mechanism.watch``: None, nothing to watch on Windows (no cgroup; its limits are not read from
+        counters that vanish with the program)."""
+        return None
+
     def cgroup(self, sandbox: Sandbox) -> CgroupControl | None:
         """None: Windows has no control groups (pause, update and stats refuse)."""
         return None
@@ -406,3 +411,13 @@ class WindowsJobMechanism:
         for handle in (h.thread, h.process, h.job):
             jo.close(handle)
         self._open.pop(sandbox.id, None)
+
+
+if TYPE_CHECKING:
+    from ...mechanism import Mechanism
+
+    #: never evaluated: mypy checks ``WindowsJobMechanism`` against the ``Mechanism`` protocol
+    #: here, on any OS (``mypy shim``); a member missing or off its type fails.  The one line a
+    #: platform's mechanism needs to be on the contract (``tests/test_mechanism_contract.py`` fails for
+    #: a mechanism class of a platform folder without it).
+    _CONTRACT: Mechanism = WindowsJobMechanism()

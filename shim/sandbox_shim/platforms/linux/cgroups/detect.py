@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ....mountinfo import MOUNTINFO, Mount, parse
+from ....mountinfo import MOUNTINFO, Mount, parse, read
 from ....values import FrozenValue
 from .base import CgroupManager
 
@@ -95,10 +95,15 @@ _detected: list[Layout] = []  # the one cached layout (functools.lru_cache would
 
 
 def detect() -> Layout:
-    """The layout of this host (cached for the process)."""
+    """The layout of this host (cached for the process), from the mount table as ``mountinfo.read``
+    reads it (the one reader of /proc/self/mountinfo).
+
+    Raises: OSError when the table cannot be read."""
     if not _detected:
-        with open(MOUNTINFO, "rb") as fh:
-            _detected.append(parse_mountinfo(fh.read()))
+        table = read()
+        if table is None:
+            raise OSError(f"cannot read {MOUNTINFO}")
+        _detected.append(layout_of(table))
     return _detected[0]
 
 
