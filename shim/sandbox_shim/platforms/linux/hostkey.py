@@ -7,6 +7,8 @@ from /proc/self/mountinfo (proc(5); parsed by ``sandbox_shim.mountinfo``).
 
 from __future__ import annotations
 
+import os
+
 from ...mountinfo import Mount
 from ...mountinfo import read as read_mountinfo
 from ...probes.proc import read, status_fields
