@@ -17,9 +17,9 @@ from ...errors import BundleInvalid, BundleProblem
 from ...hardening import tenant
 from ...hardening.tenant import pid_problem
 from ...paths import HOST_BACKED, Layer, View, ensure_in_root
-from ...plan import Plan
 from ...values import FrozenValue, Value
 from .locate import bwrap_path as bwrap_path  # re-exported: one lookup (locate.py)
+from .plan import Plan
 
 #: kernel filesystems mounted by bwrap itself; paths under them are never created in the rootfs
 _KERNEL_FS = ("proc", "dev", "sysfs", "mqueue", "cgroup")

@@ -35,10 +35,10 @@ if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load
     from ...bundle import Spec
     from ...capability import Capability
     from ...mechanism import ExecSpec, HookEntry, LaunchPlan
-    from ...plan import Plan
     from ...state import StateStore
     from .cgroups.base import CgroupManager
     from .enter_client import HelperStarted
+    from .plan import Plan
 
 
 class LinuxMechanism:
@@ -56,7 +56,7 @@ class LinuxMechanism:
 
     def make_plan(self, spec: Spec, sandbox_id: str) -> Plan:
         """The tenant Plan for ``spec``; raises ``CapabilityUnavailable`` if this host lacks what it needs."""
-        from ...plan import make_plan
+        from .plan import make_plan
         from .residue import root_tag
 
         root = getattr(self, "root", None) or ""
@@ -111,7 +111,7 @@ class LinuxMechanism:
                 is not a ``plan.Plan`` (another platform's).
             BundleInvalid: a path cannot be placed safely inside the rootfs.
         """
-        from ...plan import Plan
+        from .plan import Plan
 
         if not isinstance(plan, Plan):
             raise LaunchFailed(f"{type(plan).__name__} is not a Linux plan", "plan with make_plan")
