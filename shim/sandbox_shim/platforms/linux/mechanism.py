@@ -115,7 +115,7 @@ class LinuxMechanism:
 
         if not isinstance(plan, Plan):
             raise LaunchFailed(f"{type(plan).__name__} is not a Linux plan", "plan with make_plan")
-        from .bwrap import Fds, bwrap_path, layout, make_missing
+        from .bwrap import Fds, LinuxHost, bwrap_path, check, make_missing, render
         from .launch import (
             check_sysctl_plan,
             kill_quietly,
@@ -229,9 +229,14 @@ class LinuxMechanism:
                 seccomp_files.append(path)
                 fds[f"seccomp{i}"] = memfd("seccomp", bpf)
                 undo.callback(os.close, fds[f"seccomp{i}"])
-            made = layout(
+            # the plan's refusals that need no layout (bwrap.check), then the argv, a function of the
+            # plan and of what ``host`` reports (bwrap.render): the same moment as the one walk before
+            host = LinuxHost()
+            check(plan, host)
+            made = render(
                 plan,
                 Fds(fds["block"], fds["status"], [fds[f"seccomp{i}"] for i in range(len(seccomp_files))]),
+                host,
             )
             argv = made.argv
             # the one step of set-up that writes into the rootfs / read-write binds: the mount points
