@@ -44,7 +44,7 @@ MAX_PATH_ENTRIES = 1024
 MOUNT_TYPES = ("bind", "proc", "tmpfs", "mqueue", "sysfs", "cgroup", "cgroup2", "devpts")
 
 #: CFS bandwidth bounds (kernel Documentation/scheduler/sched-bwc.rst, tg_set_cfs_bandwidth): the period
-#: of cgroup v1 cpu.cfs_period_us and of cgroup v2 cpu.max is 1 ms..1 s, the quota at least 1 ms; the
+#: is 1 ms..1 s and the quota at least 1 ms in either cgroup version; the
 #: kernel answers EINVAL outside them, which create would report only after making the cgroup.
 CPU_PERIOD_MIN, CPU_PERIOD_MAX, CPU_QUOTA_MIN = 1000, 1_000_000, 1000
 

@@ -12,11 +12,11 @@ that ran and exited 127 is a ``Completion``.
 
 Which limit stopped a program is read from the cgroup's counters (``control.facts``) taken before and
 after, and from how it ended:
-  memory     — the OOM killer acted in the cgroup (v1 memory.oom_control ``oom_kill``, v2 memory.events)
-               and the program was killed or failed;
+  memory     — the OOM killer acted in the cgroup (``Facts.oom_kills`` grew) and the program was killed
+               or failed;
   cpu        — it died of SIGXCPU (RLIMIT_CPU soft limit), or of SIGKILL with CPU time ≥ the limit
                (the hard limit, setrlimit(2));
-  pids       — it failed while pids.max refused forks (pids.events ``max`` grew);
+  pids       — it failed while the pids limit refused forks (``Facts.pids_max_hits`` grew);
   wall_clock — the shim's timer expired and the shim killed it.
 """
 
@@ -202,9 +202,9 @@ class _Watch:
 
     A cgroup can vanish with its counters the moment its last process exits (systemd stops an emptied
     transient scope and removes its directory), so a limit that killed the program would go unreported
-    if the counters were read only afterwards.  ``CgroupControl.events_fd`` (v2: ``memory.events``, which
-    signals every change, cgroup-v2.rst) wakes the wait; the counters are read then, while the cgroup
-    still exists, and ``final()`` prefers what can still be read after the exit."""
+    if the counters were read only afterwards.  ``CgroupControl.events_fd`` (signalled on every change
+    of the counters where the platform can, cgroup-v2.rst) wakes the wait; the counters are read then,
+    while the cgroup still exists, and ``final()`` prefers what can still be read after the exit."""
 
     def __init__(self, cg: CgroupControl | None, first: Facts) -> None:
         self.cg, self.last = cg, first

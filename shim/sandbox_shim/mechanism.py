@@ -465,7 +465,7 @@ class CgroupControl(Protocol):
 
     def join_files(self) -> list[str]:
         """The files a process is placed in this cgroup through (its pid written to each): the one
-        rule for joining, v1's ``tasks`` or v2's ``cgroup.procs``, in every existing directory."""
+        rule for joining (each cgroup version's membership file), in every existing directory."""
         ...
 
     def apply(self, limits: Limits) -> None: ...
@@ -480,8 +480,8 @@ class CgroupControl(Protocol):
 
     def events_fd(self) -> int | None:
         """A new fd that select(2) reports as an exceptional condition whenever the cgroup's event
-        counters change (v2 ``memory.events``: "a value change in this file generates a file modified
-        event", cgroup-v2.rst); the caller closes it.  None where the platform signals nothing."""
+        counters change (cgroup-v2.rst: a value change in an events file "generates a file modified
+        event"); the caller closes it.  None where the platform signals nothing."""
         ...
 
 
