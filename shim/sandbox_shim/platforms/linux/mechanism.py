@@ -35,11 +35,11 @@ if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load
     from ...bundle import Spec
     from ...control import Facts
     from ...mechanism import ExecSpec, HookEntry, LaunchPlan
-    from ...plan import Plan
     from ...state import StateStore
     from .cgroups.base import CgroupManager
     from .cgroups.watch import EventsWatch
     from .enter_client import HelperStarted
+    from .plan import Plan
 
 
 class LinuxMechanism:
@@ -55,7 +55,7 @@ class LinuxMechanism:
 
     def make_plan(self, spec: Spec, sandbox_id: str) -> Plan:
         """The tenant Plan for ``spec``; raises ``CapabilityUnavailable`` if this host lacks what it needs."""
-        from ...plan import make_plan
+        from .plan import make_plan
         from .residue import root_tag
 
         root = getattr(self, "root", None) or ""
@@ -110,11 +110,11 @@ class LinuxMechanism:
                 is not a ``plan.Plan`` (another platform's).
             BundleInvalid: a path cannot be placed safely inside the rootfs.
         """
-        from ...plan import Plan
+        from .plan import Plan
 
         if not isinstance(plan, Plan):
             raise LaunchFailed(f"{type(plan).__name__} is not a Linux plan", "plan with make_plan")
-        from .bwrap import Fds, bwrap_path, layout, make_missing
+        from .bwrap import Fds, LinuxHost, bwrap_path, check, make_missing, render
         from .launch import (
             check_sysctl_plan,
             kill_quietly,
@@ -228,9 +228,14 @@ class LinuxMechanism:
                 seccomp_files.append(path)
                 fds[f"seccomp{i}"] = memfd("seccomp", bpf)
                 undo.callback(os.close, fds[f"seccomp{i}"])
-            made = layout(
+            # the plan's refusals that need no layout (bwrap.check), then the argv, a function of the
+            # plan and of what ``host`` reports (bwrap.render): the same moment as the one walk before
+            host = LinuxHost()
+            check(plan, host)
+            made = render(
                 plan,
                 Fds(fds["block"], fds["status"], [fds[f"seccomp{i}"] for i in range(len(seccomp_files))]),
+                host,
             )
             argv = made.argv
             # the one step of set-up that writes into the rootfs / read-write binds: the mount points
