@@ -235,7 +235,7 @@ def _spawn(spec: LaunchSpec, saved: dict[int, Any]) -> int:
     """fork(2) and exec the command in the child (signal dispositions as the caller left them, and
     SIGPIPE/SIGXFSZ to their defaults, which the interpreter ignores); returns its pid.  An exec that
     fails is told through a close-on-exec pipe.  Raises CouldNotRun."""
-    import _signal as signal  # type: ignore[import-not-found]
+    import _signal as signal
 
     rd, wr = os.pipe()  # close-on-exec both (PEP 446)
     pid = os.fork()
@@ -271,7 +271,7 @@ def _spawn(spec: LaunchSpec, saved: dict[int, Any]) -> int:
 
 def _exec(spec: LaunchSpec) -> NoReturn:
     """Replace this process by the launch spec's command.  Raises CouldNotRun when the exec fails."""
-    import _signal as signal  # type: ignore[import-not-found]
+    import _signal as signal
 
     for name in ("SIGPIPE", "SIGXFSZ"):  # the interpreter ignores them; the command gets the defaults
         if hasattr(signal, name):
