@@ -40,7 +40,7 @@ def records(journal: str | None) -> list[str]:
     """Journal records (not the walk caches) in ``journal``."""
     if not journal or not os.path.isdir(journal):
         return []
-    return [n for n in os.listdir(journal) if not n.startswith("walk-")]
+    return [n for n in os.listdir(journal) if not n.startswith("walk-") and n != confine_journal.CLAIMS_LOCK]
 
 
 def left(proj: Path) -> list[str]:
@@ -171,7 +171,7 @@ def test_placeholders_of_a_live_run_are_not_swept(proj: Path) -> None:
     try:
         assert settle(proj, sorted(NAMES)) == sorted(NAMES)
         r = subprocess.run(confine_cmd(proj, "true"), env=env, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 5 and "confinement.concurrent" in r.stderr, r.stderr  # one run at a time
         assert left(proj) == sorted(NAMES), "a second run removed the placeholders of a live one"
     finally:
         p.wait(timeout=60)
@@ -188,3 +188,32 @@ def test_sweep_removes_walk_caches_an_older_version_left(tmp_path: Path) -> None
     alive.write_bytes(b"/nonexistent/placeholder")  # control: this process's own journal stays
     assert confine_journal.sweep(str(journal), lambda paths: None) == 0
     assert sorted(os.listdir(journal)) == [alive.name]
+
+
+def test_one_confinement_of_a_directory_at_a_time(proj: Path) -> None:
+    """The end of one run removes its placeholders and disarms repositories, which would lift the
+    read-only binds a second run of the same directory holds on those files: a second run of an
+    overlapping read-write path is refused while the first lives (control: a sibling directory is
+    not), and allowed once the first is gone, even by kill -9."""
+    env = env_for(proj.parent)
+    sibling = proj.parent / "other"
+    inner = proj / "inner"
+    sibling.mkdir()
+    inner.mkdir()
+    first = subprocess.Popen(
+        confine_cmd(proj, "sleep", "30"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert settle(proj, sorted(NAMES)) == sorted(NAMES)  # the first run holds its placeholders
+        for path in (proj, inner, proj.parent):
+            r = subprocess.run(confine_cmd(path, "true"), env=env, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 5 and "confinement.concurrent" in r.stderr, (path, r.stderr)
+        r = subprocess.run(confine_cmd(sibling, "true"), env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr  # control: another directory runs alongside
+        assert left(proj) == sorted(NAMES)  # the refused runs took nothing of the first one's
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    r = subprocess.run(confine_cmd(proj, "true"), env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert settle(proj, []) == []
