@@ -235,6 +235,8 @@ def _spawn(spec: LaunchSpec, saved: dict[int, Any]) -> int:
     """fork(2) and exec the command in the child (signal dispositions as the caller left them, and
     SIGPIPE/SIGXFSZ to their defaults, which the interpreter ignores); returns its pid.  An exec that
     fails is told through a close-on-exec pipe.  Raises CouldNotRun."""
+    if sys.platform == "win32":  # no fork(2)
+        raise UsageError("confine is not supported on Windows")
     import _signal as signal
 
     rd, wr = os.pipe()  # close-on-exec both (PEP 446)
