@@ -5,8 +5,8 @@ that a later run would take for the user's own.
 One file per confinement in ``journal_dir(env)`` (``$XDG_STATE_HOME/sandbox-shim/confine``, else
 ``~/.local/state/sandbox-shim/confine``, the passwd entry's home when ``$HOME`` is unset; never
 inside a read-write path, where the confined program could forge it), named ``PID-STARTTIME``: the
-owner (the process whose end releases the placeholders: the one that execs the command, or a
-library caller) and its start time (proc(5) ``/proc/PID/stat`` field 22, so a reused pid is not
+owner (the process whose end releases the placeholders: the CLI process that waits for the
+command, or a library caller) and its start time (proc(5) ``/proc/PID/stat`` field 22, so a reused pid is not
 mistaken for the owner).  Its content is the paths, NUL-separated; it is written to a temporary
 name and renamed (rename(2) is atomic), so it is either whole or absent (no fsync: the journal
 guards against SIGKILL, whose victim's writes stay in the page cache, not against power loss).
