@@ -589,12 +589,13 @@ def _close_if_held(fds: dict[str, int], name: str) -> None:
 
 
 def _kill_child(pid: int, start: int | None) -> None:
-    """SIGKILL the container process if it is still the one recorded; reap it if it is our child
-    (the library case), waiting up to 5 s, so a long-running caller collects no zombies.
+    """SIGKILL the container process if it is still the one recorded and wait (up to 5 s) until it
+    has exited, so ``delete`` reports it killed only once no code runs in it; reap it if it is our
+    child (the library case), so a long-running caller collects no zombies.
 
     The process is held by a pidfd opened before its identity (pid + start time) is checked, so the
     signal and the wait reach that process even if the pid were reused (pidfd_send_signal(2)); the
-    wait is poll(2) on the pidfd (readable once it exited), not a sleep.
+    wait is poll(2) on the pidfd (readable once it exited, a child or not: pidfd_open(2)), not a sleep.
     """
     if not pid or start is None:
         return
@@ -609,14 +610,13 @@ def _kill_child(pid: int, start: int | None) -> None:
             _signal.pidfd_send_signal(pidfd, _signal.SIGKILL)
         except ProcessLookupError:
             pass
-        if procs.parent_of(pid) != os.getpid():
-            return
         import select
 
         poller = select.poll()
         poller.register(pidfd, select.POLLIN)
         poller.poll(5000)
-        procs.reap(pid, start)
+        if procs.parent_of(pid) == os.getpid():
+            procs.reap(pid, start)
     finally:
         os.close(pidfd)
 
