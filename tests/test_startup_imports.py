@@ -198,7 +198,7 @@ CAPABILITY_CACHE = {
 }
 VERB_ALLOWED = {
     "state created": VERB_COMMON,  # the process held on the start FIFO: no freezer to read
-    "start": VERB_COMMON | CGROUP_LAYOUT | CAPABILITY_CACHE,  # no manager: a just-started one is never paused
+    "start": VERB_COMMON | CGROUP_LAYOUT | CGROUP_MANAGER | CAPABILITY_CACHE,  # the freezer: paused?
     "state running": VERB_COMMON | CGROUP_LAYOUT | CGROUP_MANAGER,  # the freezer: paused or running
     "kill": VERB_COMMON,  # a signal to a live process, paused or not
     "delete": VERB_COMMON

@@ -76,10 +76,24 @@ def main(argv: list[str] | None = None) -> None:
 
         crashpoints.install()
     status, fast = _run(args, reset_signals=True)
+    if status == OUTPUT_UNWRITABLE:
+        _drop_stdout()
     if fast:
         _flush()
         os._exit(status)
     sys.exit(status)
+
+
+def _drop_stdout() -> None:
+    """After standard output could not be written (reported, status 74): what is left in its buffer
+    goes to /dev/null, so the interpreter's last flush at exit cannot fail again (which would print
+    "Exception ignored" and turn the status into 120).  Never raises."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+    except OSError:
+        pass
 
 
 def _no_cycle_collection() -> None:
