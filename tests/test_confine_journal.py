@@ -217,3 +217,33 @@ def test_one_confinement_of_a_directory_at_a_time(proj: Path) -> None:
     r = subprocess.run(confine_cmd(proj, "true"), env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert settle(proj, []) == []
+
+
+#: reads the fd named by its argument: "read:..." or "closed"
+FD_PROBE = (
+    "import os, sys\n"
+    "try:\n    print('read:' + os.read(int(sys.argv[1]), 100).decode())\n"
+    "except OSError:\n    print('closed')\n"
+)
+
+
+@pytest.mark.parametrize("waits", [True, False])
+def test_the_callers_other_fds_do_not_reach_the_command(proj: Path, tmp_path: Path, waits: bool) -> None:
+    """An fd the caller opened on a file outside the permit path is closed before the command runs,
+    whether confine waits for it or execs it (--allow-protected-writes)."""
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    env = env_for(proj.parent)
+    fd = os.open(secret, os.O_RDONLY)
+    try:
+        probe = ["/usr/bin/python3", "-c", FD_PROBE, str(fd)]
+        control = subprocess.run(probe, pass_fds=(fd,), capture_output=True, text=True, timeout=60)
+        assert "read:s3cret" in control.stdout, control.stderr  # control: a plain child reads it
+        cmd = confine_cmd(proj, *probe)
+        if not waits:
+            cmd[4:4] = ["--allow-protected-writes"]
+        r = subprocess.run(cmd, env=env, pass_fds=(fd,), capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(fd)
+    assert r.returncode == 0, r.stderr
+    assert "s3cret" not in r.stdout and "closed" in r.stdout, r.stdout

@@ -249,6 +249,7 @@ def _spawn(spec: LaunchSpec, saved: dict[int, Any]) -> int:
             for name in ("SIGPIPE", "SIGXFSZ"):
                 if hasattr(signal, name):
                     signal.signal(getattr(signal, name), signal.SIG_DFL)
+            _close_inherited(keep=wr)
             os.chdir(spec["cd"])
             os.execve(spec["cmd"], [spec["cmd"], *spec["args"]], spec["env"])
         except OSError as e:
@@ -279,6 +280,7 @@ def _exec(spec: LaunchSpec) -> NoReturn:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
     try:
+        _close_inherited()
         os.chdir(spec["cd"])
         os.execve(spec["cmd"], [spec["cmd"], *spec["args"]], spec["env"])
     except OSError as e:
@@ -286,6 +288,18 @@ def _exec(spec: LaunchSpec) -> NoReturn:
 
         why = "not_found" if e.errno == errno.ENOENT else "exec_failed"
         raise CouldNotRun(why, spec["cmd"], e.strerror or "") from e
+
+
+def _close_inherited(keep: int = -1) -> None:
+    """Close every fd above 2 but ``keep`` (close_range(2) where the kernel has it): an fd the caller
+    opened on a file outside the permit path would otherwise reach the command, past the
+    confinement (bwrap passes fds through).  Only stdin, stdout and stderr go to the command."""
+    top = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 65536
+    if keep >= 3:
+        os.closerange(3, keep)
+        os.closerange(keep + 1, max(top, keep + 1))
+    else:
+        os.closerange(3, top)
 
 
 def warn_disarmed(changed: list[str], report: str | None) -> None:
