@@ -9,6 +9,7 @@ placeholders are made and the command is exec'd); the next run must remove what 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -247,3 +248,33 @@ def test_the_callers_other_fds_do_not_reach_the_command(proj: Path, tmp_path: Pa
         os.close(fd)
     assert r.returncode == 0, r.stderr
     assert "s3cret" not in r.stdout and "closed" in r.stdout, r.stdout
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare(1) is not installed (util-linux)")
+def test_a_run_in_another_pid_namespace_sees_a_live_run_as_live(proj: Path) -> None:
+    """In another pid namespace (unshare -p, a container sharing $HOME) the first run's pid is not in
+    /proc: a sweep judged by pid would take its placeholders and claim.  Liveness is the claim's lock."""
+    env = env_for(proj.parent)
+    other = proj.parent / "other"
+    other.mkdir()
+    first = subprocess.Popen(
+        confine_cmd(proj, "sleep", "30"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert settle(proj, sorted(NAMES)) == sorted(NAMES)
+        ns = ["unshare", "--pid", "--fork", "--mount-proc"]
+        r = subprocess.run(
+            [*ns, *confine_cmd(other, "true")], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert r.returncode == 0, r.stderr  # control: the other run did run (and swept)
+        assert left(proj) == sorted(NAMES), "a run in another pid namespace swept a live run's placeholders"
+        again = subprocess.run(
+            [*ns, *confine_cmd(proj, "true")], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert again.returncode == 5 and "confinement.concurrent" in again.stderr, again.stderr
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    r = subprocess.run(confine_cmd(proj, "true"), env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert settle(proj, []) == []

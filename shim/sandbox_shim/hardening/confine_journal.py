@@ -18,8 +18,10 @@ other confinement of this user may take a path equal to, inside or around one of
 one run removes its placeholders and disarms repositories, which would lift the protections another
 run of the same directory holds (its read-only binds sit on those very files).
 
-``sweep`` (run by every confinement before it makes placeholders) removes, for each journal whose
-owner is gone, the placeholders still exactly as made (or, for a ``.git`` record, disarms the
+Whether an owner is gone is ``alive``'s answer: the owner holds a flock(2) on its claim for its whole
+run, which any process can test, in any pid namespace (a pid and start time in /proc only from the
+owner's own).  ``sweep`` (run by every confinement before it makes placeholders) removes, for each
+journal whose owner is gone, the placeholders still exactly as made (or, for a ``.git`` record, disarms the
 repositories that run created) (``confine_sets.remove_placeholders``: empty
 directories, ``{}`` files) and then the journal.  ``forget`` removes a journal after a normal
 release.  Linux only (the owner's start time comes from ``/proc``).
@@ -118,20 +120,52 @@ def start_time(pid: int) -> str | None:
     return None if ticks is None else str(ticks)
 
 
-def record(directory: str, paths: Sequence[str], owner: int, suffix: str = "") -> str:
+def record(directory: str, paths: Sequence[str], owner: int, suffix: str = "", hold: bool = False) -> str:
     """Write the journal of ``paths`` for ``owner`` (``suffix``: ``.rw`` for a claim); returns its
-    path.  Raises OSError."""
+    path.  With ``hold`` the file is flock(2)ed before it gets its name and stays locked until
+    ``forget`` (this process's liveness, as ``alive`` reads it).  Raises OSError."""
     os.makedirs(directory, 0o700, exist_ok=True)
     name = f"{owner}-{start_time(owner)}{suffix}"
     final = os.path.join(directory, name)
     tmp = os.path.join(directory, f".{name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | posix.O_NOFOLLOW, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o600)
     try:
+        if hold:
+            posix.flock_exclusive(fd)
         os.write(fd, b"\0".join(os.fsencode(p) for p in paths))
+        os.rename(tmp, final)
+    except BaseException:
+        os.close(fd)
+        raise
+    if hold:
+        _HELD[final] = fd
+    else:
+        os.close(fd)
+    return final
+
+
+#: claims this process holds: path -> the fd whose flock(2) says "its owner lives" (``alive``)
+_HELD: dict[str, int] = {}
+
+
+def alive(directory: str, pid: str, started: str) -> bool:
+    """Whether the run ``PID-STARTTIME`` still lives: its claim (``PID-STARTTIME.rw``) is flock(2)ed
+    by its owner for as long as the owner runs, which any process on the host can test, whatever
+    pid namespace it sees (a run in another one would find no such pid in its /proc); a run without
+    a claim is judged by its pid and start time (proc(5)).  Never raises."""
+    path = os.path.join(directory, f"{pid}-{started}.rw")
+    try:
+        fd = os.open(path, os.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK | posix.O_CLOEXEC)
+    except FileNotFoundError:
+        return pid.isdigit() and start_time(int(pid)) == started
+    except OSError:
+        return True  # cannot tell: keep what it holds
+    try:
+        return not posix.flock_exclusive(fd, wait=False)
+    except OSError:
+        return True
     finally:
         os.close(fd)
-    os.rename(tmp, final)
-    return final
 
 
 #: the lock file the claims are checked and written under (flock(2); in the journal directory)
@@ -158,7 +192,7 @@ def claim(directory: str, paths: Sequence[str], owner: int) -> str:
             if name.startswith(".") or not name.endswith(".rw"):
                 continue
             pid, _, started = name[:-3].partition("-")
-            if not pid.isdigit() or int(pid) == owner or start_time(int(pid)) != started:
+            if not pid.isdigit() or int(pid) == owner or not alive(directory, pid, started):
                 continue  # not a claim, ours, or its owner is gone (``sweep`` removes it)
             theirs = _read_paths(os.path.join(directory, name))
             for mine in paths:
@@ -170,7 +204,7 @@ def claim(directory: str, paths: Sequence[str], owner: int) -> str:
                             f"{other}); one confinement of a directory at a time (the end of one would "
                             "lift the protections of the other); wait for it to end",
                         )
-        return record(directory, paths, owner, ".rw")
+        return record(directory, paths, owner, ".rw", hold=owner == os.getpid())
     finally:
         os.close(lock)  # and the flock with it
 
@@ -200,12 +234,16 @@ def snapshot_path(directory: str, owner: int) -> str:
 
 
 def forget(journal: str | None) -> None:
-    """Remove a journal (after its placeholders were released).  Never raises."""
+    """Remove a journal (after its placeholders were released); a claim this process holds is
+    unlocked after it is gone.  Never raises."""
     if journal:
         try:
             os.unlink(journal)
         except OSError:
             pass
+        held = _HELD.pop(journal, None)
+        if held is not None:
+            os.close(held)
 
 
 def sweep(directory: str | None, remove: Callable[[Sequence[str]], None]) -> int:
@@ -231,8 +269,8 @@ def sweep(directory: str | None, remove: Callable[[Sequence[str]], None]) -> int
         claimed = name.endswith(".rw") or name.endswith(".rw.tmp")
         base = name.removeprefix(".").removesuffix(".tmp").removesuffix(".git").removesuffix(".rw")
         pid, _, started = base.partition("-")
-        if not pid.isdigit() or start_time(int(pid)) == started:
-            continue  # its owner still runs
+        if not pid.isdigit() or alive(directory, pid, started):
+            continue  # its owner still runs (in whatever pid namespace)
         path = os.path.join(directory, name)
         if claimed:  # the claim of a run that is gone: nothing to release
             forget(path)
