@@ -278,3 +278,39 @@ def test_a_run_in_another_pid_namespace_sees_a_live_run_as_live(proj: Path) -> N
     r = subprocess.run(confine_cmd(proj, "true"), env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert settle(proj, []) == []
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare(1) is not installed (util-linux)")
+def test_another_name_for_a_confined_directory_is_the_same_directory(proj: Path) -> None:
+    """A bind mount of the permit path under another name (made in a private mount namespace here)
+    is the same directory: refused while the first run lives (control: a bind of another directory
+    runs)."""
+    env = env_for(proj.parent)
+    alias, other = proj.parent / "alias", proj.parent / "other"
+    alias.mkdir()
+    other.mkdir()
+
+    def through_alias(source: Path) -> subprocess.CompletedProcess[str]:
+        inner = " ".join(confine_cmd(alias, "true"))
+        script = f"mount --bind {source} {alias} && exec {inner}"
+        return subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    first = subprocess.Popen(
+        confine_cmd(proj, "sleep", "30"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert settle(proj, sorted(NAMES)) == sorted(NAMES)
+        control = through_alias(other)
+        assert control.returncode == 0, control.stderr  # another directory under that name runs
+        r = through_alias(proj)
+        assert r.returncode == 5 and "confinement.concurrent" in r.stderr, r.stderr
+        assert left(proj) == sorted(NAMES)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)

@@ -175,15 +175,17 @@ CLAIMS_LOCK = ".claims.lock"
 def claim(directory: str, paths: Sequence[str], owner: int) -> str:
     """Claim ``paths`` (a run's read-write paths, canonical) for ``owner``'s run; returns the claim's
     path (``forget`` it after the release).  Checked and written under ``CLAIMS_LOCK``, so of two
-    runs started together one claims and the other is refused.
+    runs started together one claims and the other is refused.  Each path is claimed with the
+    identities (st_dev, st_ino) of its directory and of every directory above it, so another name
+    for the same directory (a bind mount, an alias made in a mount namespace) meets it too.
 
-    Raises: CannotEnforce("confinement.concurrent") when a live run of this user (its owner's start
-    time as recorded) claims a path equal to, inside or around one of ``paths``; OSError when the
-    claim cannot be written."""
+    Raises: CannotEnforce("confinement.concurrent") when a live run of this user (``alive``) claims a
+    directory equal to, inside or around one of ``paths``; OSError when the claim cannot be written."""
     from ..errors import CannotEnforce
     from .readset import within
 
     os.makedirs(directory, 0o700, exist_ok=True)
+    mine = [(p, _chain(p)) for p in paths]
     flags = os.O_RDWR | os.O_CREAT | posix.O_NOFOLLOW | posix.O_CLOEXEC
     lock = os.open(os.path.join(directory, CLAIMS_LOCK), flags, 0o600)
     try:
@@ -194,19 +196,40 @@ def claim(directory: str, paths: Sequence[str], owner: int) -> str:
             pid, _, started = name[:-3].partition("-")
             if not pid.isdigit() or int(pid) == owner or not alive(directory, pid, started):
                 continue  # not a claim, ours, or its owner is gone (``sweep`` removes it)
-            theirs = _read_paths(os.path.join(directory, name))
-            for mine in paths:
-                for other in theirs:
-                    if within(mine, other) or within(other, mine):
+            for entry in _read_paths(os.path.join(directory, name)):
+                other, _, ids = entry.partition("\n")
+                chain = ids.split()
+                for path, own in mine:
+                    same = bool(chain) and bool(own) and (chain[0] in own or own[0] in chain)
+                    if same or within(path, other) or within(other, path):
                         raise CannotEnforce(
                             "confinement.concurrent",
-                            f"{mine} is in a read-write path of a running confinement (pid {pid}: "
+                            f"{path} is in a read-write path of a running confinement (pid {pid}: "
                             f"{other}); one confinement of a directory at a time (the end of one would "
                             "lift the protections of the other); wait for it to end",
                         )
-        return record(directory, paths, owner, ".rw", hold=owner == os.getpid())
+        entries = [f"{p}\n{' '.join(c)}" for p, c in mine]
+        return record(directory, entries, owner, ".rw", hold=owner == os.getpid())
     finally:
         os.close(lock)  # and the flock with it
+
+
+def _chain(path: str) -> list[str]:
+    """``DEV:INO`` of ``path`` and of each directory above it, nearest first (stat(2)); stops at the
+    first that cannot be read."""
+    out = []
+    cur = path
+    while True:
+        try:
+            st = os.stat(cur)
+        except OSError:
+            break
+        out.append(f"{st.st_dev}:{st.st_ino}")
+        up = os.path.dirname(cur)
+        if up == cur:
+            break
+        cur = up
+    return out
 
 
 def _read_paths(path: str) -> list[str]:
