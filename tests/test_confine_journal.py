@@ -314,3 +314,61 @@ def test_another_name_for_a_confined_directory_is_the_same_directory(proj: Path)
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
+
+
+#: a program that handles ^C itself: marks itself ready, then exits 9 from its SIGINT handler
+CTRL_C_PROGRAM = (
+    "import signal, sys, time, pathlib\n"
+    "p = pathlib.Path(sys.argv[1])\n"
+    "def h(*_):\n    p.with_name('caught').write_text('x')\n    sys.exit(9)\n"
+    "signal.signal(signal.SIGINT, h)\n"
+    "p.write_text('ready')\n"
+    "time.sleep(30)\n"
+)
+
+
+def _ctrl_c(argv: list[str], env: dict[str, str], ready: Path) -> int:
+    """Run ``argv`` on a new pseudo-terminal (its foreground group), type ^C once ``ready`` exists;
+    returns the exit status (-N for a signal)."""
+    import pty
+
+    pid, master = pty.fork()
+    if pid == 0:  # the child: session leader, the pty its controlling terminal
+        try:
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    try:
+        end = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < end:
+            time.sleep(0.02)
+        os.write(master, b"\x03")
+        while True:  # drain the terminal until the child is gone
+            try:
+                if not os.read(master, 4096):
+                    break
+            except OSError:
+                break
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(master)
+    return os.waitstatus_to_exitcode(status)
+
+
+@pytest.mark.parametrize("helper", ["native", "python"])
+def test_ctrl_c_is_the_commands_to_handle(proj: Path, helper: str) -> None:
+    """A terminal's ^C goes to the whole foreground group; bwrap must not die of it (that would end
+    the sandbox and the command's own handling of ^C): the command catches it and ends as it chooses.
+    With an egress list the helper inside is the Python one (it runs the proxy's forwarder)."""
+    env = env_for(proj.parent)
+    program = ["/usr/bin/python3", "-c", CTRL_C_PROGRAM, str(proj / "ready")]
+    assert _ctrl_c(program, env, proj / "ready") == 9  # control: the program alone
+    assert (proj / "caught").exists()
+    (proj / "ready").unlink()
+    (proj / "caught").unlink()
+    cmd = confine_cmd(proj, *program)
+    if helper == "python":
+        cmd[4:4] = ["--allow-host", "127.0.0.1:9"]
+    assert _ctrl_c(cmd, env, proj / "ready") == 9
+    assert (proj / "caught").exists()
+    assert settle(proj, []) == []  # released after the command

@@ -160,6 +160,11 @@ def launch(opts: dict[str, Any], command: list[str], dry_run: bool = False) -> d
 FORWARDED = (15, 1)
 #: signals a terminal sends to the whole foreground group: the command's to handle (SIGINT, SIGQUIT)
 LEFT_TO_THE_COMMAND = (2, 3)
+#: Linux: bwrap runs the command through the confinement's helper, which sets SIGINT and SIGQUIT to
+#: their defaults right before it execs the command (``confine_exec.c``, ``landlock.main``), so
+#: bwrap itself is started with them ignored: a terminal's ^C reaches the whole foreground group,
+#: and bwrap dying of it would tear the sandbox (and the command's handling of ^C) down
+KEEPS_TERMINAL_SIGNALS_IGNORED = sys.platform.startswith("linux")
 
 
 def run_spec(spec: LaunchSpec) -> int:
@@ -245,6 +250,8 @@ def _spawn(spec: LaunchSpec, saved: dict[int, Any]) -> int:
         try:
             os.close(rd)
             for s, how in saved.items():
+                if s in LEFT_TO_THE_COMMAND and KEEPS_TERMINAL_SIGNALS_IGNORED:
+                    continue  # ignored by bwrap; the confinement's helper restores them for the command
                 signal.signal(s, how if how is not None else signal.SIG_DFL)
             for name in ("SIGPIPE", "SIGXFSZ"):
                 if hasattr(signal, name):
@@ -279,6 +286,9 @@ def _exec(spec: LaunchSpec) -> NoReturn:
     for name in ("SIGPIPE", "SIGXFSZ"):  # the interpreter ignores them; the command gets the defaults
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
+    if KEEPS_TERMINAL_SIGNALS_IGNORED:  # bwrap must not die of ^C; the helper restores them
+        for s in LEFT_TO_THE_COMMAND:
+            signal.signal(s, signal.SIG_IGN)
     try:
         _close_inherited()
         os.chdir(spec["cd"])

@@ -9,7 +9,8 @@
  *      not exist is skipped; then PR_SET_NO_NEW_PRIVS and landlock_restrict_self.
  *   2. a seccomp filter (seccomp(2), PR_SET_SECCOMP with SECCOMP_MODE_FILTER): classic BPF given as
  *      hex, loaded after no_new_privs is set.
- *   3. execve(2) of PROGRAM with ARGS and the environment unchanged (execvp(3) for a bare name).
+ *   3. SIGINT and SIGQUIT to their defaults (the launcher leaves them ignored for bwrap), then
+ *      execve(2) of PROGRAM with ARGS and the environment unchanged (execvp(3) for a bare name).
  *
  * It must run after bwrap has made the mounts: a Landlock-restricted thread may not mount(2) or
  * pivot_root(2) (landlock.rst, "Current limitations").  It does no policy of its own: every path and
@@ -27,6 +28,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,6 +175,11 @@ int main(int argc, char **argv)
             return fail("prctl(PR_SET_SECCOMP)", NULL);
         free(prog);
     }
+    /* the launcher leaves SIGINT and SIGQUIT ignored for bwrap (a terminal's ^C reaches the whole
+       foreground group, and bwrap dying of it would tear the sandbox down): the program gets them
+       at their defaults, as a shell would start it */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGQUIT, SIG_DFL);
     if (strchr(program[0], '/')) execv(program[0], program);
     else execvp(program[0], program);
     {

@@ -508,6 +508,13 @@ def main(argv: Sequence[str]) -> int:
         what = "landlock layer" if apply else "terminal filter or egress forwarder"
         sys.stderr.write(f"sandbox-shim confine: {what} could not be applied: {e}; not running\n")
         return 126
+    import _signal  # type: ignore[import-not-found,unused-ignore]  # the C module: no enum
+
+    # the launcher leaves SIGINT and SIGQUIT ignored for bwrap (a terminal's ^C reaches the whole
+    # foreground group; bwrap dying of it would end the sandbox): the program gets them at their
+    # defaults, as a shell would start it (the forwarder above keeps ignoring them)
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+    _signal.signal(_signal.SIGQUIT, _signal.SIG_DFL)
     try:
         if "/" in cmd[0]:
             os.execve(cmd[0], cmd, env if env is not None else os.environ)
