@@ -280,3 +280,26 @@ def test_a_read_write_home_is_refused(tmp_path: Path) -> None:
         timeout=60,
     )
     assert r.returncode == 0, r.stderr
+
+
+def test_the_read_set_computation_reads_no_fifo(tmp_path: Path) -> None:
+    """A confined run can leave a FIFO as a dependency's ``package.json`` or as a script the next
+    run's read set looks at (``#!``, ELF): the next run must start, not wait for a writer."""
+    nm = tmp_path / "proj" / "node_modules"
+    (nm / "a").mkdir(parents=True)
+    (nm / "b").mkdir()
+    (nm / "a" / "package.json").write_text('{"name": "a", "dependencies": {"b": "1"}}')
+    (nm / "a" / "cli.js").write_text("#!/usr/bin/env node\n")
+    os.mkfifo(nm / "b" / "package.json")
+    os.mkfifo(tmp_path / "script")
+    with pytest.raises(subprocess.TimeoutExpired):  # control: an ordinary open waits for a writer
+        in_child(f"open({str(nm / 'b' / 'package.json')!r}, 'rb').read()", timeout=1.5)
+    r = in_child(
+        "from sandbox_shim.hardening import readset\n"
+        f"print(readset.node_packages({str(nm / 'a' / 'cli.js')!r}))\n"
+        f"s = {str(tmp_path / 'script')!r}\n"
+        "print(readset.shebang(s), readset.is_elf(s), readset.elf_dynamic(s))\n"
+    )
+    assert r.returncode == 0, r.stderr
+    assert str(nm / "a") in r.stdout.splitlines()[0]  # the package itself is still found
+    assert r.stdout.splitlines()[1] == "[] False None"

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 
 from .. import posix
-from .readset import within
+from .readset import read_regular, within
 
 TYPE_CHECKING = False  # start-up cost: no typing at run time
 if TYPE_CHECKING:
@@ -43,36 +43,6 @@ class TooLarge(Exception):
 #: bytes read at most of a file inside a read-write path (a gitfile, ``commondir``, a config)
 MAX_READ = 1 << 20
 _RDONLY = os.O_RDONLY | posix.O_NONBLOCK | posix.O_CLOEXEC
-
-
-def read_regular(
-    path: str, limit: int = MAX_READ, nofollow: bool = False, dir_fd: int | None = None
-) -> bytes | None:
-    """At most ``limit`` bytes of the regular file ``path`` (relative to ``dir_fd`` when given), or
-    None when it is missing, unreadable or not a regular file.  Opened ``O_NONBLOCK`` and checked
-    with fstat(2) before reading (the rule of ``jsonguard.read_regular``), so a FIFO or device a
-    confined program planted as ``commondir``, ``config`` or a gitfile never blocks the walk, the
-    release or the sweep; ``nofollow``: a symbolic link is not followed either (``O_NOFOLLOW``).
-    Never raises."""
-    try:
-        fd = os.open(path, _RDONLY | (posix.O_NOFOLLOW if nofollow else 0), dir_fd=dir_fd)
-    except (OSError, ValueError):
-        return None
-    try:
-        if os.fstat(fd).st_mode & 0o170000 != 0o100000:  # S_ISREG (stat.h)
-            return None
-        chunks, left = [], limit
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def open_dir(path: str) -> int:

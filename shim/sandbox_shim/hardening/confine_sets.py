@@ -178,7 +178,7 @@ def remove_placeholders(made: Sequence[str]) -> None:
             if kind == 0o040000:
                 os.rmdir(name, dir_fd=dfd)
             elif kind == 0o100000 and st.st_size == len(_EMPTY_JSON):
-                data = confine_git.read_regular(name, len(_EMPTY_JSON) + 1, nofollow=True, dir_fd=dfd)
+                data = readset.read_regular(name, len(_EMPTY_JSON) + 1, nofollow=True, dir_fd=dfd)
                 if data == _EMPTY_JSON:
                     os.unlink(name, dir_fd=dfd)
         except OSError:
@@ -604,7 +604,8 @@ def build_sets(
         CannotEnforce("confinement.protected"): with ``protect`` on Linux, the state directory
             (``confine_journal.prepare_state``) is missing or not this user's own.
         ValueError: a ``permit_read`` entry does not exist or is ``/``; a read-write path is (or
-            lies inside) the state directory (``check_state``); a protected file (or the settings
+            lies inside) the state directory (``check_state``); with ``protect``, a read-write
+            path is or contains a home directory (``check_home``); a protected file (or the settings
             file) with other hard links cannot be replaced (``unshare_links``).
 
     The state directory is made before anything else and, when a read-write path covers it, held
