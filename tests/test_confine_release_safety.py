@@ -303,3 +303,43 @@ def test_the_read_set_computation_reads_no_fifo(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert str(nm / "a") in r.stdout.splitlines()[0]  # the package itself is still found
     assert r.stdout.splitlines()[1] == "[] False None"
+
+
+def test_disarm_under_an_exchange_loop_never_touches_the_victim(tmp_path: Path) -> None:
+    """The reported attack as it was run: a concurrent process exchanges ``sub/.git`` with a link
+    to the victim's git directory in a loop (renameat2 ``RENAME_EXCHANGE``) while the disarm runs."""
+    import threading
+
+    victim = tmp_path / "victim"
+    git("init", "-q", str(victim))
+    git("-C", str(victim), "config", "core.sshCommand", "ssh -i key")
+    (victim / ".git" / "victim-mark").touch()
+    before = (victim / ".git" / "config").read_text()
+    root = tmp_path / "p"
+    seen_victim = False
+    for n in range(20):
+        sub = root / f"s{n}"
+        armed_repo(sub, tmp_path / "pwned")
+        (sub / "swap").symlink_to(victim / ".git")
+        stop = threading.Event()
+
+        def loop(sub: Path = sub, stop: threading.Event = stop) -> None:
+            while not stop.is_set():
+                try:
+                    _exchange(sub / ".git", sub / "swap")
+                except OSError:
+                    pass
+
+        t = threading.Thread(target=loop)
+        t.start()
+        try:
+            for _ in range(20):
+                seen_victim = seen_victim or (sub / ".git" / "victim-mark").exists()  # control
+                confine_git.disarm(str(sub / ".git"))
+        finally:
+            stop.set()
+            t.join()
+        assert (victim / ".git" / "config").read_text() == before, f"round {n}: the victim was rewritten"
+        assert not (victim / ".git" / ("config" + confine_git.DISARMED)).exists()
+        assert not (victim / ".git" / ("hooks" + confine_git.DISARMED)).exists()
+    assert seen_victim, "control: the exchange never showed the victim at sub/.git (the probe is broken)"
