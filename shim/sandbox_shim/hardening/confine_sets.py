@@ -10,7 +10,8 @@ Rules (each checked here, once):
   interpreter the platform runs inside first (if any), and ``permit_read`` paths outside the
   read-write ones.  Nothing there may contain a home directory (``$HOME``, the user's passwd entry)
   or the parent of a read-write path: either would expose what the profile exists to hide.
-* read-write: ``permit_path`` and the extra subpaths, plus a private ``/tmp`` (made by the builder).
+* read-write: ``permit_path`` and the extra subpaths, plus a private ``/tmp`` (made by the builder);
+  while protected names are held, none may be or contain a home directory (``check_home``).
 * islands: read-only paths *inside* a read-write path: ``permit_read`` entries there, the settings
   file, ``PROTECTED`` names at the top of each read-write path and, in every git directory there,
   ``GIT_PROTECTED`` entries and the ``core.hooksPath`` target (unless ``protect`` is False).
