@@ -264,8 +264,8 @@ def test_hostname_without_a_uts_namespace_is_refused_not_ignored(make_bundle) ->
 
 
 def test_hostname_in_the_hosts_joined_uts_namespace_is_refused(make_bundle) -> None:
-    from sandbox_shim.plan import make_plan
     from sandbox_shim.platforms.linux.bwrap import Fds, build_args
+    from sandbox_shim.platforms.linux.plan import make_plan
 
     cfg = base_config()
     b = make_bundle(copy.deepcopy(cfg), name="ctl")

@@ -20,8 +20,8 @@ from sandbox_runs import RUNNERS, SANDBOX_MARKS, TAG, launch, probe
 from sandbox_shim.bundle import load
 from sandbox_shim.conformance.checks.isolation_kernel import MOUNT_API_C
 from sandbox_shim.errors import BundleInvalid
-from sandbox_shim.plan import make_plan
 from sandbox_shim.platforms.linux.bwrap import Fds, build_args, bwrap_path
+from sandbox_shim.platforms.linux.plan import make_plan
 
 pytestmark = SANDBOX_MARKS
 

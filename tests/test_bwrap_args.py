@@ -27,8 +27,8 @@ if not sys.platform.startswith("linux"):
 
 from sandbox_shim.bundle import load  # noqa: E402
 from sandbox_shim.errors import BundleInvalid  # noqa: E402
-from sandbox_shim.plan import make_plan  # noqa: E402
 from sandbox_shim.platforms.linux import bwrap  # noqa: E402
+from sandbox_shim.platforms.linux.plan import make_plan  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden" / "bwrap"
 

@@ -324,6 +324,21 @@ def test_cache_is_not_reused_by_a_process_under_a_seccomp_filter(tmp_path: Path)
 
 
 @needs_linux_root
+def test_a_refusal_is_never_served_to_another_caller_with_the_same_key(tmp_path: Path) -> None:
+    """Two callers under different seccomp filters look alike to the key (both ``Seccomp: 2``, the
+    same flags): the one whose filter denies unshare gets "unavailable", which is not kept; the one
+    whose filter denies something else probes for itself and gets "available"."""
+    blocked = probe_in_child(["namespace.user"], deny={"unshare": 1}, cache_dir=str(tmp_path))
+    assert not blocked["namespace.user"]["available"]  # control: the filter does deny it
+    benign = probe_in_child(["namespace.user"], deny={"acct": 1}, cache_dir=str(tmp_path))
+    assert benign["namespace.user"]["available"], benign
+    again = probe_in_child(["namespace.user"], deny={"unshare": 1}, cache_dir=str(tmp_path))
+    assert not again["namespace.user"]["available"]  # a filtered caller probes for itself
+    ours = probes.cached_report(["namespace.user"], str(tmp_path))
+    assert ours[0].available  # and an unfiltered one is served "available", probed or kept
+
+
+@needs_linux_root
 def test_cache_is_not_reused_when_a_hierarchy_is_remounted_read_only(tmp_path: Path) -> None:
     layout = detect()
     if layout.version != 1 or "memory" not in layout.v1_mounts or shutil.which("unshare") is None:

@@ -59,6 +59,16 @@ def test_runc_conversions() -> None:
     assert [blkio_to_io_weight(w) for w in (10, 500, 1000)] == [1, 4950, 10000]
 
 
+def test_every_oci_throttle_key_has_its_cgroup_files() -> None:
+    """The neutral reader (``resources.THROTTLE_KEYS``) and the managers' file table agree."""
+    from sandbox_shim.platforms.linux.cgroups.limits import THROTTLE
+    from sandbox_shim.resources import THROTTLE_KEYS
+
+    assert tuple(THROTTLE) == THROTTLE_KEYS
+    limits = Limits.from_oci({"blockIO": {k: [{"major": 8, "minor": 0, "rate": 1}] for k in THROTTLE_KEYS}})
+    assert sorted(limits.blkio_throttle or {}) == sorted(THROTTLE)
+
+
 def test_v2_applies_every_field_it_can(fake_v2: Path) -> None:
     m = V2Manager(str(fake_v2), "/sandbox-shim/all")
     m.create(["memory", "pids", "cpu", "io", "hugetlb"])

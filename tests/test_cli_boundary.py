@@ -484,3 +484,27 @@ def test_confine_on_its_own_goes_through_the_boundary(tmp_path: Path) -> None:
         timeout=60,
     )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("sandbox-shim: "), r.stderr
+
+
+#: the CLI as the installed Linux command starts it: ``python -I -S``, the package and click found on
+#: ``sys.path`` without ``site`` (bin/sandbox-shim)
+NO_SITE = (
+    "import sys; sys.path[:0] = sys.argv[1:3]; del sys.argv[1:3]; from sandbox_shim.cli import main; main()"
+)
+
+
+@pytest.mark.parametrize("verb", [["features"], ["list"]])
+def test_output_that_cannot_be_written_is_74_without_site_too(tmp_path: Path, verb: list[str]) -> None:
+    """Without ``site`` the interpreter's last flush of what is left in stdout's buffer failed again
+    after the boundary had reported it: "Exception ignored" and status 120."""
+    import click
+    import sandbox_shim
+
+    paths = [str(Path(sandbox_shim.__file__).parents[1]), str(Path(click.__file__).parents[1])]
+    cmd = [sys.executable, "-I", "-S", "-c", NO_SITE, *paths, "--root", str(tmp_path / "root"), *verb]
+    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and ok.stdout, ok.stderr  # control: the same start writes its output
+    with open("/dev/full", "w") as full:
+        r = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert r.returncode == 74, r.stderr
+    assert r.stderr.count("\n") == 1 and "could not write the output" in r.stderr

@@ -40,7 +40,7 @@ def records(journal: str | None) -> list[str]:
     """Journal records (not the walk caches) in ``journal``."""
     if not journal or not os.path.isdir(journal):
         return []
-    return [n for n in os.listdir(journal) if not n.startswith("walk-")]
+    return [n for n in os.listdir(journal) if not n.startswith("walk-") and n != confine_journal.CLAIMS_LOCK]
 
 
 def left(proj: Path) -> list[str]:
@@ -76,34 +76,63 @@ def test_normal_run_leaves_nothing_and_keeps_the_users_own(proj: Path) -> None:
     assert journal and records(journal) == []
 
 
-#: ``python -c`` that runs the CLI without ``os.pidfd_open`` (a kernel before 5.3, or macOS): the
-#: child that outlives the exec then learns of the command's end from PR_SET_PDEATHSIG instead
-NO_PIDFD = (
-    "import os, runpy, sys; del os.pidfd_open; sys.argv[0] = 'sandbox-shim'; "
-    "runpy.run_module('sandbox_shim', run_name='__main__')"
-)
-
-
-@pytest.mark.parametrize("watch", ["pidfd", "pdeathsig"])
-def test_the_commands_end_releases_the_placeholders(proj: Path, watch: str) -> None:
-    """Whichever way the child learns that the command ended, the placeholders go then (control:
-    they are there while the command runs), the command's status is kept, and the child exits."""
+def test_confine_returns_only_once_the_release_is_done(proj: Path) -> None:
+    """The caller's next command (``git status`` right after confine returns) must find the
+    repository the command made disarmed and the placeholders gone: no window after the return."""
     env = env_for(proj.parent)
-    cmd = confine_cmd(proj, "sleep", "1")
-    if watch == "pdeathsig":
-        cmd = [sys.executable, "-c", NO_PIDFD, *cmd[3:]]
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        assert settle(proj, sorted(NAMES)) == sorted(NAMES)  # control: held while the command runs
-    finally:
-        _, err = p.communicate(timeout=60)
-    assert p.returncode == 0, err
-    assert settle(proj, []) == []
-    journal = confine_journal.journal_dir(env)
-    end = time.monotonic() + 10
-    while records(journal) and time.monotonic() < end:
+    script = (
+        "git init -q sub && git -C sub config core.fsmonitor 'touch ../ran; false' && "
+        "git -C sub config core.fsmonitor > armed"  # control: the config was written inside
+    )
+    for _ in range(5):
+        r = subprocess.run(
+            confine_cmd(proj, "/bin/sh", "-c", script), env=env, capture_output=True, text=True, timeout=60
+        )
+        assert r.returncode == 0, r.stderr
+        assert (proj / "armed").read_text().strip() == "touch ../ran; false"
+        after = subprocess.run(
+            ["git", "-C", str(proj / "sub"), "config", "core.fsmonitor"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert after.stdout == "", "the repository was still armed when confine returned"
+        assert left(proj) == [], "placeholders were still there when confine returned"
+        subprocess.run(["rm", "-rf", str(proj / "sub"), str(proj / "armed")], check=True)
+        for p in proj.glob("sub.sandbox-shim-disarmed*"):
+            subprocess.run(["rm", "-rf", str(p)], check=True)
+
+
+def test_the_commands_status_is_confines(proj: Path) -> None:
+    env = env_for(proj.parent)
+    r = subprocess.run(confine_cmd(proj, "/bin/sh", "-c", "exit 3"), env=env, capture_output=True, timeout=60)
+    assert r.returncode == 3
+    assert left(proj) == []
+
+
+def test_sigterm_to_confine_ends_the_command_before_anything_is_released(proj: Path) -> None:
+    """SIGTERM to confine is passed on; the protected names stay held until the command is gone
+    (the command keeps trying to write one; not one write may land, during or after)."""
+    env = env_for(proj.parent)
+    loop = (
+        "while :; do (echo x > .mcp.json) 2>/dev/null && echo wrote >> log || echo held >> log; "
+        "sleep 0.02; done"
+    )
+    p = subprocess.Popen(
+        confine_cmd(proj, "/bin/sh", "-c", loop), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    end = time.monotonic() + 30
+    while not (proj / "log").exists() and time.monotonic() < end:
         time.sleep(0.05)
-    assert records(journal) == []
+    time.sleep(0.3)
+    assert "held" in (proj / "log").read_text()  # control: the command runs and is refused
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=30)
+    time.sleep(0.3)
+    log = (proj / "log").read_text()
+    assert "wrote" not in log, log
+    assert not (proj / ".mcp.json").exists()
+    assert left(proj) == []
 
 
 @pytest.mark.parametrize("delay", [0.05, 0.15, 0.25, 0.4, 0.7, 1.2])
@@ -142,7 +171,7 @@ def test_placeholders_of_a_live_run_are_not_swept(proj: Path) -> None:
     try:
         assert settle(proj, sorted(NAMES)) == sorted(NAMES)
         r = subprocess.run(confine_cmd(proj, "true"), env=env, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 5 and "confinement.concurrent" in r.stderr, r.stderr  # one run at a time
         assert left(proj) == sorted(NAMES), "a second run removed the placeholders of a live one"
     finally:
         p.wait(timeout=60)
@@ -159,3 +188,32 @@ def test_sweep_removes_walk_caches_an_older_version_left(tmp_path: Path) -> None
     alive.write_bytes(b"/nonexistent/placeholder")  # control: this process's own journal stays
     assert confine_journal.sweep(str(journal), lambda paths: None) == 0
     assert sorted(os.listdir(journal)) == [alive.name]
+
+
+def test_one_confinement_of_a_directory_at_a_time(proj: Path) -> None:
+    """The end of one run removes its placeholders and disarms repositories, which would lift the
+    read-only binds a second run of the same directory holds on those files: a second run of an
+    overlapping read-write path is refused while the first lives (control: a sibling directory is
+    not), and allowed once the first is gone, even by kill -9."""
+    env = env_for(proj.parent)
+    sibling = proj.parent / "other"
+    inner = proj / "inner"
+    sibling.mkdir()
+    inner.mkdir()
+    first = subprocess.Popen(
+        confine_cmd(proj, "sleep", "30"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert settle(proj, sorted(NAMES)) == sorted(NAMES)  # the first run holds its placeholders
+        for path in (proj, inner, proj.parent):
+            r = subprocess.run(confine_cmd(path, "true"), env=env, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 5 and "confinement.concurrent" in r.stderr, (path, r.stderr)
+        r = subprocess.run(confine_cmd(sibling, "true"), env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr  # control: another directory runs alongside
+        assert left(proj) == sorted(NAMES)  # the refused runs took nothing of the first one's
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    r = subprocess.run(confine_cmd(proj, "true"), env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert settle(proj, []) == []

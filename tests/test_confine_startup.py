@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -55,9 +54,8 @@ def test_read_ahead_names_exactly_what_the_confine_command_imports(tmp_path: Pat
     assert listed - ours == set(), "read ahead but not imported: drop them from CONFINE_PATH"
     assert ours - listed == set(), "imported but not read ahead: add them to CONFINE_PATH"
     extensions = {m for m in loaded - ours if m not in sys.builtin_module_names and _is_extension(m)}
-    child = {"select"}  # imported by the child that outlives the exec (confine_launch.serve_after)
     builtin = set(sys.builtin_module_names)
-    assert (extensions | child) - builtin == set(cli.CONFINE_EXTENSIONS) - builtin
+    assert extensions - builtin == set(cli.CONFINE_EXTENSIONS) - builtin
 
 
 def _is_extension(name: str) -> bool:
@@ -209,35 +207,33 @@ def test_node_packages_read_without_json_and_survive_a_nesting_bomb(tmp_path: Pa
     assert readset.node_packages(str(nm / "a" / "cli.js")) == [str(nm / "a"), str(nm / "b")]
 
 
-CHILD_GC = """
+WAIT_GC = """
 import gc, os, sys
 from sandbox_shim.hardening import confine_launch
 
-class Spec:
+class Spec(dict):
     egress = None
-    placeholders = ["x"]
+    placeholders = ("x",)  # something to release: the command is waited for, not exec'd
     snapshot = None
     report = None
 
     def release(self):
         with open(sys.argv[1], "w") as fh:
-            fh.write("%d %d" % (gc.isenabled(), os.getpid() != PARENT))
+            fh.write("%d %d" % (gc.isenabled(), os.getpid() == PARENT))
         return []
 
 PARENT = os.getpid()
 gc.disable()  # as the CLI leaves it for confine (cli._no_cycle_collection)
-confine_launch.serve_after(Spec())
-os._exit(0)  # the "command" ends: the child releases the spec
+spec = Spec(cmd="/bin/sh", args=["-c", "exit 3"], env={"PATH": "/usr/bin:/bin"}, cd="/")
+sys.exit(confine_launch.run_spec(spec))
 """
 
 
-def test_the_child_that_outlives_the_exec_collects_cycles(tmp_path: Path) -> None:
-    """The CLI runs confine without the cyclic collector (it execs at once); the child it forks may
-    serve an egress proxy for hours, so it turns the collector back on."""
+def test_the_process_that_waits_for_the_command_collects_cycles(tmp_path: Path) -> None:
+    """The CLI runs confine without the cyclic collector until the command starts; the process that
+    then waits for it (serving an egress proxy, maybe for hours) turns the collector back on, and
+    releases the spec itself, after the command, before it exits with the command's status."""
     out = tmp_path / "gc"
-    subprocess.run([sys.executable, "-c", CHILD_GC, str(out)], check=True, timeout=60)
-    for _ in range(200):
-        if out.exists() and out.read_text():
-            break
-        time.sleep(0.05)
-    assert out.read_text() == "1 1"  # enabled, and released by the child (not the parent)
+    r = subprocess.run([sys.executable, "-c", WAIT_GC, str(out)], timeout=60)
+    assert r.returncode == 3  # the command's own status
+    assert out.read_text() == "1 1"  # enabled, and released by this process before it exited

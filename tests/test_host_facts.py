@@ -131,13 +131,7 @@ ONE_READER = {
 }
 
 #: ``(module, ONE_READER pattern)`` -> why that module still spells the owned file itself
-ONE_READER_EXCEPT = {
-    ("platforms/linux/bwrap.py", r"^/proc/(\0|self|\d+)/ns(/|$)"): (
-        "the refusal of a uts namespace join that is the host's compares /proc/self/ns/uts and "
-        "/proc/1/ns/uts; bwrap.py is being made a pure renderer (its host reads behind one host view), "
-        "and that read moves onto the package's ns_identity with it"
-    ),
-}
+ONE_READER_EXCEPT: dict[tuple[str, str], str] = {}
 
 
 def _folded(node: ast.AST) -> str | None:
@@ -296,9 +290,7 @@ CGROUP_FILE = re.compile(
 )
 
 #: modules outside ``platforms/<os>/`` that may name a cgroup file, and why
-CGROUP_FILE_EXCEPT = {
-    "resources.py": "the v1 blkio throttle files the OCI throttle keys map to (moving to the Linux cgroups)",
-}
+CGROUP_FILE_EXCEPT: dict[str, str] = {}
 
 
 def cgroup_file_names(package: Path) -> list[str]:

@@ -59,7 +59,7 @@ def test_the_package_keeps_every_layer_contract() -> None:
     [
         # a neutral module importing a platform inside a function: the core -> platforms edge
         (
-            "plan.py",
+            "config_rules.py",
             "def _breach() -> None:\n    from .platforms.linux import bwrap  # noqa: F401\n",
             "layers",
         ),
@@ -227,7 +227,7 @@ def test_no_neutral_module_imports_a_platform_by_string() -> None:
             "import importlib\n_B = lambda: importlib.import_module('.linux', 'sandbox_shim.platforms')\n",
         ),
         (
-            "plan.py",
+            "config_rules.py",
             "import importlib\n_B = lambda: importlib.import_module('sandbox_shim.platforms.freebsd')\n",
         ),
     ],
@@ -361,7 +361,7 @@ REVIEW_DODGES = [
     ),
     # a lookup of a module something else loaded
     (
-        "plan.py",
+        "config_rules.py",
         'def _b() -> None:\n    import sys\n    sys.modules.get("sandbox_shim.platforms.linux.bwrap")\n',
     ),
     # an import statement run from text
@@ -681,7 +681,7 @@ THIRD_REVIEW_DODGES = [
         "    return sys.modules[type(mechanism).__module__].remove_cgroups\n",
     ),
     ("state.py", "from sys import modules as _m\ndef _b(n: str) -> object:\n    return _m.get(n)\n"),
-    ("plan.py", "def _b(n: str) -> object:\n    import inspect\n    return inspect.getmodule(n)\n"),
+    ("config_rules.py", "def _b(n: str) -> object:\n    import inspect\n    return inspect.getmodule(n)\n"),
     (
         "control.py",
         "def _b(p: str) -> None:\n    import importlib.util as u\n"

@@ -326,10 +326,10 @@ def test_run_preflight_asks_the_platform_never_the_linux_planner(
 ) -> None:
     """``run``'s preflight (``execution.preflight``) is the mechanism's (``Mechanism.preflight``):
     on Linux ``args[0]`` is looked up in the rootfs as bwrap lays it out; macOS and Windows never go
-    through the Linux planner (``plan.make_plan``), whose rules are not theirs."""
-    from sandbox_shim import plan as linux_plan
+    through the Linux planner (``platforms/linux/plan.make_plan``), whose rules are not theirs."""
     from sandbox_shim.execution import preflight
     from sandbox_shim.platforms.darwin.mechanism import DarwinSeatbeltMechanism
+    from sandbox_shim.platforms.linux import plan as linux_plan
     from sandbox_shim.platforms.linux.mechanism import LinuxMechanism
     from sandbox_shim.platforms.windows.mechanism import WindowsJobMechanism
 

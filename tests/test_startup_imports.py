@@ -198,7 +198,7 @@ CAPABILITY_CACHE = {
 }
 VERB_ALLOWED = {
     "state created": VERB_COMMON,  # the process held on the start FIFO: no freezer to read
-    "start": VERB_COMMON | CGROUP_LAYOUT | CAPABILITY_CACHE,  # no manager: a just-started one is never paused
+    "start": VERB_COMMON | CGROUP_LAYOUT | CGROUP_MANAGER | CAPABILITY_CACHE,  # the freezer: paused?
     "state running": VERB_COMMON | CGROUP_LAYOUT | CGROUP_MANAGER,  # the freezer: paused or running
     "kill": VERB_COMMON,  # a signal to a live process, paused or not
     "delete": VERB_COMMON
@@ -280,7 +280,7 @@ def test_create_loads_no_cli_framework_schema_library_or_netlink(
     mods = loaded(tmp_path, state_root, "create", "--bundle", str(bundle), "c1")
     try:
         assert heavy(mods, allowed=("pyseccomp", "ctypes")) == []
-        assert "sandbox_shim.plan" in mods  # the control: the wrapper saw create's own path
+        assert "sandbox_shim.platforms.linux.plan" in mods  # the control: the wrapper saw create's own path
     finally:
         run_shim(state_root, "delete", "--force", "c1")
 
@@ -320,7 +320,7 @@ def test_create_skips_costly_stdlib_modules(
     try:
         assert sorted(m for m in mods if m in CREATE_UNUSED) == []
         # the control: the wrapper saw create's own path, the parts that replace those modules included
-        assert {"sandbox_shim.plan", "sandbox_shim.values", "_sha256", "_json"} <= mods
+        assert {"sandbox_shim.platforms.linux.plan", "sandbox_shim.values", "_sha256", "_json"} <= mods
     finally:
         run_shim(state_root, "delete", "--force", "c2")
 

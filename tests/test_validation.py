@@ -102,7 +102,7 @@ def test_repeated_env_name_is_a_warning_and_last_wins(make_bundle) -> None:
     cfg["process"]["env"] += ["FOO=1", "FOO=2"]
     spec = load(str(make_bundle(cfg)))
     assert any("FOO" in w.message for w in spec.warnings)
-    from sandbox_shim.plan import make_plan
+    from sandbox_shim.platforms.linux.plan import make_plan
 
     assert make_plan(spec, "x").env["FOO"] == "2"
 

@@ -240,10 +240,9 @@ def start(mechanism: Mechanism, sandbox: Sandbox | str) -> Status:
                 hooks.state_doc(rec.id, "running", rec.init_pid, rec.bundle, rec.annotations),
                 cwd=rec.bundle,
             )
-        # running or stopped, never paused: the sandbox was "created" under this id's lock, held since,
-        # and a pause needs that lock and a running sandbox (``control.pause``) -- so no freezer is read
-        # here (on cgroup v1 that is the cgroup manager and the mount table, ~1 ms of each start)
-        return _status(mechanism, rec, store, "running" if mechanism.alive(sb) else "stopped")
+        # observed, the freezer included: a pause through this library needs the id's lock, held here,
+        # but the cgroup can be frozen behind its back (an orchestrator, a frozen parent cgroup)
+        return _status(mechanism, rec, store)
 
 
 def _start_container_hooks(

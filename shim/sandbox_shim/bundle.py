@@ -495,8 +495,8 @@ def _kernel_mount_problems(
 def _linux_problems(cfg: dict[str, Any], bundle: str, settings: Settings) -> list[BundleProblem]:
     """Semantic checks past the schema: seccomp names, unsupported namespaces, security fields."""
     out: list[BundleProblem] = []
+    from .config_rules import MOUNT_TYPES
     from .host_mounts import mounts
-    from .plan import MOUNT_TYPES
 
     table = mounts()
     for i, m in enumerate(cfg.get("mounts") or []):

@@ -39,8 +39,12 @@ if TYPE_CHECKING:
 #: (measured in tests/test_breaches_setup.py); past it a config is refused rather than left hanging.
 MAX_PATH_ENTRIES = 1024
 
+#: OCI mount types a bundle may name (``bundle`` refuses others at validation, with the pointer);
+#: every platform planner renders or refuses each of them (Linux: ``platforms/linux/plan.py``)
+MOUNT_TYPES = ("bind", "proc", "tmpfs", "mqueue", "sysfs", "cgroup", "cgroup2", "devpts")
+
 #: CFS bandwidth bounds (kernel Documentation/scheduler/sched-bwc.rst, tg_set_cfs_bandwidth): the period
-#: of cgroup v1 cpu.cfs_period_us and of cgroup v2 cpu.max is 1 ms..1 s, the quota at least 1 ms; the
+#: is 1 ms..1 s and the quota at least 1 ms in either cgroup version; the
 #: kernel answers EINVAL outside them, which create would report only after making the cgroup.
 CPU_PERIOD_MIN, CPU_PERIOD_MAX, CPU_QUOTA_MIN = 1000, 1_000_000, 1000
 
@@ -485,8 +489,6 @@ def mount_option_problems(cfg: dict[str, Any]) -> tuple[list[BundleProblem], lis
         if not isinstance(m, dict) or not isinstance(m.get("options"), list):
             continue
         kind = m.get("type")
-        from .plan import MOUNT_TYPES
-
         if kind and kind not in MOUNT_TYPES and not {"bind", "rbind"} & set(m["options"]):
             continue  # the type itself is refused (bundle._linux_problems)
         ignored: list[str] = []

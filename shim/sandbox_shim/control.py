@@ -5,7 +5,7 @@ parses and renders (``update_limits`` takes ``update``'s flags as they come).  E
 from or written to the sandbox's control group through
 ``Mechanism.cgroup`` (a ``mechanism.CgroupControl``; on Linux the ``platforms/linux/cgroups`` managers):
 ``freeze()`` for pause/resume, ``apply()`` for update, ``pids()`` for ps.  ``facts()`` gives the
-counters a limit leaves behind (OOM kills, failcnt, pids.max hits; the platform reads its own files,
+counters a limit leaves behind (OOM kills, failcnt, pids limit hits; the platform reads its own files,
 ``platforms/linux/cgroups/facts.py``) — the facts ``execute``/``run_bundle`` turn into
 ``LimitExceeded(kind)``; read them *before* the cgroup is removed.
 
@@ -35,11 +35,11 @@ class Facts:
 
     Attributes:
         memory_usage / memory_peak / memory_limit: bytes (limit None = unlimited).
-        memory_failcnt: times usage hit the limit (v1 memory.failcnt; v2 memory.events ``max``).
-        oom_kills: processes the OOM killer killed here (v1 memory.oom_control / v2 memory.events
-            ``oom_kill``).
-        pids_current / pids_limit: processes now / pids.max (None = unlimited).
-        pids_max_hits: forks refused by pids.max (pids.events ``max``).
+        memory_failcnt: times usage hit the limit.
+        oom_kills: processes the OOM killer killed here.
+        pids_current / pids_limit: processes now / the pids limit (None = unlimited).
+        pids_max_hits: forks refused by the pids limit.
+        (Which file of each cgroup version gives each counter: ``platforms/linux/cgroups/facts.py``.)
         cpu_total_ns / cpu_user_ns / cpu_kernel_ns: CPU time, nanoseconds.
         io_read_bytes / io_write_bytes: block I/O, bytes (v2 io.stat, v1 blkio service bytes).
         psi: v2 pressure stall information ``{"cpu"|"memory"|"io": {"some"|"full": {"avg10", "avg60",
@@ -76,7 +76,7 @@ def _cgroup(mechanism: Mechanism, sb: Sandbox) -> CgroupControl:
 
 
 def pause(mechanism: Mechanism, sandbox_id: str) -> None:
-    """Freeze every process of a running sandbox (v1 freezer.state / v2 cgroup.freeze).
+    """Freeze every process of a running sandbox (the cgroup freezer, ``CgroupControl.freeze``).
 
     Raises:
         SandboxNotFound; InvalidState unless running; LaunchFailed if the freezer is missing or stuck.

@@ -12,11 +12,11 @@ that ran and exited 127 is a ``Completion``.
 
 Which limit stopped a program is read from the cgroup's counters (``control.facts``) taken before and
 after, and from how it ended:
-  memory     — the OOM killer acted in the cgroup (v1 memory.oom_control ``oom_kill``, v2 memory.events)
-               and the program was killed or failed;
+  memory     — the OOM killer acted in the cgroup (``Facts.oom_kills`` grew) and the program was killed
+               or failed;
   cpu        — it died of SIGXCPU (RLIMIT_CPU soft limit), or of SIGKILL with CPU time ≥ the limit
                (the hard limit, setrlimit(2));
-  pids       — it failed while pids.max refused forks (pids.events ``max`` grew);
+  pids       — it failed while the pids limit refused forks (``Facts.pids_max_hits`` grew);
   wall_clock — the shim's timer expired and the shim killed it.
 """
 

@@ -10,6 +10,8 @@
   read-only path or cwd is resolved in the mount that covers it, created only in the rootfs or a
   read-write bind, and never through a symlink of a kernel file system (``/proc/self/root``,
   ``/dev/fd``) — bwrap is then given symlink-free paths.
+* ``HostFs``: the one typed view of the host's files a ``View`` reads (lstat, readlink, isdir);
+  a renderer given a fake one touches no file system at all.
 """
 
 from __future__ import annotations
@@ -152,6 +154,33 @@ def under(path: str, top: str) -> bool:
     return top == "/" or path == top or path.startswith(top + "/")
 
 
+class HostFs:
+    """What a ``View`` (and a renderer built on it) may observe of the host's files, one method per
+    question, so the walk is a function of the answers: the real file system here; tests pass an
+    in-memory one.  Links are not followed unless a method says so."""
+
+    def kind(self, path: str) -> str | None:
+        """``"link"``, ``"dir"`` or ``"file"`` (anything else) as lstat(2) sees ``path``; None when it
+        cannot be looked at (ENOENT, ENOTDIR under a file, EACCES)."""
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        return "link" if stat.S_ISLNK(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode) else "file"
+
+    def readlink(self, path: str) -> str:
+        """The target of the symbolic link ``path`` (readlink(2)); OSError when it is none."""
+        return os.readlink(path)
+
+    def lexists(self, path: str) -> bool:
+        """Whether ``path`` exists, a dangling link included (``os.path.lexists``)."""
+        return os.path.lexists(path)
+
+    def isdir(self, path: str) -> bool:
+        """Whether ``path`` is a directory, following links (``os.path.isdir``)."""
+        return os.path.isdir(path)
+
+
 class View:
     """The file tree bwrap builds: the rootfs at ``/``, then each mount in the order it is made.
 
@@ -163,7 +192,8 @@ class View:
     (runc's securejoin; CVE-2019-19921, CVE-2021-30465 are the races this closes for a static tree).
     """
 
-    def __init__(self, rootfs: str) -> None:
+    def __init__(self, rootfs: str, fs: HostFs | None = None) -> None:
+        self.fs = HostFs() if fs is None else fs  # every look at the host's files goes through it
         self.layers = [Layer("/", "rootfs", rootfs, True)]
         self._last: dict[str, int] = {"/": 0}  # dest -> index of the last layer mounted there
         self.masked: set[str] = set()  # destinations hidden by a mask (nothing under them to protect)
@@ -243,12 +273,11 @@ class View:
                 resolved.append(part)
                 continue
             self.entered.add(la)
-            try:
-                st = os.lstat(host)
-            except OSError:  # missing (ENOENT) or under a file (ENOTDIR): nothing to follow
+            kind = self.fs.kind(host)
+            if kind is None:  # missing (ENOENT) or under a file (ENOTDIR): nothing to follow
                 resolved.append(part)
                 continue
-            if stat.S_ISLNK(st.st_mode):
+            if kind == "link":
                 if la.fs in KERNEL:
                     raise OSError(
                         errno.ELOOP,
@@ -259,7 +288,7 @@ class View:
                 hops += 1
                 if hops > MAX_SYMLINKS:
                     raise OSError(errno.ELOOP, "too many symbolic links", path)
-                target = os.readlink(host)
+                target = self.fs.readlink(host)
                 if target.startswith("/"):
                     resolved = []
                 parts = [p for p in target.split("/") if p not in ("", ".")] + parts
@@ -282,7 +311,7 @@ class View:
         host = self.host_of(dest)
         if la.fs not in HOST_BACKED or host is None:
             return dest, la
-        if not os.path.lexists(host):
+        if not self.fs.lexists(host):
             if not la.writable:
                 raise OSError(
                     errno.EROFS,
@@ -291,7 +320,7 @@ class View:
                     path,
                 )
             ensure_in_root(la.host, os.path.relpath(host, la.host), is_dir)
-        elif is_dir and not os.path.isdir(host):
+        elif is_dir and not self.fs.isdir(host):
             raise OSError(errno.ENOTDIR, f"{dest} exists and is not a directory", path)
         return dest, la
 

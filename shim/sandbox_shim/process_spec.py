@@ -13,7 +13,8 @@ containerd's shim always send one, with ``user``, ``capabilities``, ``env``, ``c
   With a uid, the set is what that uid holds after execve(2) (``hardening.capabilities.granted``: the
   bounding set for 0, the ambient set for others); a uid other than 0 and the sandbox's own, with no
   capabilities given, holds none.
-  The set used is ``effective`` ∩ ``bounding``, the rule ``plan.make_plan`` applies at create.
+  The set used is ``effective`` ∩ ``bounding``, the rule the Linux planner applies at create
+  (``platforms/linux/plan.make_plan``).
 * ``noNewPrivileges`` is always on, and the sandbox's own seccomp filters are always loaded.
 * ``apparmorProfile``/``selinuxLabel``: refused when non-empty (a security field this runtime cannot
   enforce, as ``bundle.load`` refuses it at create).  ``rlimits``, ``oomScoreAdj``, ``consoleSize``,

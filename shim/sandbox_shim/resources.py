@@ -1,9 +1,11 @@
 """``Limits``: what OCI ``linux.resources`` asks of a cgroup, in the shim's units.
 
-Source: runtime-spec config-linux.md "Control groups" (field names, -1/0 meaning "unset"), and runc's
-conversions where the spec is written for v1 (swap is memory+swap; cpu.shares and blkio weight map to
-v2 weights; ``libcontainer/cgroups/fs2``).  Each manager either applies a field or refuses it with
-``refusal(pointer, ...)`` — ``LaunchFailed`` whose first words are the field's JSON pointer.
+Source: runtime-spec config-linux.md "Control groups" (field names, -1/0 meaning "unset").  This is
+the neutral value the planners and ``control.update`` build; how a field becomes a cgroup file (v1
+names, v2 keys, runc's weight conversions, the refusals every version shares) is the cgroup
+managers' knowledge (``platforms/linux/cgroups/limits.py``).  A manager either applies a field or
+refuses it with ``refusal(pointer, ...)`` — ``LaunchFailed`` whose first words are the field's JSON
+pointer.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ TYPE_CHECKING = False  # no typing at run time: the lifecycle verbs load this mo
 if TYPE_CHECKING:
     from typing import Any
 
-#: blockIO throttle keys (OCI) -> (v1 file, v2 io.max key)
-THROTTLE = {
-    "throttleReadBpsDevice": ("blkio.throttle.read_bps_device", "rbps"),
-    "throttleWriteBpsDevice": ("blkio.throttle.write_bps_device", "wbps"),
-    "throttleReadIOPSDevice": ("blkio.throttle.read_iops_device", "riops"),
-    "throttleWriteIOPSDevice": ("blkio.throttle.write_iops_device", "wiops"),
-}
+#: the OCI blockIO throttle keys (runtime-spec config-linux.md "Block IO"); the cgroup files they
+#: become are the managers' (``platforms/linux/cgroups/limits.THROTTLE``)
+THROTTLE_KEYS = (
+    "throttleReadBpsDevice",
+    "throttleWriteBpsDevice",
+    "throttleReadIOPSDevice",
+    "throttleWriteIOPSDevice",
+)
 
 _FIELDS = (
     "memory_limit",
@@ -66,9 +69,9 @@ class Limits(Value):
     meaning).  Every field defaults to None (not set).  Shapes of the list fields:
 
     * ``blkio_weight_device``: ``[(major, minor, weight|None, leaf_weight|None)]``
-    * ``blkio_throttle``: ``{OCI throttle key: [(major, minor, rate)]}`` (keys of ``THROTTLE``)
+    * ``blkio_throttle``: ``{OCI throttle key: [(major, minor, rate)]}`` (keys of ``THROTTLE_KEYS``)
     * ``hugepage_limits``: ``[(page_size e.g. "2MB", limit_bytes)]``
-    * ``unified``: ``{cgroup v2 file name: value}``
+    * ``unified``: ``{name: value}`` as OCI ``linux.resources.unified`` gives it
     * ``devices``: ``[{"allow": bool, "type": "a"|"c"|"b", "major": int|None, "minor": int|None,
       "access": subset of "rwm"}]`` in OCI order (the last matching rule wins; nothing matching is
       denied) — see ``devices.py``.  None leaves the device controller alone.
@@ -174,7 +177,7 @@ class Limits(Value):
                 (*dev(f"{b}/{k}/{i}", e), integer(f"{b}/{k}/{i}/rate", e.get("rate")))
                 for i, e in enumerate(entries(f"{b}/{k}", bio.get(k)))
             ]
-            for k in THROTTLE
+            for k in THROTTLE_KEYS
             if bio.get(k)
         }
         weight_dev = [
@@ -219,7 +222,7 @@ class Limits(Value):
         )
 
     def controllers(self) -> list[str]:
-        """Controllers these limits need that have a ``cgroup.<name>`` probe: memory, pids, cpu, cpuset."""
+        """Controllers these limits need that have a capability probe: memory, pids, cpu, cpuset."""
         need = []
         if (
             self.memory_limit
@@ -255,58 +258,3 @@ class Limits(Value):
         if self.devices is not None:
             need.append("devices")
         return need
-
-
-def check_common(limits: Limits) -> None:
-    """Refusals that do not depend on the cgroup version.
-
-    * ``memory.kernel``: kernel memory limits are deprecated (kernel doc cgroup-v1/memory.rst) and
-      gone from v2; runc ignores the field on new kernels — ignoring a limit is not allowed here.
-    * ``memory.swap`` below ``memory.limit`` (runc: "memory+swap limit should be >= memory limit").
-    """
-    if limits.memory_kernel:
-        raise refusal(
-            "/linux/resources/memory/kernel",
-            "kernel memory limits are not supported (deprecated "
-            "by the kernel; runc ignores them, this runtime refuses to ignore a limit)",
-        )
-    if limits.memory_swap and limits.memory_limit and limits.memory_swap < limits.memory_limit:
-        raise refusal(
-            "/linux/resources/memory/swap",
-            "memory+swap must be >= memory.limit",
-            "set swap to at least memory.limit (or -1 for unlimited)",
-        )
-    if limits.memory_swappiness is not None and limits.memory_swappiness > 100:
-        raise refusal("/linux/resources/memory/swappiness", "must be 0..100")
-    for i, (size, limit) in enumerate(limits.hugepage_limits or []):
-        if not (size[:-2].isdigit() and size[-2:] in ("KB", "MB", "GB")):
-            raise refusal(
-                f"/linux/resources/hugepageLimits/{i}/pageSize",
-                f"{size!r} is not a page size",
-                'write it as the kernel names it, e.g. "2MB" or "1GB"',
-            )
-        if limit < 0:
-            raise refusal(f"/linux/resources/hugepageLimits/{i}/limit", "must be >= 0")
-
-
-def shares_to_weight(shares: int) -> int:
-    """v1 cpu.shares (2..262144) → v2 cpu.weight (1..10000) as runc >= 1.3.2 and crun >= 1.23 convert it.
-
-    The quadratic fit in log2(shares) maps 2→1, 1024→100 (both defaults) and 262144→10000
-    (opencontainers/cgroups ``ConvertCPUSharesToCgroupV2Value``; the earlier linear formula mapped
-    the default 1024 shares to weight 39).
-    """
-    import math
-
-    if shares <= 2:
-        return 1
-    if shares >= 262144:
-        return 10000
-    lg = math.log2(shares)
-    return int(math.ceil(10 ** ((lg * lg + 125 * lg) / 612.0 - 7.0 / 34.0)))
-
-
-def blkio_to_io_weight(weight: int) -> int:
-    """v1 blkio.weight (10..1000) → v2 io.weight (1..10000), linearly, as runc converts it
-    (``ConvertBlkIOToIOWeightValue``: 1 + (w - 10) * 9999 / 990)."""
-    return 1 + (max(10, min(weight, 1000)) - 10) * 9999 // 990

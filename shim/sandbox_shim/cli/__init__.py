@@ -56,9 +56,8 @@ CONFINE_PATH = (
     "hardening/confine_journal",
     "procstat",
 )
-#: the extension modules (``lib-dynload``) ``CONFINE_PATH`` imports, where they are not built in, and
-#: ``select``, which the child that outlives the exec imports (``confine_launch.serve_after``)
-CONFINE_EXTENSIONS = ("_json", "fcntl", "select")
+#: the extension modules (``lib-dynload``) ``CONFINE_PATH`` imports, where they are not built in
+CONFINE_EXTENSIONS = ("_json", "fcntl")
 INTERNAL_ERROR = 70
 OUTPUT_UNWRITABLE = 74  # sysexits.h EX_IOERR
 INTERRUPTED = 130
@@ -77,10 +76,24 @@ def main(argv: list[str] | None = None) -> None:
 
         crashpoints.install()
     status, fast = _run(args, reset_signals=True)
+    if status == OUTPUT_UNWRITABLE:
+        _drop_stdout()
     if fast:
         _flush()
         os._exit(status)
     sys.exit(status)
+
+
+def _drop_stdout() -> None:
+    """After standard output could not be written (reported, status 74): what is left in its buffer
+    goes to /dev/null, so the interpreter's last flush at exit cannot fail again (which would print
+    "Exception ignored" and turn the status into 120).  Never raises."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+    except OSError:
+        pass
 
 
 def _no_cycle_collection() -> None:
@@ -90,8 +103,8 @@ def _no_cycle_collection() -> None:
     counting still frees everything that is not in a cycle; what is (an exception's traceback and its
     frames) is freed when the process exits, which it does right after the verb.  No verb relies on a
     collection: every fd and lock is closed explicitly (``try``/``finally``, ``scoped``), and the
-    processes create forks exec or exit at once.  ``confine`` likewise: it execs the command, and the
-    child it forks to outlive the exec turns the collector back on (``confine_launch.serve_after``).
+    processes create forks exec or exit at once.  ``confine`` likewise until its command starts: when
+    it waits for the command it turns the collector back on (``confine_launch.run_spec``).
     Only the process's own CLI (``main``): the library and an in-process ``run`` keep their collector."""
     import gc
 
@@ -153,7 +166,7 @@ def _run(args: list[str], reset_signals: bool = False) -> tuple[int, bool]:
 
         g, rest = parse_globals(args)
         fast = bool(rest) and rest[0] in FAST_VERBS
-        if (fast or rest[:1] == ["confine"]) and reset_signals:  # confine execs (its child: serve_after)
+        if (fast or rest[:1] == ["confine"]) and reset_signals:  # confine: until its command runs
             _no_cycle_collection()
         status = _dispatch(g, rest)
     except SystemExit as e:  # a command that ends with a status of its own (run, exec, validate)

@@ -92,8 +92,8 @@ def parse(argv: list[str]) -> tuple[dict[str, object], list[str]]:
 
 
 def run(argv: list[str]) -> int:
-    """Parse ``argv`` (after ``confine``) and launch (``confine_launch.launch``: it execs the command);
-    returns only for ``--print-launch-spec`` and help."""
+    """Parse ``argv`` (after ``confine``) and launch (``confine_launch.launch``): returns the command's
+    exit status (or execs it), 0 after ``--print-launch-spec`` and help."""
     if argv[:1] in (["-h"], ["--help"]):
         sys.stdout.write(USAGE + "\n")
         return 0
@@ -101,5 +101,8 @@ def run(argv: list[str]) -> int:
     from .output import emit_json
 
     opts, command = parse(argv)
-    emit_json(launch(opts, command))
+    result = launch(opts, command)
+    if isinstance(result, int):
+        return result
+    emit_json(result)
     return 0

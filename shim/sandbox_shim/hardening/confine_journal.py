@@ -5,14 +5,18 @@ that a later run would take for the user's own.
 One file per confinement in ``journal_dir(env)`` (``$XDG_STATE_HOME/sandbox-shim/confine``, else
 ``~/.local/state/sandbox-shim/confine``, the passwd entry's home when ``$HOME`` is unset; never
 inside a read-write path, where the confined program could forge it), named ``PID-STARTTIME``: the
-owner (the process whose end releases the placeholders: the one that execs the command, or a
-library caller) and its start time (proc(5) ``/proc/PID/stat`` field 22, so a reused pid is not
+owner (the process whose end releases the placeholders: the CLI process that waits for the
+command, or a library caller) and its start time (proc(5) ``/proc/PID/stat`` field 22, so a reused pid is not
 mistaken for the owner).  Its content is the paths, NUL-separated; it is written to a temporary
 name and renamed (rename(2) is atomic), so it is either whole or absent (no fsync: the journal
 guards against SIGKILL, whose victim's writes stay in the page cache, not against power loss).
 
 Beside it, ``PID-STARTTIME.git``: the git directories found before the run
-(``confine_git.write_snapshot``), checked after it (``confine_git.check_snapshot``).
+(``confine_git.write_snapshot``), checked after it (``confine_git.check_snapshot``); and
+``PID-STARTTIME.rw``: the run's read-write paths, its *claim* (``claim``): while its owner lives no
+other confinement of this user may take a path equal to, inside or around one of them — the end of
+one run removes its placeholders and disarms repositories, which would lift the protections another
+run of the same directory holds (its read-only binds sit on those very files).
 
 ``sweep`` (run by every confinement before it makes placeholders) removes, for each journal whose
 owner is gone, the placeholders still exactly as made (or, for a ``.git`` record, disarms the
@@ -114,10 +118,11 @@ def start_time(pid: int) -> str | None:
     return None if ticks is None else str(ticks)
 
 
-def record(directory: str, paths: Sequence[str], owner: int) -> str:
-    """Write the journal of ``paths`` for ``owner``; returns its path.  Raises OSError."""
+def record(directory: str, paths: Sequence[str], owner: int, suffix: str = "") -> str:
+    """Write the journal of ``paths`` for ``owner`` (``suffix``: ``.rw`` for a claim); returns its
+    path.  Raises OSError."""
     os.makedirs(directory, 0o700, exist_ok=True)
-    name = f"{owner}-{start_time(owner)}"
+    name = f"{owner}-{start_time(owner)}{suffix}"
     final = os.path.join(directory, name)
     tmp = os.path.join(directory, f".{name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | posix.O_NOFOLLOW, 0o600)
@@ -127,6 +132,65 @@ def record(directory: str, paths: Sequence[str], owner: int) -> str:
         os.close(fd)
     os.rename(tmp, final)
     return final
+
+
+#: the lock file the claims are checked and written under (flock(2); in the journal directory)
+CLAIMS_LOCK = ".claims.lock"
+
+
+def claim(directory: str, paths: Sequence[str], owner: int) -> str:
+    """Claim ``paths`` (a run's read-write paths, canonical) for ``owner``'s run; returns the claim's
+    path (``forget`` it after the release).  Checked and written under ``CLAIMS_LOCK``, so of two
+    runs started together one claims and the other is refused.
+
+    Raises: CannotEnforce("confinement.concurrent") when a live run of this user (its owner's start
+    time as recorded) claims a path equal to, inside or around one of ``paths``; OSError when the
+    claim cannot be written."""
+    from ..errors import CannotEnforce
+    from .readset import within
+
+    os.makedirs(directory, 0o700, exist_ok=True)
+    flags = os.O_RDWR | os.O_CREAT | posix.O_NOFOLLOW | posix.O_CLOEXEC
+    lock = os.open(os.path.join(directory, CLAIMS_LOCK), flags, 0o600)
+    try:
+        posix.flock_exclusive(lock)
+        for name in os.listdir(directory):
+            if name.startswith(".") or not name.endswith(".rw"):
+                continue
+            pid, _, started = name[:-3].partition("-")
+            if not pid.isdigit() or int(pid) == owner or start_time(int(pid)) != started:
+                continue  # not a claim, ours, or its owner is gone (``sweep`` removes it)
+            theirs = _read_paths(os.path.join(directory, name))
+            for mine in paths:
+                for other in theirs:
+                    if within(mine, other) or within(other, mine):
+                        raise CannotEnforce(
+                            "confinement.concurrent",
+                            f"{mine} is in a read-write path of a running confinement (pid {pid}: "
+                            f"{other}); one confinement of a directory at a time (the end of one would "
+                            "lift the protections of the other); wait for it to end",
+                        )
+        return record(directory, paths, owner, ".rw")
+    finally:
+        os.close(lock)  # and the flock with it
+
+
+def _read_paths(path: str) -> list[str]:
+    """The NUL-separated paths of a journal file of this user's (a regular file, not a link, opened
+    without blocking); [] when it is anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | posix.O_NOFOLLOW | posix.O_NONBLOCK | posix.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        if not owned_file(fd):
+            return []
+        data = os.read(fd, 1 << 20)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    return [os.fsdecode(p) for p in data.split(b"\0") if p]
 
 
 def snapshot_path(directory: str, owner: int) -> str:
@@ -160,13 +224,19 @@ def sweep(directory: str | None, remove: Callable[[Sequence[str]], None]) -> int
         if name.startswith("walk-"):  # a git walk cache of an older version (now in confine-walk)
             forget(os.path.join(directory, name))
             continue
+        if name == CLAIMS_LOCK:
+            continue
         temporary = name.endswith(".tmp")
         git = name.endswith(".git") or name.endswith(".git.tmp")
-        base = name.removeprefix(".").removesuffix(".tmp").removesuffix(".git")
+        claimed = name.endswith(".rw") or name.endswith(".rw.tmp")
+        base = name.removeprefix(".").removesuffix(".tmp").removesuffix(".git").removesuffix(".rw")
         pid, _, started = base.partition("-")
         if not pid.isdigit() or start_time(int(pid)) == started:
             continue  # its owner still runs
         path = os.path.join(directory, name)
+        if claimed:  # the claim of a run that is gone: nothing to release
+            forget(path)
+            continue
         try:
             with open(path, "rb") as fh:
                 paths = [os.fsdecode(p) for p in fh.read().split(b"\0") if p]

@@ -2,22 +2,30 @@
 
 ``launch(options, command)`` takes the options as the command line (or ``--settings`` file) gives them
 (``OPTIONS``: camelCase keys, as in schemas/confine-settings.schema.json), builds the confinement
-(``confinement.confine``) and execs the launch spec, so the caller waits on the confined command
-directly; with ``dry_run`` it returns the launch spec's printable form (``confinement.describe``)
-instead.  It never returns otherwise.
+(``confinement.confine``) and runs the launch spec (``run_spec``), returning the command's exit
+status; with ``dry_run`` it returns the launch spec's printable form (``confinement.describe``)
+instead.
 
-Around the exec: with an egress allow-list, placeholders for missing protected names, or a git
-snapshot, a forked child (``serve_after``) outlives the exec: it serves the egress proxy until the
-command ends (a pidfd of the exec'd process turns readable, pidfd_open(2); else PR_SET_PDEATHSIG), then
-releases the launch spec (``LaunchSpec.release``: placeholders removed, repositories the command
-created disarmed, each one warned about on stderr and in the report).
+``run_spec``: when nothing must happen after the command (no egress allow-list, no placeholders for
+missing protected names, no git snapshot) this process execs the command, so the caller waits on it
+directly.  Otherwise the command runs as this process's child and this process waits: it serves the
+egress proxy meanwhile (a thread), and when the command has ended releases the launch spec
+(``LaunchSpec.release``: placeholders removed, repositories the command created disarmed, each one
+warned about on stderr and in the report) *before* it exits with the command's status — the caller
+gets control back only once the release is done, so its next ``git`` command never sees a repository
+the command armed.  Signals: SIGINT and SIGQUIT, which a terminal sends to its whole foreground
+process group, are left to the command (ignored here); SIGTERM and SIGHUP are passed on to it (the
+release still follows its end); a command killed by a signal is reported by this process being
+killed by the same signal (as a shell sees it).  kill -9 of this process ends the sandbox too
+(bwrap ``--die-with-parent``); its placeholders and snapshot are released by the next run
+(``confine_journal.sweep``).
 
 Errors are raised, never printed: ``UsageError`` (status 2) for options or a settings file that cannot
 be used and for paths ``confine`` refuses; ``CannotEnforce`` (5) when the confinement cannot be built
 here; ``CouldNotRun`` (127/126) when the command is not found or cannot be executed.
 
 Start-up matters (confine runs once per confined command; scripts/bench): nothing heavy is imported
-on the way to the exec — no json, enum, typing or jsonschema (the settings file's schema check loads
+on the way to the command — no json, enum, typing or jsonschema (the settings file's schema check loads
 jsonschema, only when a settings file is given).
 """
 
@@ -135,28 +143,141 @@ def prepare(opts: dict[str, Any], command: list[str]) -> LaunchSpec:
         raise UsageError(str(e)) from e
 
 
-def launch(opts: dict[str, Any], command: list[str], dry_run: bool = False) -> dict[str, Any]:
-    """Confine ``command`` under ``opts`` and exec it (never returns); with ``dry_run`` (or the
-    ``printLaunchSpec`` option) release the spec and return its printable form instead."""
+def launch(opts: dict[str, Any], command: list[str], dry_run: bool = False) -> dict[str, Any] | int:
+    """Confine ``command`` under ``opts`` and run it (``run_spec``): returns its exit status (or
+    execs it); with ``dry_run`` (or the ``printLaunchSpec`` option) release the spec and return its
+    printable form instead."""
     from . import confinement
 
     spec = prepare(opts, command)
     if dry_run or opts.get("printLaunchSpec"):
         spec.release()  # nothing ran: nothing to disarm
         return confinement.describe(spec)
-    exec_spec(spec)
+    return run_spec(spec)
 
 
-def exec_spec(spec: LaunchSpec) -> NoReturn:
-    """Replace this process by the launch spec's command (``serve_after`` first, when something must
-    outlive the exec).  Raises CouldNotRun when the exec fails."""
-    import sys
+#: signals passed on to the command while this process waits for it (SIGTERM, SIGHUP)
+FORWARDED = (15, 1)
+#: signals a terminal sends to the whole foreground group: the command's to handle (SIGINT, SIGQUIT)
+LEFT_TO_THE_COMMAND = (2, 3)
 
+
+def run_spec(spec: LaunchSpec) -> int:
+    """Run the launch spec's command and return its exit status once the spec is released (module
+    docstring); exec it instead when nothing must follow it.  A command killed by a signal: this
+    process kills itself with the same signal after the release (128 + the signal if it survives).
+
+    Raises: CouldNotRun when the command cannot be executed (nothing ran; the spec is released)."""
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:
             stream.flush()
-    if spec.egress is not None or spec.placeholders or spec.snapshot:
-        serve_after(spec)
+    if spec.egress is None and not spec.placeholders and not spec.snapshot:
+        _exec(spec)
+    if sys.platform == "win32":  # no fork(2); confine has no Windows backend (platforms.select)
+        raise UsageError("confine is not supported on Windows")
+    import _signal as signal  # type: ignore[import-not-found]  # C module: no enum (signal.py)
+    import gc
+
+    gc.enable()  # the CLI turned it off for a short life; this process lives as long as the command
+    saved = {s: signal.getsignal(s) for s in (*FORWARDED, *LEFT_TO_THE_COMMAND)}
+    for s in LEFT_TO_THE_COMMAND:  # before the fork: no ^C may end this process before the release
+        signal.signal(s, signal.SIG_IGN)
+    pending: list[int] = []
+    for s in FORWARDED:  # until the child exists, a signal is kept for it
+        signal.signal(s, lambda sig, _frame: pending.append(sig))
+    try:
+        pid = _spawn(spec, saved)
+    except BaseException:
+        spec.release()
+        raise
+    try:
+        for s in FORWARDED:
+            signal.signal(s, lambda sig, _frame: _forward(pid, sig))
+        for sig in pending:
+            _forward(pid, sig)
+        if spec.egress is not None:
+            spec.egress.start()  # a thread of this process, serving while the command runs
+        status = _wait(pid)
+    finally:
+        changed = spec.release()
+    if changed:
+        warn_disarmed(changed, spec.report)
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    return os.waitstatus_to_exitcode(status)
+
+
+def _forward(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass  # ended already: its status is on its way
+
+
+def _wait(pid: int) -> int:
+    """waitpid(2) for ``pid``, through signals (PEP 475 retries; a handler that raised is ignored)."""
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except ChildProcessError:
+            return 0
+        except InterruptedError:
+            continue
+
+
+def _spawn(spec: LaunchSpec, saved: dict[int, Any]) -> int:
+    """fork(2) and exec the command in the child (signal dispositions as the caller left them, and
+    SIGPIPE/SIGXFSZ to their defaults, which the interpreter ignores); returns its pid.  An exec that
+    fails is told through a close-on-exec pipe.  Raises CouldNotRun."""
+    if sys.platform == "win32":  # no fork(2)
+        raise UsageError("confine is not supported on Windows")
+    import _signal as signal
+
+    rd, wr = os.pipe()  # close-on-exec both (PEP 446)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(rd)
+            for s, how in saved.items():
+                signal.signal(s, how if how is not None else signal.SIG_DFL)
+            for name in ("SIGPIPE", "SIGXFSZ"):
+                if hasattr(signal, name):
+                    signal.signal(getattr(signal, name), signal.SIG_DFL)
+            os.chdir(spec["cd"])
+            os.execve(spec["cmd"], [spec["cmd"], *spec["args"]], spec["env"])
+        except OSError as e:
+            os.write(wr, b"%d" % (e.errno or 0))
+        except BaseException:
+            pass
+        os._exit(127)
+    os.close(wr)
+    try:
+        failed = os.read(rd, 16)
+    finally:
+        os.close(rd)
+    if failed:
+        _wait(pid)
+        import errno
+
+        code = int(failed) if failed.isdigit() else 0
+        why = "not_found" if code == errno.ENOENT else "exec_failed"
+        raise CouldNotRun(why, spec["cmd"], os.strerror(code) if code else "")
+    return pid
+
+
+def _exec(spec: LaunchSpec) -> NoReturn:
+    """Replace this process by the launch spec's command.  Raises CouldNotRun when the exec fails."""
+    import _signal as signal
+
+    for name in ("SIGPIPE", "SIGXFSZ"):  # the interpreter ignores them; the command gets the defaults
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
     try:
         os.chdir(spec["cd"])
         os.execve(spec["cmd"], [spec["cmd"], *spec["args"]], spec["env"])
@@ -165,69 +286,6 @@ def exec_spec(spec: LaunchSpec) -> NoReturn:
 
         why = "not_found" if e.errno == errno.ENOENT else "exec_failed"
         raise CouldNotRun(why, spec["cmd"], e.strerror or "") from e
-
-
-def serve_after(spec: LaunchSpec) -> None:
-    """Fork the child that outlives the exec: it serves the egress proxy (if any) and, when the
-    exec'd command's process ends, releases the spec (``LaunchSpec.release``).  Returns in the parent.
-
-    The child learns of the end from a pidfd of this process (pidfd_open(2), Linux 5.3: it turns
-    readable when the process exits, whatever it exec'd), opened before the fork so it cannot name a
-    later process with a reused pid; without pidfds, from ``PR_SET_PDEATHSIG`` (SIGTERM when the
-    parent ends; ``confinement.die_with_parent``).  A SIGTERM sent to it releases the spec too."""
-    if sys.platform == "win32":  # no fork(2); confine has no Windows backend (platforms.select)
-        raise UsageError("confine is not supported on Windows")
-    import _signal as signal  # type: ignore[import-not-found]  # C module: no enum (signal.py)
-
-    egress = spec.egress
-    parent = os.getpid()
-    try:
-        watch: int | None = os.pidfd_open(parent)  # type: ignore[attr-defined,unused-ignore]  # Linux only
-    except (AttributeError, OSError):  # macOS; a kernel before 5.3
-        watch = None
-    pid = os.fork()
-    if pid != 0:
-        if watch is not None:
-            os.close(watch)
-        return
-    try:
-        import gc
-
-        gc.enable()  # the CLI turned it off for its short life; this child lives as long as the command
-
-        def done(*_: object) -> None:
-            changed = spec.release()
-            if changed:
-                warn_disarmed(changed, spec.report)
-            os._exit(0)
-
-        signal.signal(signal.SIGTERM, done)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the command's to handle
-        if watch is None:
-            from .confinement import die_with_parent
-
-            die_with_parent(signal.SIGTERM)
-        if os.getppid() != parent:  # the parent ended before the watch was set: release now
-            done()
-        devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1):
-            os.dup2(devnull, fd)
-        if watch is not None:
-            import select
-
-            if egress is not None:
-                egress.start()  # a thread of this child; the main thread waits for the command's end
-            waiter = select.poll()  # poll(2): no FD_SETSIZE limit on the pidfd's number
-            waiter.register(watch, select.POLLIN)
-            while not waiter.poll():
-                pass
-            done()
-        if egress is not None:
-            egress.serve_forever()
-        while True:
-            signal.pause()
-    finally:
-        os._exit(0)
 
 
 def warn_disarmed(changed: list[str], report: str | None) -> None:

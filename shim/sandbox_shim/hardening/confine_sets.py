@@ -192,7 +192,8 @@ class Sets:
     """Resolved absolute paths.  ``read_only`` is sorted, without entries under another (non-link)
     entry; links are listed as links (recreated inside, not followed).  ``state``: sandbox-shim's
     state directory when it is trusted (``confine_journal.prepare_state``: its caches may be
-    used), else None; ``relinked``: protected files given a new inode (``unshare_links``)."""
+    used), else None; ``relinked``: protected files given a new inode (``unshare_links``);
+    ``claim``: the run's claim on its read-write paths (``confine_journal.claim``), or None."""
 
     __slots__ = (
         "read_only",
@@ -204,6 +205,7 @@ class Sets:
         "snapshot",
         "state",
         "relinked",
+        "claim",
     )
 
     def __init__(
@@ -217,10 +219,11 @@ class Sets:
         snapshot: str | None = None,
         state: str | None = None,
         relinked: tuple[str, ...] = (),
+        claim: str | None = None,
     ) -> None:
         self.read_only, self.read_write, self.islands = read_only, read_write, islands
         self.anchors, self.placeholders, self.journal = anchors, placeholders, journal
-        self.snapshot, self.state, self.relinked = snapshot, state, relinked
+        self.snapshot, self.state, self.relinked, self.claim = snapshot, state, relinked, claim
 
     def __repr__(self) -> str:
         return (
@@ -663,7 +666,7 @@ def build_sets(
         if any(_within(state, w) for w in read_write):
             islands.append(state)  # held read-only inside, whatever ``protect`` says: the shim's
     made: list[str] = []
-    record = snapshot = None
+    record = snapshot = claimed = None
     journal: str | None = None
     if protect and linux:
         journal = confine_journal.journal_dir(env)
@@ -681,8 +684,13 @@ def build_sets(
                 "own, or pass --allow-protected-writes",
             )
         confine_journal.sweep(journal, remove_placeholders)  # what killed confinements left
+        claimed = confine_journal.claim(journal, read_write, os.getpid() if owner is None else owner)
         if placeholders:
-            made, record = make_placeholders(read_write, read_write, journal, owner)
+            try:
+                made, record = make_placeholders(read_write, read_write, journal, owner)
+            except BaseException:
+                confine_journal.forget(claimed)
+                raise
     try:
         for r in read_write:
             islands += _protected(r, protect, settings_file, read_write, missing=not linux)
@@ -701,6 +709,7 @@ def build_sets(
 
         confine_journal.forget(record)
         confine_journal.forget(snapshot)
+        confine_journal.forget(claimed)
         raise
     held = dedupe(islands)
     try:  # before the launch: no link elsewhere may reach a protected inode
@@ -712,6 +721,7 @@ def build_sets(
         remove_placeholders(made)
         confine_journal.forget(record)
         confine_journal.forget(snapshot)
+        confine_journal.forget(claimed)
         raise
     return Sets(
         tuple(dedupe(ro + extra_ro)),
@@ -723,4 +733,5 @@ def build_sets(
         snapshot,
         state if trusted else None,
         tuple(relinked),
+        claimed,
     )

@@ -74,6 +74,7 @@ class LaunchSpec(dict):  # type: ignore[type-arg]
     journal: str | None = None
     snapshot: str | None = None
     relinked: tuple[str, ...] = ()
+    claim: str | None = None
 
     def release(self) -> list[str]:
         """After the command: close the egress proxy (if any), remove the empty placeholders made
@@ -93,7 +94,8 @@ class LaunchSpec(dict):  # type: ignore[type-arg]
             from .confine_git import check_snapshot
 
             changed = check_snapshot(self.snapshot)
-        self.placeholders, self.journal, self.snapshot = (), None, None
+        forget(self.claim)  # last: no other run takes these paths before this one's release is done
+        self.placeholders, self.journal, self.snapshot, self.claim = (), None, None, None
         return changed
 
 
@@ -336,6 +338,7 @@ def confine(
         remove_placeholders(sets.placeholders)
         forget(sets.journal)
         forget(sets.snapshot)
+        forget(sets.claim)
         raise
 
 
@@ -394,7 +397,7 @@ def _launch_spec(
     spec = LaunchSpec(cmd=argv[0], args=argv[1:], env=env, cd=start)
     spec.layers, spec.not_enforced, spec.egress, spec.report = layers, tuple(not_enforced), egress, report
     spec.placeholders, spec.journal, spec.snapshot = sets.placeholders, sets.journal, sets.snapshot
-    spec.relinked = sets.relinked
+    spec.relinked, spec.claim = sets.relinked, sets.claim
     if report is not None:
         try:
             write_start_record(report, spec)

@@ -116,14 +116,34 @@ def _store(cache_dir: str, key: dict[str, str], reports: dict[str, dict[str, obj
         raise
 
 
+def _probe(name: str) -> Capability:
+    """Run the probe of ``name``; one that raises is "unavailable", as in ``capability.probe``.
+    Raises KeyError for a name no probe has."""
+    from ..capability import PROBES, _load_probes
+
+    _load_probes()
+    probe = PROBES[name]  # KeyError: no such probe
+    try:
+        return probe()
+    except Exception as e:
+        return Capability(name, False, "", f"probe failed: {e}", "probe raised")
+
+
 def cached_report(names: list[str], cache_dir: str, key: dict[str, str] | None = None) -> list[Capability]:
     """Reports for ``names``, from ``cache_dir/capabilities.json`` when its key equals ``cache_key()``.
 
     A name missing from a valid cache is probed and added; a key mismatch (or a file not owned by this
     euid, a symlink, or unreadable) discards the whole cache and probes again, so a cached "available"
-    never survives a change of kernel, boot, bwrap, cgroup layout or the caller's confinement.  The
-    file is written atomically.  ``cache_dir`` must be a directory only trusted users can write (e.g.
-    the state root): a cached "available" is believed.
+    never survives a change of kernel, boot, bwrap, cgroup layout or the caller's confinement.  Only
+    "available" is kept: a refusal is probed again on every call, so a caller confined more narrowly
+    than the key can tell (another seccomp filter in the same mode, a Landlock domain, a module
+    directory first on ``sys.path``) never leaves a refusal for the next caller; and a caller under a
+    seccomp filter (whose rules the key cannot hold: the platform's ``uncacheable`` fact) neither
+    reads nor writes the cache.  What remains, a kept "available" read by a caller whose Landlock
+    domain (invisible to any key) denies the capability, weakens nothing: the launch itself then
+    fails (bwrap, the seccomp load, the cgroup writes each stop it).  The file is written
+    atomically.  ``cache_dir`` must be a directory only trusted users can write (e.g. the state
+    root): a cached "available" is believed.
 
     Args:
         names: capability names (see ``capability.PROBES``).
@@ -133,20 +153,20 @@ def cached_report(names: list[str], cache_dir: str, key: dict[str, str] | None =
     Raises: KeyError for a name no probe has (a ``cache_dir`` that cannot be written is not cached in).
     """
     key = key if key is not None else cache_key()
-    cached = _load(os.path.join(cache_dir, CACHE_FILE), key)
+    if key.get("uncacheable"):  # the caller's confinement is more than the key can tell
+        return [_probe(n) for n in names]
+    cached = {
+        n: r for n, r in _load(os.path.join(cache_dir, CACHE_FILE), key).items() if r.get("available") is True
+    }
     missing = [n for n in names if n not in cached]
+    fresh: dict[str, dict[str, object]] = {}
     if missing:
-        from ..capability import PROBES, _load_probes
-
-        _load_probes()
-        for n in missing:
-            probe = PROBES[n]  # KeyError: no such probe
+        fresh = {n: _probe(n).to_dict() for n in missing}
+        kept = {n: r for n, r in fresh.items() if r.get("available") is True}
+        if kept:
             try:
-                cached[n] = probe().to_dict()
-            except Exception as e:  # a crashing probe is "unavailable", as in capability.probe
-                cached[n] = Capability(n, False, "", f"probe failed: {e}", "probe raised").to_dict()
-        try:
-            _store(cache_dir, key, cached)
-        except OSError:
-            pass  # a full or read-only state root: the reports stand, uncached (the state write reports it)
-    return [Capability(**cached[n]) for n in names]  # type: ignore[arg-type]
+                _store(cache_dir, key, {**cached, **kept})
+            except OSError:
+                pass  # a full or read-only state root: the reports stand, uncached
+    both = {**cached, **fresh}
+    return [Capability(**both[n]) for n in names]  # type: ignore[arg-type]

@@ -5,8 +5,8 @@ The control runs the same program under a limit it fits in and must complete wit
 runs it under a limit it cannot fit in and must end as ``limit_exceeded`` with the right ``limit_kind``.
 A breach that completes with the marker means the limit was not enforced (``fail``); one that is stopped
 but reported as anything else (an exit status, another kind) is ``fail`` too: the caller is owed the fact.
-Sources: cgroup v1 memory/pids controllers and cgroup v2 ``memory.max``/``pids.max`` (kernel
-admin-guide), setrlimit(2) RLIMIT_CPU and RLIMIT_FSIZE (SIGXCPU, SIGXFSZ).
+Sources: the cgroup memory and pids controllers of either version (kernel admin-guide cgroup-v1/,
+cgroup-v2.rst), setrlimit(2) RLIMIT_CPU and RLIMIT_FSIZE (SIGXCPU, SIGXFSZ).
 """
 
 from __future__ import annotations

@@ -52,7 +52,8 @@ def cache_facts() -> dict[str, str]:
     the effective and bounding capability sets of /proc/self/status), ``sysctls``
     (``USERNS_SYSCTLS``, ``path=value``; ``None`` for one that is absent) and ``ld_cache`` (the
     inode, size and mtime of ``LD_CACHE``: ldconfig(8) rewrites it when a shared library such as
-    libseccomp is installed or removed, and the dynamic loader finds libraries by it, ld.so(8))."""
+    libseccomp is installed or removed, and the dynamic loader finds libraries by it, ld.so(8));
+    ``uncacheable`` (present only under a seccomp filter, whose rules the key cannot hold)."""
     from .cgroups.detect import layout_of
 
     table = read_mountinfo() or []
@@ -65,6 +66,9 @@ def cache_facts() -> dict[str, str]:
         "confinement": ";".join(f"{k}={v}" for k, v in status.items()),
         "sysctls": ";".join(f"{p}={read('/proc/sys/' + p)}" for p in USERNS_SYSCTLS),
         "ld_cache": _file_identity(LD_CACHE),
+        # a seccomp filter's rules are not visible (only the mode): each filtered caller probes for
+        # itself, nothing is read from the cache or kept in it (``probes.cache.cached_report``)
+        **({"uncacheable": "seccomp filter"} if status.get("Seccomp") == "2" else {}),
     }
 
 

@@ -16,7 +16,7 @@ TYPE_CHECKING = False  # typing is not loaded at run time
 if TYPE_CHECKING:
     import subprocess
 
-    from ...plan import Plan
+    from .plan import Plan
 
 READY_TIMEOUT = 30.0  # seconds bwrap may take to set up mounts
 

@@ -35,11 +35,11 @@ if TYPE_CHECKING:  # only create needs these: state/start/kill/delete never load
     from ...bundle import Spec
     from ...control import Facts
     from ...mechanism import ExecSpec, HookEntry, LaunchPlan
-    from ...plan import Plan
     from ...state import StateStore
     from .cgroups.base import CgroupManager
     from .cgroups.watch import EventsWatch
     from .enter_client import HelperStarted
+    from .plan import Plan
 
 
 class LinuxMechanism:
@@ -55,7 +55,7 @@ class LinuxMechanism:
 
     def make_plan(self, spec: Spec, sandbox_id: str) -> Plan:
         """The tenant Plan for ``spec``; raises ``CapabilityUnavailable`` if this host lacks what it needs."""
-        from ...plan import make_plan
+        from .plan import make_plan
         from .residue import root_tag
 
         root = getattr(self, "root", None) or ""
@@ -110,11 +110,11 @@ class LinuxMechanism:
                 is not a ``plan.Plan`` (another platform's).
             BundleInvalid: a path cannot be placed safely inside the rootfs.
         """
-        from ...plan import Plan
+        from .plan import Plan
 
         if not isinstance(plan, Plan):
             raise LaunchFailed(f"{type(plan).__name__} is not a Linux plan", "plan with make_plan")
-        from .bwrap import Fds, bwrap_path, layout, make_missing
+        from .bwrap import Fds, LinuxHost, bwrap_path, check, make_missing, render
         from .launch import (
             check_sysctl_plan,
             kill_quietly,
@@ -228,9 +228,14 @@ class LinuxMechanism:
                 seccomp_files.append(path)
                 fds[f"seccomp{i}"] = memfd("seccomp", bpf)
                 undo.callback(os.close, fds[f"seccomp{i}"])
-            made = layout(
+            # the plan's refusals that need no layout (bwrap.check), then the argv, a function of the
+            # plan and of what ``host`` reports (bwrap.render): the same moment as the one walk before
+            host = LinuxHost()
+            check(plan, host)
+            made = render(
                 plan,
                 Fds(fds["block"], fds["status"], [fds[f"seccomp{i}"] for i in range(len(seccomp_files))]),
+                host,
             )
             argv = made.argv
             # the one step of set-up that writes into the rootfs / read-write binds: the mount points
@@ -584,12 +589,13 @@ def _close_if_held(fds: dict[str, int], name: str) -> None:
 
 
 def _kill_child(pid: int, start: int | None) -> None:
-    """SIGKILL the container process if it is still the one recorded; reap it if it is our child
-    (the library case), waiting up to 5 s, so a long-running caller collects no zombies.
+    """SIGKILL the container process if it is still the one recorded and wait (up to 5 s) until it
+    has exited, so ``delete`` reports it killed only once no code runs in it; reap it if it is our
+    child (the library case), so a long-running caller collects no zombies.
 
     The process is held by a pidfd opened before its identity (pid + start time) is checked, so the
     signal and the wait reach that process even if the pid were reused (pidfd_send_signal(2)); the
-    wait is poll(2) on the pidfd (readable once it exited), not a sleep.
+    wait is poll(2) on the pidfd (readable once it exited, a child or not: pidfd_open(2)), not a sleep.
     """
     if not pid or start is None:
         return
@@ -604,14 +610,13 @@ def _kill_child(pid: int, start: int | None) -> None:
             _signal.pidfd_send_signal(pidfd, _signal.SIGKILL)
         except ProcessLookupError:
             pass
-        if procs.parent_of(pid) != os.getpid():
-            return
         import select
 
         poller = select.poll()
         poller.register(pidfd, select.POLLIN)
         poller.poll(5000)
-        procs.reap(pid, start)
+        if procs.parent_of(pid) == os.getpid():
+            procs.reap(pid, start)
     finally:
         os.close(pidfd)
 

@@ -35,7 +35,7 @@ TYPE_CHECKING = False  # no typing at run time: create loads this module
 if TYPE_CHECKING:
     from typing import Any
 
-    from ...plan import Plan
+    from .plan import Plan
 
 #: OCI namespace type → (CLONE_NEW* flag, name under /proc/PID/ns)
 NAMESPACES: dict[str, tuple[int, str]] = {

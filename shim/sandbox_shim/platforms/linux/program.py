@@ -25,7 +25,7 @@ def check(spec: Spec) -> None:
     Raises: CouldNotRun; BundleInvalid (from planning).
     """
     from ...paths import resolve_in_root
-    from ...plan import make_plan
+    from .plan import make_plan
 
     plan = make_plan(spec, "preflight")
     if not plan.args:

@@ -38,7 +38,7 @@ TYPE_CHECKING = False  # typing is not loaded at run time
 if TYPE_CHECKING:
     from typing import Any
 
-    from ...plan import Plan
+    from .plan import Plan
 
 MAGIC = b"sandbox-shim seccomp 1\n"
 _RULE_SOURCES = ("seccomp.py", "seccomp_cache.py")

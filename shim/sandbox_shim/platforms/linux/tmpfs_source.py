@@ -18,7 +18,7 @@ from . import ns_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ...plan import Mount
+    from .plan import Mount
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 _CLONE_NEWNS = 0x00020000

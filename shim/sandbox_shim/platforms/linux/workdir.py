@@ -24,7 +24,7 @@ from ...paths import resolve_in_root
 
 TYPE_CHECKING = False  # no typing at run time: create loads this module
 if TYPE_CHECKING:
-    from ...plan import Plan
+    from .plan import Plan
 
 
 def _searchable(st: os.stat_result, uid: int, gids: set[int]) -> bool:

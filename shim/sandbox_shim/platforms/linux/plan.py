@@ -1,15 +1,18 @@
-"""Spec + profile + host → ``Plan``: what WILL be enforced, and which capabilities that needs.
+"""The Linux planner: Spec + tenant profile → ``Plan`` (bwrap + cgroups), what WILL be enforced and
+which capabilities that needs.
 
-The plan is pure: it reads the Spec and never touches the host.  Refusal happens on its
-``required`` list (``capability.require``) before any mechanism is asked.  A mechanism renders the
-plan (bwrap argv, SBPL profile, Job Object limits); it never re-reads config.json.
+Every platform plans from the same ``bundle.Spec``; this is Linux's planner (macOS:
+``platforms/darwin/plan.py``, Windows: ``platforms/windows/plan.py``).  The plan is pure: it reads
+the Spec and never touches the host.  Refusal happens on its ``required`` list
+(``capability.require``) before the mechanism acts.  ``bwrap.build_args`` renders it to bwrap's
+argv and the cgroup managers apply its ``resources``; neither re-reads config.json.
 """
 
 from __future__ import annotations
 
-from .bundle import Spec, hook_references
-from .hardening import tenant
-from .values import Value
+from ...bundle import Spec, hook_references
+from ...hardening import tenant
+from ...values import Value
 
 TYPE_CHECKING = False  # no typing or dataclasses at run time: create loads this module
 if TYPE_CHECKING:
@@ -232,13 +235,9 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-#: OCI mount types the Linux plan renders (``bundle`` refuses others at validation)
-MOUNT_TYPES = ("bind", "proc", "tmpfs", "mqueue", "sysfs", "cgroup", "cgroup2", "devpts")
-
-
 def _mount(m: dict[str, Any], bundle: str) -> Mount | None:
     """The ``Mount`` for one OCI mount entry; None for devpts (bwrap's /dev already has one)."""
-    from .paths import bind_source
+    from ...paths import bind_source
 
     opts = list(m.get("options") or [])
     kind = m.get("type") or ("bind" if {"bind", "rbind"} & set(opts) else "")
@@ -281,7 +280,7 @@ def make_plan(
             # the runtime would setns(CLONE_NEWNS) and then exec its own helper (bwrap, its ld.so and
             # libraries) by path *inside* that mount namespace: files the other sandbox's tenant planted
             # there would run as the runtime, unconfined, in the host's other namespaces
-            from .errors import BundleInvalid, BundleProblem
+            from ...errors import BundleInvalid, BundleProblem
 
             raise BundleInvalid(
                 [
@@ -301,7 +300,7 @@ def make_plan(
 
     mounts = [mt for mt in (_mount(m, spec.bundle) for m in cfg.get("mounts") or []) if mt is not None]
 
-    from .hardening.capabilities import granted
+    from ...hardening.capabilities import granted
 
     caps = dict(proc.get("capabilities") or {})
     if "bounding" not in caps:  # no bounding set given: never wider than the effective one
@@ -318,12 +317,12 @@ def make_plan(
     resources = dict(linux.get("resources") or {})
     if "CAP_MKNOD" in effective or resources.get("devices") or linux.get("devices"):
         # the devices cgroup makes a granted CAP_MKNOD harmless (hardening/capabilities.py)
-        from .devices import rules
+        from ...devices import rules
 
         resources["devices"] = rules(linux)
     required = ["bwrap", "seccomp", "no_new_privs"]
     required += [NAMESPACE_CAPS[t] for t in unshare if t in NAMESPACE_CAPS]
-    from .resources import Limits
+    from ...resources import Limits
 
     required += [f"cgroup.{c}" for c in Limits.from_oci(resources).controllers()]
     if spec.settings.requires:
