@@ -480,7 +480,7 @@ def _disarm_fd(gitdir: str, dfd: int) -> tuple[list[str], bool]:
 
 
 #: the start of the item ``disarm_new`` returns for a repository it could not disarm
-NOT_DISARMED = "!not disarmed (inspect it): "
+NOT_DISARMED = "!could not be disarmed: "
 
 
 def disarm_new(roots: Sequence[str], known: Sequence[str], cache: str | None = None) -> list[str]:
