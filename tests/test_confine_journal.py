@@ -195,8 +195,9 @@ def test_one_confinement_of_a_directory_at_a_time(proj: Path) -> None:
     """The end of one run removes its placeholders and disarms repositories, which would lift the
     read-only binds a second run of the same directory holds on those files: a second run of an
     overlapping read-write path is refused while the first lives (control: a sibling directory is
-    not), and allowed once the first is gone, even by kill -9."""
-    env = env_for(proj.parent)
+    not), and allowed once the first is gone, even by kill -9.  The home lies beside ``proj.parent``
+    (a read-write path holding the home is refused on its own, exit 2: confine_sets.check_home)."""
+    env = env_for(proj.parent.parent / "user")
     sibling = proj.parent / "other"
     inner = proj / "inner"
     sibling.mkdir()

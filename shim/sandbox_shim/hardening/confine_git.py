@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 
 from .. import posix
-from .readset import within
+from .readset import read_regular, within
 
 TYPE_CHECKING = False  # start-up cost: no typing at run time
 if TYPE_CHECKING:
@@ -40,14 +40,41 @@ class TooLarge(Exception):
     """The read-write paths hold more than ``MAX_ENTRIES`` directory entries."""
 
 
+#: bytes read at most of a file inside a read-write path (a gitfile, ``commondir``, a config)
+MAX_READ = 1 << 20
+_RDONLY = os.O_RDONLY | posix.O_NONBLOCK | posix.O_CLOEXEC
+
+
+def open_dir(path: str) -> int:
+    """A file descriptor of the directory ``path`` (absolute, resolved: no ``.``/``..``), opened one
+    component at a time from ``/`` with ``O_NOFOLLOW | O_DIRECTORY``: no component may be a symbolic
+    link, so the descriptor is the directory that the path names *now*, wherever a concurrent
+    rename(2) of a link into the path would have pointed it (what ``disarm`` and
+    ``confine_sets.remove_placeholders`` work relative to).  Raises OSError (``ELOOP``/``ENOTDIR``
+    for a link or a non-directory on the way, ``EINVAL`` for a relative path)."""
+    import errno
+
+    parts = path.split("/")
+    if not path.startswith("/") or any(c in (".", "..") for c in parts):
+        raise OSError(errno.EINVAL, "not an absolute resolved path", path)
+    fd = os.open("/", os.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC)
+    try:
+        for comp in parts:
+            if comp:
+                nfd = os.open(comp, _RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def gitfile_target(path: str) -> str | None:
     """The directory a gitfile names (``gitdir: PATH``, relative to the file's directory), resolved,
-    or None when ``path`` is no gitfile or names no directory."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            line = fh.read(4096).strip()
-    except OSError:
-        return None
+    or None when ``path`` is no gitfile (a link, a FIFO: not read) or names no directory."""
+    data = read_regular(path, 4096, nofollow=True)
+    line = "" if data is None else data.decode("utf-8", "replace").strip()
     if not line.startswith("gitdir:"):
         return None
     real = os.path.realpath(os.path.join(os.path.dirname(path), line[7:].strip()))
@@ -55,12 +82,10 @@ def gitfile_target(path: str) -> str | None:
 
 
 def commondir(gitdir: str) -> str | None:
-    """The ``commondir`` a (worktree) git directory names, resolved, or None."""
-    try:
-        with open(os.path.join(gitdir, "commondir"), encoding="utf-8", errors="replace") as fh:
-            rel = fh.read(4096).strip()
-    except OSError:
-        return None
+    """The ``commondir`` a (worktree) git directory names, resolved, or None (also when it is no
+    regular file: ``read_regular``)."""
+    data = read_regular(os.path.join(gitdir, "commondir"), 4096)
+    rel = "" if data is None else data.decode("utf-8", "replace").strip()
     if not rel:
         return None
     real = os.path.realpath(os.path.join(gitdir, rel))
@@ -117,11 +142,12 @@ RACY_NS = 2_000_000_000
 
 
 def git_dirs(
-    roots: Sequence[str], limit: int = MAX_ENTRIES, cache: str | None = None
+    roots: Sequence[str], limit: int | None = None, cache: str | None = None
 ) -> list[tuple[str, str | None, str | None]]:
     """``(gitdir, worktree, gitfile)`` for every repository under ``roots``: ``worktree`` is the
     directory holding ``.git`` (None for a bare repository), ``gitfile`` the ``.git`` file that
-    named ``gitdir`` (else None).  Raises ``TooLarge`` past ``limit`` entries.
+    named ``gitdir`` (else None).  Raises ``TooLarge`` past ``limit`` entries (default
+    ``MAX_ENTRIES``, read at each call).
 
     ``cache``: a file (outside the read-write paths: the confined program must not write it) that
     keeps, per directory, its inode and ctime with its subdirectories and git entries.  A directory
@@ -131,6 +157,7 @@ def git_dirs(
     in their directory's ctime)."""
     import time
 
+    limit = MAX_ENTRIES if limit is None else limit
     old = _load_cache(cache)
     new: dict[str, tuple[int, int, int, tuple[str, ...], tuple[str, ...]]] = {}
     racy = time.time_ns() - RACY_NS
@@ -198,12 +225,13 @@ def git_dirs(
 
 def _parse(path: str) -> list[tuple[str, str, str]]:
     """``(section.subsection, key, value)`` of a git-config(1) file, lower-cased section and key
-    (the subsection keeps its case); unreadable files give ``[]``."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read(1 << 20)
-    except OSError:
-        return []
+    (the subsection keeps its case); unreadable files, and what is no regular file (a FIFO: not
+    waited on, ``read_regular``), give ``[]``; the first ``MAX_READ`` bytes are read."""
+    data = read_regular(path)
+    return [] if data is None else _parse_text(data.decode("utf-8", "replace"))
+
+
+def _parse_text(text: str) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
     section = ""
     for raw in text.splitlines():
@@ -348,21 +376,64 @@ def _quote(value: str) -> str:
 def disarm(gitdir: str) -> list[str]:
     """Make a repository a confined run created harmless to the user's next ``git`` there: its
     ``config`` (and ``config.worktree``) rewritten with ``SAFE_KEYS`` only, the original kept as
-    ``config.sandbox-shim-disarmed``; a ``hooks`` directory holding anything but git's ``*.sample``
-    files moved to ``hooks.sandbox-shim-disarmed`` (an empty one made).  Returns what was changed
-    (paths); never raises."""
+    ``config.sandbox-shim-disarmed`` (one that is no regular file — a link, a FIFO, a directory —
+    only moved aside); a ``hooks`` directory holding anything but git's ``*.sample`` files (or a
+    ``hooks`` that is no directory) moved to ``hooks.sandbox-shim-disarmed`` (an empty one made).
+    Returns what was changed (paths); never raises.  See ``disarm_at`` (which also says whether it
+    completed)."""
+    return disarm_at(gitdir)[0]
+
+
+def disarm_at(gitdir: str) -> tuple[list[str], bool]:
+    """``disarm`` with whether it completed: False when ``gitdir`` could not be reached without a
+    symbolic link (``open_dir``) or a change failed (the repository may still be armed).
+
+    Every step works relative to a descriptor of ``gitdir`` opened with no link followed on the
+    way (``open_dir``): a path swapped under it (``sub/.git`` exchanged for a link to another
+    repository, renameat2(2) ``RENAME_EXCHANGE``) cannot aim the rename(2)s and the new ``config``
+    at a directory outside the read-write paths.  Files are opened ``O_NONBLOCK | O_NOFOLLOW`` and
+    read only when regular (``read_regular``), so a FIFO never blocks it.  Never raises."""
+    try:
+        dfd = open_dir(gitdir)
+    except FileNotFoundError:
+        return [], True  # gone since the walk: nothing left to arm
+    except OSError:
+        return [], False
+    try:
+        return _disarm_fd(gitdir, dfd)
+    finally:
+        os.close(dfd)
+
+
+def _move_aside(name: str, dfd: int) -> bool:
+    try:
+        os.rename(name, name + DISARMED, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _disarm_fd(gitdir: str, dfd: int) -> tuple[list[str], bool]:
     changed: list[str] = []
+    ok = True
     for name in ("config", "config.worktree"):
         path = os.path.join(gitdir, name)
-        if not os.path.isfile(path) or os.path.islink(path):
-            if os.path.islink(path):
-                try:
-                    os.rename(path, path + DISARMED)
-                    changed.append(path)
-                except OSError:
-                    pass
+        try:
+            os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
             continue
-        entries = _parse(path)
+        except OSError:
+            ok = False
+            continue
+        data = read_regular(name, MAX_READ + 1, nofollow=True, dir_fd=dfd)
+        if data is None or len(data) > MAX_READ:  # a link, FIFO, directory, device, or too big
+            try:
+                if _move_aside(name, dfd):
+                    changed.append(path)
+            except OSError:
+                ok = False
+            continue
+        entries = _parse_text(data.decode("utf-8", "replace"))
         kept = [(s, k, v) for s, k, v in entries if _safe_key(s, k)]
         if len(kept) == len(entries):
             continue
@@ -374,40 +445,61 @@ def disarm(gitdir: str) -> list[str]:
                 current = s
             lines.append(f"\t{k} = {_quote(v)}")
         try:
-            os.rename(path, path + DISARMED)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | posix.O_NOFOLLOW, 0o644)
+            if not _move_aside(name, dfd):
+                continue
+            changed.append(path)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | posix.O_NOFOLLOW | posix.O_CLOEXEC
+            fd = os.open(name, flags, 0o644, dir_fd=dfd)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write("\n".join(lines) + "\n")
-            changed.append(path)
         except OSError:
-            pass
-    hooks = os.path.join(gitdir, "hooks")
+            ok = False
+    path = os.path.join(gitdir, "hooks")
     try:
-        armed = os.path.islink(hooks) or (
-            os.path.isdir(hooks) and any(not n.endswith(".sample") for n in os.listdir(hooks))
-        )
-    except OSError:
+        hfd = os.open("hooks", _RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW, dir_fd=dfd)
+    except FileNotFoundError:
         armed = False
+    except OSError:  # a link, a file, a FIFO: not git's empty hooks directory
+        armed = True
+    else:
+        try:
+            with os.scandir(hfd) as it:
+                armed = any(not e.name.endswith(".sample") for e in it)
+        except OSError:
+            armed = True
+        finally:
+            os.close(hfd)
     if armed:
         try:
-            os.rename(hooks, hooks + DISARMED)
-            os.mkdir(hooks, 0o755)
-            changed.append(hooks)
+            if _move_aside("hooks", dfd):
+                changed.append(path)
+            os.mkdir("hooks", 0o755, dir_fd=dfd)
         except OSError:
-            pass
-    return changed
+            ok = False
+    return changed, ok
+
+
+#: the start of the item ``disarm_new`` returns for a repository it could not disarm
+NOT_DISARMED = "!could not be disarmed: "
 
 
 def disarm_new(roots: Sequence[str], known: Sequence[str], cache: str | None = None) -> list[str]:
     """``disarm`` every git directory under ``roots`` that is not in ``known`` (the ones found
     before the run); returns what was changed.  Never raises: a walk past its limit disarms
-    nothing and returns one item starting with ``TOO_LARGE`` (the caller warns)."""
+    nothing and returns one item starting with ``TOO_LARGE``, a repository not disarmed completely
+    one starting with ``NOT_DISARMED`` (items starting with ``!``: the check is not complete; the
+    caller warns, ``check_snapshot`` keeps its record)."""
     try:
         now = all_git_dirs(roots, cache=cache)
     except TooLarge:
         return [TOO_LARGE + ", ".join(roots)]
     seen = set(known)
-    return [c for g in now if g not in seen for c in disarm(g)]
+    out: list[str] = []
+    for g in now:
+        if g not in seen:
+            changed, ok = disarm_at(g)
+            out += changed if ok else [*changed, NOT_DISARMED + g]
+    return out
 
 
 def write_snapshot(path: str, roots: Sequence[str], known: Sequence[str]) -> None:
@@ -424,17 +516,39 @@ def write_snapshot(path: str, roots: Sequence[str], known: Sequence[str]) -> Non
 
 def check_snapshot(path: str | None) -> list[str]:
     """``disarm_new`` against a ``write_snapshot`` record, then remove the record; returns what was
-    changed.  Never raises."""
+    changed.  Never raises.
+
+    A check that could not complete (an item starting with ``!``: the walk passed
+    ``MAX_ENTRIES``, a repository could not be disarmed) keeps the record: every later run's
+    ``confine_journal.sweep`` (once its owner is gone) does the check again against the same
+    snapshot *before* that run takes its own, so a repository the run created is never taken
+    for one that existed before (issue #22).  The record is read as a regular file of this user's
+    (``O_NOFOLLOW | O_NONBLOCK``, ``confine_journal.owned_file``)."""
     if not path:
         return []
+    from .confine_journal import owned_file
+
     try:
-        with open(path, "rb") as fh:
-            fields = [os.fsdecode(f) for f in fh.read().split(b"\0")]
+        fd = os.open(path, _RDONLY | posix.O_NOFOLLOW)
     except OSError:
         return []
+    try:
+        if not owned_file(fd):
+            return []
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        data = b"".join(chunks)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    fields = [os.fsdecode(f) for f in data.split(b"\0")]
     cut = fields.index("") if "" in fields else len(fields)
     cache = walk_cache(os.path.dirname(path), fields[:cut])
     changed = disarm_new(fields[:cut], fields[cut + 1 :], cache) if fields[:cut] else []
+    if any(c.startswith("!") for c in changed):
+        return changed  # not complete: the record stays for the next run's sweep to finish
     try:
         os.unlink(path)
     except OSError:

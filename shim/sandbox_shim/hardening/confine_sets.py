@@ -10,7 +10,8 @@ Rules (each checked here, once):
   interpreter the platform runs inside first (if any), and ``permit_read`` paths outside the
   read-write ones.  Nothing there may contain a home directory (``$HOME``, the user's passwd entry)
   or the parent of a read-write path: either would expose what the profile exists to hide.
-* read-write: ``permit_path`` and the extra subpaths, plus a private ``/tmp`` (made by the builder).
+* read-write: ``permit_path`` and the extra subpaths, plus a private ``/tmp`` (made by the builder);
+  while protected names are held, none may be or contain a home directory (``check_home``).
 * islands: read-only paths *inside* a read-write path: ``permit_read`` entries there, the settings
   file, ``PROTECTED`` names at the top of each read-write path and, in every git directory there,
   ``GIT_PROTECTED`` entries and the ``core.hooksPath`` target (unless ``protect`` is False).
@@ -162,20 +163,29 @@ def make_placeholders(
 
 def remove_placeholders(made: Sequence[str]) -> None:
     """Remove ``make_placeholders`` results still as made (empty directories, ``{}`` files;
-    deepest first); what the user filled in meanwhile stays.  Never raises."""
-    import stat
-
+    deepest first); what the user filled in meanwhile stays.  Each name is removed relative to a
+    descriptor of its directory opened with no link followed (``confine_git.open_dir``), and a
+    file is read only when regular (``O_NONBLOCK``): a ``.claude`` swapped for a link after the
+    run cannot aim the removal outside the read-write path, a FIFO cannot block it.  Never raises."""
     for p in reversed(made):
+        parent, name = os.path.split(p)
         try:
-            st = os.lstat(p)
-            if stat.S_ISDIR(st.st_mode):
-                os.rmdir(p)
-            elif stat.S_ISREG(st.st_mode) and st.st_size == len(_EMPTY_JSON):
-                with open(p, "rb") as fh:
-                    if fh.read() == _EMPTY_JSON:
-                        os.unlink(p)
+            dfd = confine_git.open_dir(parent)
+        except OSError:
+            continue
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            kind = st.st_mode & 0o170000
+            if kind == 0o040000:
+                os.rmdir(name, dir_fd=dfd)
+            elif kind == 0o100000 and st.st_size == len(_EMPTY_JSON):
+                data = readset.read_regular(name, len(_EMPTY_JSON) + 1, nofollow=True, dir_fd=dfd)
+                if data == _EMPTY_JSON:
+                    os.unlink(name, dir_fd=dfd)
         except OSError:
             pass
+        finally:
+            os.close(dfd)
 
 
 class Sets:
@@ -466,6 +476,32 @@ def check_state(state: str, read_write: Sequence[str]) -> None:
             )
 
 
+def check_home(home_dirs: Sequence[str], read_write: Sequence[str]) -> None:
+    """Refuse a read-write path that is or contains a home directory (``homes``) while protected
+    names are held: a home's start-up and credential files (``~/.bash_profile``, ``~/.gitconfig``,
+    ``~/.config/git/config``, ``~/.ssh/authorized_keys``, ``~/.config/systemd/user``,
+    ``~/.local/bin`` on ``PATH``, ...) run code or grant access wherever the user goes next, a
+    missing one cannot be held without making it on the host (a placeholder ``~/.bash_profile``
+    alone stops bash reading ``~/.profile``), and the list is open-ended (issue #22).
+    ``read_write[0]`` is the permit path, the rest the extra subpaths.
+
+    Raises: ValueError naming the option and its settings pointer (``confine``: exit 2)."""
+    for i, w in enumerate(read_write):
+        for h in home_dirs:
+            if _within(h, w):
+                what = (
+                    "--permit-path (/permitPath)"
+                    if i == 0
+                    else "--permit-extra-subpath (/permitExtraSubpaths)"
+                )
+                raise ValueError(
+                    f"{what} {w!r} is or contains the home directory {h}, whose start-up and "
+                    "credential files (shell profiles, ~/.gitconfig, ~/.ssh, ~/.config) the "
+                    "confined program could create or change; name a project directory inside "
+                    "it, or pass --allow-protected-writes"
+                )
+
+
 def unshare_links(held: Sequence[str]) -> list[str]:
     """Give every regular file in ``held`` (a protected path, or a file at any depth in a
     protected directory such as ``.git/hooks``) that has other hard links (``st_nlink > 1``) an
@@ -572,7 +608,8 @@ def build_sets(
         CannotEnforce("confinement.protected"): with ``protect`` on Linux, the state directory
             (``confine_journal.prepare_state``) is missing or not this user's own.
         ValueError: a ``permit_read`` entry does not exist or is ``/``; a read-write path is (or
-            lies inside) the state directory (``check_state``); a protected file (or the settings
+            lies inside) the state directory (``check_state``); with ``protect``, a read-write
+            path is or contains a home directory (``check_home``); a protected file (or the settings
             file) with other hard links cannot be replaced (``unshare_links``).
 
     The state directory is made before anything else and, when a read-write path covers it, held
@@ -621,6 +658,8 @@ def build_sets(
             )
     from . import confine_journal
 
+    if protect:
+        check_home(home_dirs, read_write)
     state, trusted = confine_journal.prepare_state(env)
     if state is not None:
         check_state(state, read_write)

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import os
 
+from .. import posix
+
 TYPE_CHECKING = False  # start-up cost: no typing at run time
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -151,13 +153,58 @@ class Guard:
         return entries if trusted else [e for e in entries if self.admit(e)]
 
 
+#: bytes of a ``package.json`` read at most (a larger one is a package not followed)
+MAX_PACKAGE_JSON = 16 << 20
+_RDONLY = os.O_RDONLY | posix.O_NONBLOCK | posix.O_CLOEXEC
+
+
+def open_regular(path: str, nofollow: bool = False, dir_fd: int | None = None) -> int | None:
+    """A descriptor of the regular file ``path`` (the caller closes it), or None when it is
+    missing, unreadable or no regular file: opened ``O_NONBLOCK`` and checked with fstat(2), so a
+    FIFO or device a confined program planted never blocks (``jsonguard.read_regular``'s rule);
+    ``nofollow``: nor is a final symbolic link followed.  Never raises."""
+    try:
+        fd = os.open(path, _RDONLY | (posix.O_NOFOLLOW if nofollow else 0), dir_fd=dir_fd)
+    except (OSError, ValueError):
+        return None
+    try:
+        if os.fstat(fd).st_mode & 0o170000 == 0o100000:  # S_ISREG (stat.h)
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def read_regular(
+    path: str, limit: int = 1 << 20, nofollow: bool = False, dir_fd: int | None = None
+) -> bytes | None:
+    """At most ``limit`` bytes of the regular file ``path`` (relative to ``dir_fd`` when given), or
+    None when it is missing, unreadable or no regular file (``open_regular``: a FIFO or device a
+    confined program planted — a ``package.json``, a ``#!`` script, ``.git/commondir``, a git
+    config — never blocks the read-set computation, the git walk, the release or the sweep).
+    Never raises."""
+    fd = open_regular(path, nofollow, dir_fd)
+    if fd is None:
+        return None
+    try:
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def is_elf(path: str) -> bool:
     """True for a regular file starting with the ELF magic (elf(5))."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == b"\x7fELF" and os.path.isfile(path)
-    except OSError:
-        return False
+    return read_regular(path, 4) == b"\x7fELF"
 
 
 def in_system(path: str) -> bool:
@@ -187,11 +234,7 @@ def symlink_chain(path: str) -> list[str]:
 
 def shebang(path: str) -> list[str]:
     """The words of a ``#!`` line (execve(2) "Interpreter scripts"), or ``[]``."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(256)
-    except OSError:
-        return []
+    head = read_regular(path, 256) or b""
     if not head.startswith(b"#!"):
         return []
     return head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
@@ -209,8 +252,11 @@ def elf_dynamic(path: str) -> tuple[str | None, list[str], list[str], list[str]]
     Reads the ELF header, the program headers (``PT_INTERP``, ``PT_DYNAMIC``, ``PT_LOAD``) and the
     dynamic section's string table; malformed files give None rather than an exception.
     """
+    fd = open_regular(path)  # not a FIFO or device: they are no ELF file, and would block
+    if fd is None:
+        return None
     try:
-        with open(path, "rb") as fh:
+        with os.fdopen(fd, "rb") as fh:
             ident = fh.read(64)
             if len(ident) < 52 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2) or ident[5] not in (1, 2):
                 return None
@@ -470,10 +516,12 @@ def node_packages(script: str, guard: Guard | None = None, trusted: bool = True)
         out.append(pkg)
         from .. import fastjson  # json.load without json's import (re, enum: milliseconds per run)
 
+        data = read_regular(os.path.join(pkg, "package.json"), MAX_PACKAGE_JSON + 1)
+        if data is None or len(data) > MAX_PACKAGE_JSON:  # no regular file (a FIFO), or too big
+            continue
         try:
-            with open(os.path.join(pkg, "package.json"), "rb") as fh:
-                meta = fastjson.loads(fh.read())
-        except (OSError, ValueError, RecursionError):  # nested past the interpreter: not followed
+            meta = fastjson.loads(data)
+        except (ValueError, RecursionError):  # nested past the interpreter: not followed
             continue
         if not isinstance(meta, dict):
             continue
