@@ -343,3 +343,81 @@ def test_disarm_under_an_exchange_loop_never_touches_the_victim(tmp_path: Path) 
         assert not (victim / ".git" / ("config" + confine_git.DISARMED)).exists()
         assert not (victim / ".git" / ("hooks" + confine_git.DISARMED)).exists()
     assert seen_victim, "control: the exchange never showed the victim at sub/.git (the probe is broken)"
+
+
+#: as uid 65534: ``disarm_new`` of the root in argv[1], nothing known before; prints what it returned
+AS_NOBODY = (
+    "import json, sys\n"
+    "from sandbox_shim.hardening import confine_git\n"
+    "print(json.dumps(confine_git.disarm_new([sys.argv[1]], [])))\n"
+)
+
+
+def _plant_repo(where: Path) -> Path:
+    """A git directory (HEAD, objects, refs, a config with core.fsmonitor) at ``where/.git``."""
+    git = where / ".git"
+    for d in (git / "objects", git / "refs", git / "hooks"):
+        d.mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    (git / "config").write_text("[core]\n\tfsmonitor = touch /tmp/pwned; false\n")
+    return git
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the check as another user")
+@pytest.mark.parametrize("hide", ["none", "unreadable-parent", "read-only-git-dir"])
+def test_a_repository_hidden_by_permissions_is_still_disarmed(tmp_path: Path, hide: str) -> None:
+    """A confined run (as an unprivileged user) leaves the repository it made inside a directory it
+    made unreadable (chmod 311), or its git directory read-only (chmod 555): the check after it runs
+    as the same user and must still find and disarm it (control: nothing hidden)."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="sandbox-shim-hidden-", dir="/tmp"))  # reachable by uid 65534
+    try:
+        _hidden_case(base, hide)
+    finally:
+        for p in base.rglob("*"):
+            if p.is_dir() and not p.is_symlink():
+                p.chmod(0o700)
+        shutil.rmtree(base)
+
+
+def _hidden_case(base: Path, hide: str) -> None:
+    root = base / "proj"
+    git = _plant_repo(root / "d" / "sub")
+    for p in [base, *root.rglob("*"), root]:
+        os.chown(p, 65534, 65534)
+    if hide == "unreadable-parent":
+        (root / "d").chmod(0o311)
+    elif hide == "read-only-git-dir":
+        git.chmod(0o555)
+
+    def as_nobody() -> None:
+        os.setgroups([])
+        os.setresgid(65534, 65534, 65534)
+        os.setresuid(65534, 65534, 65534)
+
+    import sandbox_shim
+
+    package = str(Path(sandbox_shim.__file__).parents[1])  # the checkout or site-packages under test
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": package}
+    r = None
+    for python in (sys.executable, "/usr/bin/python3"):  # one that uid 65534 can run
+        try:
+            r = subprocess.run(
+                [python, "-c", AS_NOBODY, str(root)],
+                env=env,
+                preexec_fn=as_nobody,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except PermissionError:
+            continue
+        if "No module named" not in r.stderr and "Permission denied" not in r.stderr:
+            break
+    if r is None or "No module named" in r.stderr or "Permission denied" in r.stderr:
+        pytest.skip("no interpreter with this package that uid 65534 can run here")
+    assert r.returncode == 0, r.stderr
+    assert (git / "config.sandbox-shim-disarmed").exists(), r.stdout
+    assert "fsmonitor" not in (git / "config").read_text()

@@ -101,7 +101,7 @@ HOST_PATH = re.compile(r"(^|[\s'\"=:(])/(proc|sys)(/|$|\s)")
 #: the modules outside ``platforms/linux/`` that may spell such a path, and why.  Every other one
 #: asks an owner (or the platform, through ``platforms.select`` / the mechanism) for the fact.
 HOST_PATH_OWNERS = {
-    "posix.py": "pid_exists: /proc/PID, the one owner of 'does this pid exist'",
+    "posix.py": "pid_exists: /proc/PID, the one owner of 'does this pid exist'; fchmod of an O_PATH fd",
     "procstat.py": "/proc/PID/stat, its one reader",
     "mountinfo.py": "/proc/self/mountinfo, its one parser",
     "host_mounts.py": "passes /proc/self/mountinfo to mountinfo.read (and names it in its message)",

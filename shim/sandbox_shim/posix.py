@@ -135,8 +135,17 @@ else:
         os.fchown(fd, uid, gid)
 
     def fchmod(fd: int, mode: int) -> None:
-        """fchmod(2).  Raises: ``OSError``; ``LaunchFailed`` on Windows."""
-        os.fchmod(fd, mode)
+        """fchmod(2); for a descriptor opened ``O_PATH`` (which fchmod(2) refuses with ``EBADF``),
+        chmod(2) of its ``/proc/self/fd`` entry, which names that very inode (proc(5)).  Raises:
+        ``OSError``; ``LaunchFailed`` on Windows."""
+        try:
+            os.fchmod(fd, mode)
+        except OSError as e:
+            import errno
+
+            if e.errno != errno.EBADF or not sys.platform.startswith("linux"):
+                raise
+            os.chmod(f"/proc/self/fd/{fd}", mode)
 
     def ioctl(fd: int, request: int, arg: int) -> None:
         """ioctl(2) with an integer argument (``FICLONE``...).  Raises: ``OSError``; ``LaunchFailed``

@@ -43,6 +43,41 @@ class TooLarge(Exception):
 #: bytes read at most of a file inside a read-write path (a gitfile, ``commondir``, a config)
 MAX_READ = 1 << 20
 _RDONLY = os.O_RDONLY | posix.O_NONBLOCK | posix.O_CLOEXEC
+#: a descriptor that names a directory without reading it (open(2) ``O_PATH``, Linux), else read-only
+_PATH = getattr(os, "O_PATH", 0) | posix.O_CLOEXEC if hasattr(os, "O_PATH") else _RDONLY
+
+
+class Unchecked(Exception):
+    """A directory under the read-write paths could not be walked (not ours, or not made walkable)."""
+
+
+def grant_owner(fd: int) -> bool:
+    """Give the owner read, write and search on the directory ``fd`` names (an ``O_PATH`` or
+    ordinary descriptor), when it is this user's: a confined run may leave a directory it made
+    unreadable (``chmod 311``) or a git directory read-only (``chmod 555``) to hide a repository from
+    the check after it, and the check runs as the same user.  True when changed.  Never raises."""
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != posix.geteuid() or (st.st_mode & 0o170000) != 0o040000:
+            return False
+        posix.fchmod(fd, (st.st_mode & 0o7777) | 0o700)  # an O_PATH descriptor too
+    except OSError:
+        return False
+    return True
+
+
+def _walkable(d: str) -> bool:
+    """Make the directory ``d`` readable and searchable by its owner (``grant_owner``) when it is
+    this user's and lacks either; reached with no link followed.  True when it now is."""
+    try:
+        fd = open_dir(d)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        return (st.st_mode & 0o500) == 0o500 or grant_owner(fd)
+    finally:
+        os.close(fd)
 
 
 def open_dir(path: str) -> int:
@@ -50,8 +85,10 @@ def open_dir(path: str) -> int:
     component at a time from ``/`` with ``O_NOFOLLOW | O_DIRECTORY``: no component may be a symbolic
     link, so the descriptor is the directory that the path names *now*, wherever a concurrent
     rename(2) of a link into the path would have pointed it (what ``disarm`` and
-    ``confine_sets.remove_placeholders`` work relative to).  Raises OSError (``ELOOP``/``ENOTDIR``
-    for a link or a non-directory on the way, ``EINVAL`` for a relative path)."""
+    ``confine_sets.remove_placeholders`` work relative to).  ``O_PATH`` where the OS has it: a
+    directory without read permission is still reached (search permission is what a lookup needs).
+    Raises OSError (``ELOOP``/``ENOTDIR`` for a link or a non-directory on the way, ``EINVAL`` for a
+    relative path)."""
     import errno
 
     parts = path.split("/")
@@ -61,7 +98,7 @@ def open_dir(path: str) -> int:
     try:
         for comp in parts:
             if comp:
-                nfd = os.open(comp, _RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW, dir_fd=fd)
+                nfd = os.open(comp, _PATH | posix.O_DIRECTORY | posix.O_NOFOLLOW, dir_fd=fd)
                 os.close(fd)
                 fd = nfd
     except BaseException:
@@ -142,7 +179,7 @@ RACY_NS = 2_000_000_000
 
 
 def git_dirs(
-    roots: Sequence[str], limit: int | None = None, cache: str | None = None
+    roots: Sequence[str], limit: int | None = None, cache: str | None = None, repair: bool = False
 ) -> list[tuple[str, str | None, str | None]]:
     """``(gitdir, worktree, gitfile)`` for every repository under ``roots``: ``worktree`` is the
     directory holding ``.git`` (None for a bare repository), ``gitfile`` the ``.git`` file that
@@ -154,7 +191,11 @@ def git_dirs(
     whose ``(st_ino, st_ctime_ns)`` is unchanged (and not within ``RACY_NS`` of now) is not listed
     again: any entry made, removed or renamed in it changes its ctime (inode(7)), which no
     unprivileged program can set back.  Gitfiles are read again every time (their content is not
-    in their directory's ctime)."""
+    in their directory's ctime).
+
+    ``repair`` (the check after a run): a directory of this user's that cannot be listed or searched
+    is made so for its owner (``grant_owner``) and listed; one that still cannot be raises
+    ``Unchecked``.  Without it such a directory is skipped (the snapshot before a run)."""
     import time
 
     limit = MAX_ENTRIES if limit is None else limit
@@ -168,7 +209,11 @@ def git_dirs(
         d = todo.pop()
         try:
             st = os.lstat(d)
+        except FileNotFoundError:
+            continue
         except OSError:
+            if repair:
+                raise Unchecked(d) from None
             continue
         if (st.st_mode & 0o170000) != 0o040000:
             continue  # no longer a directory (a link swapped in): nothing is followed
@@ -176,10 +221,14 @@ def git_dirs(
         if hit is not None and hit[0] == st.st_ino and hit[1] == st.st_ctime_ns and st.st_ctime_ns < racy:
             n, subdirs, found = hit[2], hit[3], hit[4]
         else:
+            if repair and (st.st_mode & 0o500) != 0o500 and not _walkable(d):
+                raise Unchecked(d)
             try:
                 with os.scandir(d) as it:
                     entries = list(it)
             except OSError:
+                if repair:
+                    raise Unchecked(d) from None
                 continue
             n = len(entries)
             dirs, found_l = [], []
@@ -341,13 +390,15 @@ TOO_LARGE = "!not checked (too many entries): "
 
 
 def all_git_dirs(
-    roots: Sequence[str], found: Sequence[str] | None = None, cache: str | None = None
+    roots: Sequence[str], found: Sequence[str] | None = None, cache: str | None = None, repair: bool = False
 ) -> list[str]:
     """Every git directory under ``roots`` (``git_dirs``, or the given ``found`` ones), with each
     one's ``modules/*`` and ``worktrees/*`` git directories, resolved, sorted; only those inside
     ``roots`` (a gitfile may name a repository elsewhere)."""
     out: set[str] = set()
-    todo = list(found) if found is not None else [g for g, _, _ in git_dirs(roots, cache=cache)]
+    if found is None:
+        found = [g for g, _, _ in git_dirs(roots, cache=cache, repair=repair)]
+    todo = list(found)
     while todo:
         d = todo.pop()
         if d in out:
@@ -414,6 +465,9 @@ def _move_aside(name: str, dfd: int) -> bool:
 
 
 def _disarm_fd(gitdir: str, dfd: int) -> tuple[list[str], bool]:
+    st = os.fstat(dfd)
+    if (st.st_mode & 0o700) != 0o700:  # a read-only git directory cannot be changed: made writable
+        grant_owner(dfd)
     changed: list[str] = []
     ok = True
     for name in ("config", "config.worktree"):
@@ -490,9 +544,11 @@ def disarm_new(roots: Sequence[str], known: Sequence[str], cache: str | None = N
     one starting with ``NOT_DISARMED`` (items starting with ``!``: the check is not complete; the
     caller warns, ``check_snapshot`` keeps its record)."""
     try:
-        now = all_git_dirs(roots, cache=cache)
+        now = all_git_dirs(roots, cache=cache, repair=True)
     except TooLarge:
         return [TOO_LARGE + ", ".join(roots)]
+    except Unchecked as e:
+        return [TOO_LARGE + f"{e} (a directory that could not be walked)"]
     seen = set(known)
     out: list[str] = []
     for g in now:
