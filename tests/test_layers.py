@@ -99,6 +99,17 @@ def test_the_package_keeps_every_layer_contract() -> None:
             "def _breach() -> None:\n    from ..linux import locate  # noqa: F401\n",
             "platforms-independent",
         ),
+        # a platform reaching another's code through the composition point (rev18b's plant)
+        (
+            "platforms/windows/plan.py",
+            "def _breach() -> None:\n    from ..select import bwrap_path  # noqa: F401\n",
+            "platforms-never-import-the-composition-point",
+        ),
+        (
+            "platforms/freebsd/mechanism.py",
+            "def _breach() -> None:\n    from .. import select  # noqa: F401\n",
+            "platforms-never-import-the-composition-point",
+        ),
         # a platform not named anywhere in pyproject.toml importing another (the contracts use ``*``)
         (
             "platforms/freebsd/mechanism.py",
