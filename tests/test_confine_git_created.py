@@ -125,3 +125,60 @@ def test_disarm_keeps_safe_keys_and_moves_hooks(tmp_path: Path) -> None:
     assert got == "https://example.com/x.git"
     assert "sshcommand" not in (g / ".git" / "config").read_text().lower()
     assert os.listdir(g / ".git" / "hooks") == []
+
+
+#: run 1 (two variants): leave a repository without a config / with the user's repository lacking
+#: commondir, both harmless then; run 2 arms it by creating the missing file (not held: it did not exist)
+PLANT = {
+    "config": (
+        'cd "$1" && git init -q sub && rm sub/.git/config',
+        'cd "$1" && printf "[core]\\n\\tfsmonitor = \\"touch $2; false\\"\\n" > sub/.git/config',
+    ),
+    "commondir": (
+        'cd "$1" && git init -q --bare store && rm store/config && rm -rf store/hooks',
+        'cd "$1" && cp -a sub/.git/objects/. store/objects/ && cp -a sub/.git/refs/. store/refs/ && '
+        'printf "[core]\\n\\tbare = false\\n\\tfsmonitor = \\"touch $2; false\\"\\n" > store/config && '
+        "echo ../../store > sub/.git/commondir",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLANT))
+def test_a_missing_git_file_created_in_a_later_run_is_disarmed(
+    proj: tuple[Path, dict[str, str]], tmp_path: Path, name: str
+) -> None:
+    """A protected git file missing when a run starts cannot be held (it would have to be made): one
+    run leaves a repository lacking it, the next creates it with a command in it.  The check after
+    that run must disarm the repository (control: with --allow-protected-writes the planted command
+    runs at the user's next git status)."""
+    p, env = proj
+    marker = tmp_path / "pwned"
+    if name == "commondir":  # the user's own repository, made outside any confinement
+        subprocess.run(["git", "init", "-q", str(p / "sub")], check=True, env=env)
+        ident = ["-c", "user.name=x", "-c", "user.email=x@x"]
+        subprocess.run(
+            ["git", "-C", str(p / "sub"), *ident, "commit", "-q", "--allow-empty", "-m", "i"], env=env
+        )
+    first, second = PLANT[name]
+    for opt in (("--allow-protected-writes",), ()):
+        for script in (first, second):
+            r = subprocess.run(
+                confine_cmd(p, "sh", "-c", script, "x", str(p), str(marker), opt=opt),
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert r.returncode == 0, r.stderr
+        subprocess.run(["git", "status"], cwd=p / "sub", env=env, capture_output=True, timeout=60)
+        if opt:
+            assert marker.exists(), "control: the planted command did not run (the probe is broken)"
+            marker.unlink()
+            for junk in ("store", "sub") if name == "commondir" else ("sub",):
+                subprocess.run(["rm", "-rf", str(p / junk)], check=True)
+            if name == "commondir":
+                subprocess.run(["git", "init", "-q", str(p / "sub")], check=True, env=env)
+                ident = ["-c", "user.name=x", "-c", "user.email=x@x"]
+                cmd = ["git", "-C", str(p / "sub"), *ident, "commit", "-q", "--allow-empty", "-m", "i"]
+                subprocess.run(cmd, env=env)
+    assert not marker.exists(), f"a {name} created in a later run ran code at the user's git status"

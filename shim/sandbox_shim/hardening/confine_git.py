@@ -435,7 +435,41 @@ def disarm(gitdir: str) -> list[str]:
     return disarm_at(gitdir)[0]
 
 
-def disarm_at(gitdir: str) -> tuple[list[str], bool]:
+#: names in a git directory whose *appearance* during a run re-arms a repository that existed before
+#: it (gitrepository-layout(5)): a config or per-worktree config (commands: core.fsmonitor, hooksPath,
+#: aliases...), and the files that point git at another repository's config or objects.  Held read-only
+#: when present at the start (``confine_sets.GIT_PROTECTED``); one missing then cannot be held (it
+#: would have to be created), so the check after the run looks for it (``write_snapshot``).
+WATCHED = ("config", "config.worktree", "commondir", "gitdir", "objects/info/alternates")
+
+
+def appeared(known: Sequence[str]) -> list[tuple[str, str]]:
+    """``(gitdir, name)`` for each ``WATCHED`` name missing now in each of the git directories
+    ``known`` (lstat(2): a link counts as present).  Never raises."""
+    return [(g, n) for g in known for n in WATCHED if not os.path.lexists(os.path.join(g, n))]
+
+
+def _move_aside_at(name: str, dfd: int) -> bool:
+    """Move ``name`` (relative to ``dfd``, maybe with ``/``: each directory on the way opened with
+    no link followed) aside as ``name + DISARMED``.  True when moved; False when absent.
+    Raises OSError."""
+    *dirs, leaf = name.split("/")
+    fd = dfd
+    try:
+        for d in dirs:
+            nfd = os.open(d, _PATH | posix.O_DIRECTORY | posix.O_NOFOLLOW, dir_fd=fd)
+            if fd != dfd:
+                os.close(fd)
+            fd = nfd
+        return _move_aside(leaf, fd)
+    except FileNotFoundError:
+        return False
+    finally:
+        if fd != dfd:
+            os.close(fd)
+
+
+def disarm_at(gitdir: str, also: Sequence[str] = ()) -> tuple[list[str], bool]:
     """``disarm`` with whether it completed: False when ``gitdir`` could not be reached without a
     symbolic link (``open_dir``) or a change failed (the repository may still be armed).
 
@@ -443,7 +477,8 @@ def disarm_at(gitdir: str) -> tuple[list[str], bool]:
     way (``open_dir``): a path swapped under it (``sub/.git`` exchanged for a link to another
     repository, renameat2(2) ``RENAME_EXCHANGE``) cannot aim the rename(2)s and the new ``config``
     at a directory outside the read-write paths.  Files are opened ``O_NONBLOCK | O_NOFOLLOW`` and
-    read only when regular (``read_regular``), so a FIFO never blocks it.  Never raises."""
+    read only when regular (``read_regular``), so a FIFO never blocks it.  ``also``: further names
+    (``WATCHED`` pointers such as ``commondir``) moved aside too.  Never raises."""
     try:
         dfd = open_dir(gitdir)
     except FileNotFoundError:
@@ -451,7 +486,14 @@ def disarm_at(gitdir: str) -> tuple[list[str], bool]:
     except OSError:
         return [], False
     try:
-        return _disarm_fd(gitdir, dfd)
+        changed, ok = _disarm_fd(gitdir, dfd)
+        for name in also:
+            try:
+                if _move_aside_at(name, dfd):
+                    changed.append(os.path.join(gitdir, name))
+            except OSError:
+                ok = False
+        return changed, ok
     finally:
         os.close(dfd)
 
@@ -537,12 +579,19 @@ def _disarm_fd(gitdir: str, dfd: int) -> tuple[list[str], bool]:
 NOT_DISARMED = "!could not be disarmed: "
 
 
-def disarm_new(roots: Sequence[str], known: Sequence[str], cache: str | None = None) -> list[str]:
+def disarm_new(
+    roots: Sequence[str],
+    known: Sequence[str],
+    cache: str | None = None,
+    missing: Sequence[tuple[str, str]] = (),
+) -> list[str]:
     """``disarm`` every git directory under ``roots`` that is not in ``known`` (the ones found
-    before the run); returns what was changed.  Never raises: a walk past its limit disarms
-    nothing and returns one item starting with ``TOO_LARGE``, a repository not disarmed completely
-    one starting with ``NOT_DISARMED`` (items starting with ``!``: the check is not complete; the
-    caller warns, ``check_snapshot`` keeps its record)."""
+    before the run), and every known one in which a ``WATCHED`` name listed ``missing`` before the
+    run (``appeared``) now exists (that name moved aside if it is a pointer, the configs reduced);
+    returns what was changed.  Never raises: a walk past its limit disarms nothing and returns one
+    item starting with ``TOO_LARGE``, a repository not disarmed completely one starting with
+    ``NOT_DISARMED`` (items starting with ``!``: the check is not complete; the caller warns,
+    ``check_snapshot`` keeps its record)."""
     try:
         now = all_git_dirs(roots, cache=cache, repair=True)
     except TooLarge:
@@ -555,16 +604,27 @@ def disarm_new(roots: Sequence[str], known: Sequence[str], cache: str | None = N
         if g not in seen:
             changed, ok = disarm_at(g)
             out += changed if ok else [*changed, NOT_DISARMED + g]
+    came: dict[str, list[str]] = {}
+    for g, name in missing:
+        if g in seen and os.path.lexists(os.path.join(g, name)):
+            came.setdefault(g, []).append(name)
+    for g, names in sorted(came.items()):
+        changed, ok = disarm_at(g, [n for n in names if n not in ("config", "config.worktree")])
+        out += changed if ok else [*changed, NOT_DISARMED + g]
     return out
 
 
 def write_snapshot(path: str, roots: Sequence[str], known: Sequence[str]) -> None:
-    """Record ``roots`` and the git directories ``known`` before a run (NUL-separated, the two
-    lists apart by an empty field), atomically (a temporary name, then rename(2)).  Raises OSError."""
+    """Record ``roots``, the git directories ``known`` before a run and, for each, the ``WATCHED``
+    names it lacks (``appeared``): NUL-separated, the three lists apart by an empty field (the
+    last as git directory, name pairs), atomically (a temporary name, then rename(2)).  Raises
+    OSError."""
+    pairs = [os.fsencode(x) for g, n in appeared(known) for x in (g, n)]
+    data = b"\0".join([*(os.fsencode(r) for r in roots), b"", *(os.fsencode(k) for k in known), b"", *pairs])
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | posix.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, b"\0".join([*(os.fsencode(r) for r in roots), b"", *(os.fsencode(k) for k in known)]))
+        os.write(fd, data)
     finally:
         os.close(fd)
     os.rename(tmp, path)
@@ -601,8 +661,12 @@ def check_snapshot(path: str | None) -> list[str]:
         os.close(fd)
     fields = [os.fsdecode(f) for f in data.split(b"\0")]
     cut = fields.index("") if "" in fields else len(fields)
+    rest = fields[cut + 1 :]
+    cut2 = rest.index("") if "" in rest else len(rest)  # a record of an earlier version has no pairs
+    known, flat = rest[:cut2], rest[cut2 + 1 :]
+    missing = list(zip(flat[0::2], flat[1::2], strict=False))
     cache = walk_cache(os.path.dirname(path), fields[:cut])
-    changed = disarm_new(fields[:cut], fields[cut + 1 :], cache) if fields[:cut] else []
+    changed = disarm_new(fields[:cut], known, cache, missing) if fields[:cut] else []
     if any(c.startswith("!") for c in changed):
         return changed  # not complete: the record stays for the next run's sweep to finish
     try:
