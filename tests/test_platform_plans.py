@@ -199,9 +199,6 @@ def test_windows_load_refuses_args_env_and_process_limit_with_pointers(
     assert "/annotations/sandbox-shim.windows.active-process-limit" in {p.pointer for p in e.value.problems}
     cfg["annotations"]["sandbox-shim.windows.active-process-limit"] = "7"
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    # bundle.load wants a pid namespace on every OS, which no Job Object gives: lifted here, as in
-    # test_windows_job_object.test_the_library_drives_the_windows_mechanism (the open question there)
-    monkeypatch.setattr("sandbox_shim.hardening.tenant.check_pid_namespace", lambda c: [])
     assert load(str(tmp_path)).settings.active_process_limit == 7
 
 
@@ -524,3 +521,43 @@ def test_macos_applies_swap_through_the_memory_rlimit_and_warns_preferences(tmp_
         "/linux/resources/cpu/shares",
         "/linux/resources/cpu/idle",
     ]
+
+
+# --- the pid-namespace floor is the Linux planner's rule ------------------------------------------------
+
+
+def test_a_bundle_without_a_pid_namespace_loads_and_plans_on_macos_and_windows(tmp_path: Path) -> None:
+    """``bundle.load`` (create's path, on any host) takes a config without a pid namespace; the macOS
+    and Windows planners plan it (they have no pid namespace to give); the Linux planner refuses it with
+    the pointer, message and status ``validate`` gives on a Linux host.  Control: with a pid namespace
+    the Linux planner plans the same config."""
+    from sandbox_shim.bundle import validate
+    from sandbox_shim.platforms.linux import plan as lplan
+
+    b = _mac_bundle(tmp_path)
+    mac = mac_control()  # namespaces network, mount: no pid
+    mac["process"]["user"]["gid"] = os.getgid()
+    (b / "config.json").write_text(json.dumps(mac))
+    dplan.check_requirements(dplan.plan_from_spec(load(str(b))), mac_reports())
+    wb = tmp_path / "wb"
+    (wb / "rootfs").mkdir(parents=True)
+    (wb / "config.json").write_text(json.dumps(win_control()))
+    wplan.check_requirements(wplan.plan_from_spec(load(str(wb))), win_reports())
+
+    cfg = base_config(["/bin/true"])
+    lb = tmp_path / "lb"
+    (lb / "rootfs").mkdir(parents=True)
+    (lb / "storage").mkdir()
+    (lb / "config.json").write_text(json.dumps(cfg))
+    assert lplan.make_plan(load(str(lb)), "p1").unshare  # control: the tenant config plans
+    cfg["linux"]["namespaces"] = [n for n in cfg["linux"]["namespaces"] if n["type"] != "pid"]
+    (lb / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(BundleInvalid) as e:
+        lplan.make_plan(load(str(lb)), "p1")
+    assert [p.pointer for p in e.value.problems] == ["/linux/namespaces"] and e.value.exit_status == 3
+    assert e.value.problems[0].message == "no pid namespace: in OCI terms this shares the host's processes"
+    if sys.platform.startswith("linux"):  # validate on a Linux host: the same refusal
+        verdict = validate(str(lb))
+        assert [(p.pointer, p.message) for p in verdict.problems] == [
+            ("/linux/namespaces", "no pid namespace: in OCI terms this shares the host's processes")
+        ]

@@ -645,22 +645,16 @@ def test_real_probe_reports_limits_but_no_confinement(monkeypatch: pytest.Monkey
 # --- through the library: api.provision / start / status / destroy ------------------------------------
 
 
-def test_the_library_drives_the_windows_mechanism(
-    fake: FakeKernel32, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_library_drives_the_windows_mechanism(fake: FakeKernel32, tmp_path: Path) -> None:
     """The library's own path (bundle.load -> make_plan -> provision -> the record) with the Windows
     mechanism over the fake kernel32: the api reads what ``provision`` returns, no Linux key of
     ``Sandbox.private`` (``init_pid``, ``pid_start``).
 
-    ``bundle.load`` refuses a config without a pid namespace on every OS (``tenant.check_pid_namespace``)
-    while a Job Object cannot give one (the planner refuses ``namespace.pid``, as macOS's does): that
-    rule is lifted here so the rest of the path can be driven; which side should give is open."""
+    The config has no pid namespace (a Job Object has none to give): ``bundle.load`` takes it, the
+    pid-namespace floor being the Linux planner's rule (``platforms/linux/config_checks.py``)."""
     import json
 
     from sandbox_shim import api
-    from sandbox_shim.hardening import tenant
-
-    monkeypatch.setattr(tenant, "check_pid_namespace", lambda cfg: [])
 
     bundle = tmp_path / "bundle"
     (bundle / "rootfs").mkdir(parents=True)
@@ -688,13 +682,9 @@ def test_the_library_drives_the_windows_mechanism(
     assert api.list_sandboxes(m) == []
 
 
-def _library_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A Windows-shaped bundle; the pid-namespace rule is lifted as in the library test above."""
+def _library_bundle(tmp_path: Path) -> Path:
+    """A Windows-shaped bundle without a pid namespace, as in the library test above."""
     import json
-
-    from sandbox_shim.hardening import tenant
-
-    monkeypatch.setattr(tenant, "check_pid_namespace", lambda cfg: [])
 
     bundle = tmp_path / "bundle"
     (bundle / "rootfs").mkdir(parents=True)
@@ -708,16 +698,14 @@ def _library_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return bundle
 
 
-def test_the_library_refuses_stdio_on_windows(
-    fake: FakeKernel32, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_library_refuses_stdio_on_windows(fake: FakeKernel32, tmp_path: Path) -> None:
     """``ProvisionOptions.stdio``: the Job Object path passes no handles, so stdio given to
     ``api.provision`` (and ``run_bundle``'s capture path) is refused before any Win32 call, never
     dropped."""
     from sandbox_shim import api
     from sandbox_shim.execution import run_bundle
 
-    bundle = _library_bundle(tmp_path, monkeypatch)
+    bundle = _library_bundle(tmp_path)
     m = _mech()
     m.root = str(tmp_path / "state")
     with pytest.raises(CapabilityUnavailable) as e:
@@ -729,15 +717,13 @@ def test_the_library_refuses_stdio_on_windows(
     assert fake.names() == [] and api.list_sandboxes(m) == []
 
 
-def test_exec_is_refused_as_not_available_on_windows(
-    fake: FakeKernel32, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_exec_is_refused_as_not_available_on_windows(fake: FakeKernel32, tmp_path: Path) -> None:
     from sandbox_shim import api
     from sandbox_shim.execution import execute
 
     m = _mech()
     m.root = str(tmp_path / "state")
-    api.provision(m, Sandbox("w4", str(_library_bundle(tmp_path, monkeypatch))))
+    api.provision(m, Sandbox("w4", str(_library_bundle(tmp_path))))
     assert api.start(m, "w4").status == "running"
     with pytest.raises(CapabilityUnavailable) as e:
         execute(m, "w4", ("/prog.exe", []))

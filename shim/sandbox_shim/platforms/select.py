@@ -103,6 +103,19 @@ def config_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     return problems(cfg, credentials=_linux())
 
 
+def host_tenant_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """The tenant rules of this host's platform that need only the config, for ``validate``
+    (``bundle.load(launch=False)``), so it reports what ``create`` on this host refuses.  Linux: a pid
+    namespace is required (``platforms/linux/config_checks.pid_namespace_problems``; the Linux planner
+    applies the same rule at create, on any host).  macOS and Windows: none (they have no pid
+    namespace to require)."""
+    if not _linux():
+        return []
+    from .linux.config_checks import pid_namespace_problems
+
+    return pid_namespace_problems(cfg)
+
+
 def seccomp_arches() -> tuple[str, ...]:
     """libseccomp architecture names (``X86_64``, ...) the Linux mechanism may add to a filter; empty
     where pyseccomp cannot be loaded."""

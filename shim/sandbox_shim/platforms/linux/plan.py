@@ -267,8 +267,19 @@ def make_plan(
     one set to every set; device rules (``devices.rules``) whenever CAP_MKNOD is granted or the config
     lists devices; rlimits applied before user code; the CPU-time setting becomes
     RLIMIT_CPU; no seccomp section → the default tenant filter.
+
+    Raises: ``BundleInvalid`` for a config without a pid namespace
+    (``config_checks.pid_namespace_problems``: the Linux tenant rule) or one joining another mount
+    namespace.
     """
     cfg = spec.config
+    from .config_checks import pid_namespace_problems
+
+    refused = pid_namespace_problems(cfg)  # the Linux tenant rule (validate checks it on a Linux host)
+    if refused:
+        from ...errors import BundleInvalid
+
+        raise BundleInvalid(refused)
     proc = spec.process
     linux = spec.linux
     user = proc.get("user") or {}
