@@ -730,3 +730,30 @@ def test_exec_is_refused_as_not_available_on_windows(fake: FakeKernel32, tmp_pat
     assert e.value.exit_status == 4 and [r.name for r in e.value.reports] == ["exec"]
     api.destroy(m, "w4", force=True)
     assert not fake.open
+
+
+def test_cgroup_verbs_are_not_supported_on_windows_naming_it(fake: FakeKernel32, tmp_path: Path) -> None:
+    """pause, update, stats and events (and resume, after the state check) need control groups, which
+    Windows has none of: each is refused as not supported (``CapabilityUnavailable``, exit status 4)
+    naming Windows, never as a failed launch with "recreate it".  Control: the same running sandbox
+    answers ``status``."""
+    from sandbox_shim import api, control
+
+    m = _mech()
+    m.root = str(tmp_path / "state")
+    api.provision(m, Sandbox("w5", str(_library_bundle(tmp_path))))
+    assert api.start(m, "w5").status == "running"
+    calls = {
+        "pause": lambda: control.pause(m, "w5"),
+        "update": lambda: control.update(m, "w5", {"memory": {"limit": 1 << 25}}),
+        "stats": lambda: control.stats(m, "w5"),
+        "events": lambda: next(control.events(m, "w5", 0.01)),
+    }
+    for verb, call in calls.items():
+        with pytest.raises(CapabilityUnavailable) as e:
+            call()
+        assert e.value.exit_status == 4 and [r.name for r in e.value.reports] == [verb], verb
+        assert f"Windows has no control groups: {verb} is not supported on Windows" in e.value.line()
+    assert api.status(m, "w5").status == "running"
+    api.destroy(m, "w5", force=True)
+    assert not fake.open
