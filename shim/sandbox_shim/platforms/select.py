@@ -103,17 +103,18 @@ def config_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     return problems(cfg, credentials=_linux())
 
 
-def host_tenant_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
-    """The tenant rules of this host's platform that need only the config, for ``validate``
-    (``bundle.load(launch=False)``), so it reports what ``create`` on this host refuses.  Linux: a pid
-    namespace is required (``platforms/linux/config_checks.pid_namespace_problems``; the Linux planner
-    applies the same rule at create, on any host).  macOS and Windows: none (they have no pid
-    namespace to require)."""
+def host_platform_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """The rules of this host's platform that need only the config and no other platform has, for
+    ``validate`` (``bundle.load(launch=False)``), so it reports what ``create`` on this host refuses.
+    Linux: a pid namespace is required and a non-empty ``windows`` section refused
+    (``platforms/linux/config_checks.linux_only_problems``; the Linux planner applies the same rules at
+    create, on any host).  macOS and Windows: none here (their planners refuse what they cannot apply;
+    they have no pid namespace to require)."""
     if not _linux():
         return []
-    from .linux.config_checks import pid_namespace_problems
+    from .linux.config_checks import linux_only_problems
 
-    return pid_namespace_problems(cfg)
+    return linux_only_problems(cfg)
 
 
 def seccomp_arches() -> tuple[str, ...]:

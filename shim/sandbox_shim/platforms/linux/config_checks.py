@@ -3,10 +3,11 @@ through ``platforms.select.config_problems``): what bwrap cannot do for ``proces
 (``credentials.py``), ``linux.sysctl`` (``namespaces.sysctl_problems``), ``linux.seccomp``
 (``seccomp.validate``).  Each problem carries its JSON pointer.
 
-``pid_namespace_problems`` is the Linux tenant rule that no other platform has: bwrap gives every
-sandbox its own pid namespace, so a config without one is refused; macOS and Windows have none to give
-or require.  It is checked by ``validate`` on a Linux host (``platforms.select.host_tenant_problems``)
-and by the Linux planner (``plan.make_plan``) at create, whatever the host.
+``linux_only_problems`` holds the rules no other platform has: a pid namespace is required (bwrap
+gives every sandbox its own; macOS and Windows have none to give or require), and a non-empty
+``windows`` section is refused (nothing of it is applied on Linux).  They are checked by ``validate``
+on a Linux host (``platforms.select.host_platform_problems``) and by the Linux planner
+(``plan.make_plan``) at create, whatever the host.
 """
 
 from __future__ import annotations
@@ -76,3 +77,24 @@ def pid_namespace_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
             'add {"type": "pid"} to linux.namespaces',
         )
     ]
+
+
+def windows_section_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """Refuse each key of a non-empty ``windows`` section: nothing of it is applied on Linux (runc
+    ignores it; here a field accepted is a field applied).  One problem per key, ``/windows/KEY``."""
+    win = cfg.get("windows")
+    return [
+        BundleProblem(
+            f"/windows/{key}",
+            "the windows section is not applied on Linux",
+            "sandbox-shim: a field accepted is a field applied",
+            "remove it; use linux.resources (memory, cpu, pids)",
+        )
+        for key in sorted(win if isinstance(win, dict) else {})
+    ]
+
+
+def linux_only_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """The Linux rules no other platform has, in the order pid namespace, ``windows`` section
+    (module docstring)."""
+    return pid_namespace_problems(cfg) + windows_section_problems(cfg)

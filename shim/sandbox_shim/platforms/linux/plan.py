@@ -268,14 +268,13 @@ def make_plan(
     lists devices; rlimits applied before user code; the CPU-time setting becomes
     RLIMIT_CPU; no seccomp section → the default tenant filter.
 
-    Raises: ``BundleInvalid`` for a config without a pid namespace
-    (``config_checks.pid_namespace_problems``: the Linux tenant rule) or one joining another mount
-    namespace.
+    Raises: ``BundleInvalid`` for a config without a pid namespace or with a ``windows`` section
+    (``config_checks.linux_only_problems``) or one joining another mount namespace.
     """
     cfg = spec.config
-    from .config_checks import pid_namespace_problems
+    from .config_checks import linux_only_problems
 
-    refused = pid_namespace_problems(cfg)  # the Linux tenant rule (validate checks it on a Linux host)
+    refused = linux_only_problems(cfg)  # the Linux-only rules (validate checks them on a Linux host)
     if refused:
         from ...errors import BundleInvalid
 
