@@ -246,9 +246,16 @@ def _stats_event(sandbox_id: str, f: Facts) -> dict[str, Any]:
     return {"type": "stats", "id": sandbox_id, "data": data}
 
 
-def events(mechanism: Mechanism, sandbox_id: str, interval: float = 5.0) -> Iterator[dict[str, Any]]:
+def events(
+    mechanism: Mechanism, sandbox_id: str, interval: float = 5.0, once: bool = False
+) -> Iterator[dict[str, Any]]:
     """Yield a stats event every ``interval`` seconds, and ``{"type": "oom", "id"}`` when the OOM
-    killer acts, until the sandbox stops (runc ``events``).  Raises SandboxNotFound."""
+    killer acts, until the sandbox stops (runc ``events``); with ``once``, the one event ``stats``
+    gives, whatever the sandbox's status (runc ``events --stats``).  Raises SandboxNotFound;
+    CapabilityUnavailable on a platform without control groups (macOS, Windows)."""
+    if once:
+        yield stats(mechanism, sandbox_id)
+        return
     store = store_of(mechanism)
     rec = store.read(sandbox_id)
     sb = sandbox_of(rec, store)

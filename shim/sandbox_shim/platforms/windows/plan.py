@@ -248,7 +248,8 @@ def _windows_section(config: dict[str, Any]) -> list[BundleProblem]:
                 )
             )
     res = win.get("resources")
-    for key in sorted(res if isinstance(res, dict) else {}):
+    res = res if isinstance(res, dict) else {}
+    for key in sorted(res):
         applied = _APPLIED_WINDOWS.get(key)
         sub = res[key]
         if applied is None:
