@@ -508,3 +508,142 @@ def test_output_that_cannot_be_written_is_74_without_site_too(tmp_path: Path, ve
         r = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
     assert r.returncode == 74, r.stderr
     assert r.stderr.count("\n") == 1 and "could not write the output" in r.stderr
+
+
+#: callees that are not library operations: building the mechanism and the state root the global
+#: flags name (part of parsing); output rendering: ``fastjson.dumps`` and ``conformance.runner``'s
+#: renderers of the rows its one call returned.  A CamelCase callee is a value built from parsed
+#: input (``Limits``).
+_NOT_OPERATIONS = {"api.default_mechanism", "resolve_root", "dumps", "render_table", "to_json", "exit_status"}
+
+
+def _library_calls(source: str) -> dict[str, list[str]]:
+    """For each command of a CLI module's source: the calls into ``sandbox_shim`` outside ``cli/``
+    (names bound by ``from .. import`` / ``from ..mod import`` / ``from sandbox_shim.X import``),
+    less ``_NOT_OPERATIONS`` and constructors.  A command is a function decorated with a click
+    command, ``confine_run.run``, or one ``if verb == "..."`` branch of ``lifecycle.main``."""
+    import ast
+
+    tree = ast.parse(source)
+
+    def imported(node: ast.AST) -> set[str]:
+        out: set[str] = set()
+        for n in ast.walk(node):
+            if isinstance(n, ast.ImportFrom):
+                mod = n.module or ""
+                if n.level == 2 or (n.level == 0 and mod.startswith("sandbox_shim") and ".cli" not in mod):
+                    out |= {a.asname or a.name for a in n.names}
+        return out
+
+    def root(f: ast.expr) -> str | None:
+        while isinstance(f, ast.Attribute):
+            f = f.value
+        return f.id if isinstance(f, ast.Name) else None
+
+    def calls(node: ast.AST, names: set[str]) -> list[str]:
+        found = []
+        for c in ast.walk(node):
+            if not isinstance(c, ast.Call) or root(c.func) not in names:
+                continue
+            name = ast.unparse(c.func)
+            last = name.rsplit(".", 1)[-1]
+            if name not in _NOT_OPERATIONS and last not in _NOT_OPERATIONS and not last[:1].isupper():
+                found.append(name)
+        return found
+
+    out: dict[str, list[str]] = {}
+    module_names = imported(tree)
+    for fn in tree.body:
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        names = module_names | imported(fn)
+        if any("command" in ast.unparse(d) for d in fn.decorator_list) or fn.name == "run":
+            out[fn.name] = calls(fn, names)
+        elif fn.name == "main":  # the lifecycle fast path: one branch per verb
+            for node in ast.walk(fn):
+                if (
+                    isinstance(node, ast.If)
+                    and isinstance(node.test, ast.Compare)
+                    and ast.unparse(node.test.left) == "verb"
+                    and isinstance(node.test.comparators[0], ast.Constant)
+                ):
+                    out[f"main[{node.test.comparators[0].value}]"] = calls(
+                        ast.Module(body=node.body, type_ignores=[]), names
+                    )
+    return out
+
+
+def test_commands_make_one_library_call() -> None:
+    """Parse -> one library call -> render: each command (``app.COMMANDS``' modules, each verb of the
+    lifecycle fast path, ``confine_run``) calls at most one library operation; a second one (a
+    forwarder built beside ``run_bundle``, a call per output format) belongs in the library."""
+    from sandbox_shim.cli.app import COMMANDS
+
+    cli_dir = Path(__file__).resolve().parents[1] / "shim" / "sandbox_shim" / "cli"
+    modules = sorted({entry.split(":")[0] for entry in COMMANDS} | {"lifecycle", "confine_run"})
+    seen, found = 0, []
+    for mod in modules:
+        for name, called in _library_calls((cli_dir / f"{mod}.py").read_text(encoding="utf-8")).items():
+            seen += 1
+            if len(called) > 1:
+                found.append(f"{mod}.{name}: {called}")
+    assert seen >= len(COMMANDS) + 5, seen  # every command and the five lifecycle verbs were scanned
+    assert not found, found
+
+
+def test_the_one_call_rule_sees_a_planted_second_call() -> None:
+    """Control for the scan above: a command that builds the forwarder itself before ``run_bundle``
+    (what ``run`` did), one that calls per output format, and a lifecycle verb with two calls are
+    each caught; the same commands with one call pass."""
+    planted = """
+import click
+@click.command("run")
+def run(g, bundle, sid):
+    from .. import api, control
+    from ..execution import run_bundle
+    mech = api.default_mechanism(g.root)
+    on_start = control.signal_forwarder(mech, sid)
+    run_bundle(mech, sid, bundle, on_start=on_start)
+
+@click.command("ps")
+def ps_cmd(g, fmt, sid):
+    from .. import api, process_list
+    mech = api.default_mechanism(g.root)
+    if fmt == "json":
+        print(process_list.pids(mech, sid))
+        return
+    print(process_list.processes(mech, sid))
+
+@click.command("one")
+def one(g, sid):
+    from .. import api, control
+    from ..resources import Limits
+    control.update(api.default_mechanism(g.root), sid, Limits())
+
+def main(argv, g):
+    from .. import api
+    mech = api.default_mechanism(g.root)
+    if verb == "state":
+        s = api.status(mech, sid)
+        api.list_sandboxes(mech)
+    elif verb == "start":
+        api.start(mech, sid)
+"""
+    got = _library_calls(planted)
+    assert got["run"] == ["control.signal_forwarder", "run_bundle"]
+    assert sorted(got["ps_cmd"]) == ["process_list.pids", "process_list.processes"]
+    assert got["main[state]"] == ["api.status", "api.list_sandboxes"]
+    assert got["one"] == ["control.update"] and got["main[start]"] == ["api.start"]
+
+
+def test_state_document_with_exit_status_is_the_librarys() -> None:
+    """``state`` renders ``Status.to_oci(with_exit_status=True)``: ``exitStatus`` once known, after
+    ``created`` (the order ``state`` printed before); ``list`` keeps runc's shape without it."""
+    from sandbox_shim.mechanism import Status
+
+    done = Status("s", "stopped", 0, "/b", {}, exit_status=3, created="2026-01-01T00:00:00Z")
+    assert list(done.to_oci(with_exit_status=True))[-2:] == ["created", "exitStatus"]
+    assert done.to_oci(with_exit_status=True)["exitStatus"] == 3
+    assert "exitStatus" not in done.to_oci()  # list --format json
+    running = Status("r", "running", 42, "/b", {})
+    assert "exitStatus" not in running.to_oci(with_exit_status=True)

@@ -602,22 +602,12 @@ def test_refused_before_anything_is_made(tmp_path: Path, bundle: Path) -> None:
 
 
 def _library_mech(tmp_path: Path, bundle: Path, args: list[str]) -> DarwinSeatbeltMechanism:
-    """The stand-in mechanism with a state root, and ``bundle`` set up to pass ``bundle.load``.
-
-    ``bundle.load``'s tenant policy wants a pid namespace, which the macOS planner turns into a
-    required ``namespace.pid`` that macOS lacks: no tenant bundle passes both on a real Mac today
-    (reported with issue 18).  These tests are about the library's options and ``exec``, so their
-    probe reports ``namespace.pid`` available."""
-    namespaces = [{"type": "network"}, {"type": "mount"}, {"type": "pid"}]
+    """The stand-in mechanism with a state root, and ``bundle`` set up to pass ``bundle.load`` and the
+    macOS planner with the host's reports: no pid namespace (macOS has none; the pid-namespace floor
+    is the Linux planner's rule)."""
+    namespaces = [{"type": "network"}, {"type": "mount"}]
     (bundle / "config.json").write_text(json.dumps(darwin_config(args, linux={"namespaces": namespaces})))
-
-    def reports() -> list[Capability]:
-        return [
-            r if r.name != "namespace.pid" else Capability(r.name, True, "test", "", "test")
-            for r in _mac_reports()
-        ]
-
-    mech = DarwinSeatbeltMechanism(probe=reports, sandbox_exec=_stand_in(tmp_path, STAND_IN))
+    mech = DarwinSeatbeltMechanism(probe=_mac_reports, sandbox_exec=_stand_in(tmp_path, STAND_IN))
     mech.root = str(tmp_path / "state")
     return mech
 

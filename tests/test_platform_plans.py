@@ -114,6 +114,24 @@ def test_windows_control_plans_and_records_wall_clock_network_and_process_limit(
         # hooks that run on the host: this mechanism runs none, so they are refused, not dropped
         (lambda c: c.update(hooks={"prestart": [{"path": "C:\\h.exe"}]}), "/hooks/prestart/0"),
         (lambda c: c.update(hooks={"poststop": [{"path": "C:\\h.exe"}]}), "/hooks/poststop/0"),
+        # the windows section: only resources.memory.limit and resources.cpu are job limits
+        (lambda c: c.update(windows={"hyperv": {}}), "/windows/hyperv"),
+        (lambda c: c.update(windows={"network": {"endpointList": ["e"]}}), "/windows/network"),
+        (lambda c: c.update(windows={"devices": [{"id": "d", "idType": "class"}]}), "/windows/devices"),
+        (lambda c: c.update(windows={"layerFolders": ["C:\\l"]}), "/windows/layerFolders"),
+        (lambda c: c.update(windows={"resources": {"storage": {"iops": 100}}}), "/windows/resources/storage"),
+        (
+            lambda c: c.update(windows={"resources": {"storage": {"bps": 1 << 20}}}),
+            "/windows/resources/storage",
+        ),
+        (
+            lambda c: c.update(windows={"resources": {"memory": {"limit": 1 << 28, "reservation": 1}}}),
+            "/windows/resources/memory/reservation",
+        ),
+        (
+            lambda c: c.update(windows={"resources": {"cpu": {"affinity": [1]}}}),
+            "/windows/resources/cpu/affinity",
+        ),
     ],
 )
 def test_windows_refuses_with_the_pointer(change: Any, pointer: str) -> None:
@@ -199,9 +217,6 @@ def test_windows_load_refuses_args_env_and_process_limit_with_pointers(
     assert "/annotations/sandbox-shim.windows.active-process-limit" in {p.pointer for p in e.value.problems}
     cfg["annotations"]["sandbox-shim.windows.active-process-limit"] = "7"
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    # bundle.load wants a pid namespace on every OS, which no Job Object gives: lifted here, as in
-    # test_windows_job_object.test_the_library_drives_the_windows_mechanism (the open question there)
-    monkeypatch.setattr("sandbox_shim.hardening.tenant.check_pid_namespace", lambda c: [])
     assert load(str(tmp_path)).settings.active_process_limit == 7
 
 
@@ -524,3 +539,91 @@ def test_macos_applies_swap_through_the_memory_rlimit_and_warns_preferences(tmp_
         "/linux/resources/cpu/shares",
         "/linux/resources/cpu/idle",
     ]
+
+
+# --- the pid-namespace floor is the Linux planner's rule ------------------------------------------------
+
+
+def test_a_bundle_without_a_pid_namespace_loads_and_plans_on_macos_and_windows(tmp_path: Path) -> None:
+    """``bundle.load`` (create's path, on any host) takes a config without a pid namespace; the macOS
+    and Windows planners plan it (they have no pid namespace to give); the Linux planner refuses it with
+    the pointer, message and status ``validate`` gives on a Linux host.  Control: with a pid namespace
+    the Linux planner plans the same config."""
+    from sandbox_shim.bundle import validate
+    from sandbox_shim.platforms.linux import plan as lplan
+
+    b = _mac_bundle(tmp_path)
+    mac = mac_control()  # namespaces network, mount: no pid
+    mac["process"]["user"]["gid"] = os.getgid()
+    (b / "config.json").write_text(json.dumps(mac))
+    dplan.check_requirements(dplan.plan_from_spec(load(str(b))), mac_reports())
+    wb = tmp_path / "wb"
+    (wb / "rootfs").mkdir(parents=True)
+    (wb / "config.json").write_text(json.dumps(win_control()))
+    wplan.check_requirements(wplan.plan_from_spec(load(str(wb))), win_reports())
+
+    cfg = base_config(["/bin/true"])
+    lb = tmp_path / "lb"
+    (lb / "rootfs").mkdir(parents=True)
+    (lb / "storage").mkdir()
+    (lb / "config.json").write_text(json.dumps(cfg))
+    assert lplan.make_plan(load(str(lb)), "p1").unshare  # control: the tenant config plans
+    cfg["linux"]["namespaces"] = [n for n in cfg["linux"]["namespaces"] if n["type"] != "pid"]
+    (lb / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(BundleInvalid) as e:
+        lplan.make_plan(load(str(lb)), "p1")
+    assert [p.pointer for p in e.value.problems] == ["/linux/namespaces"] and e.value.exit_status == 3
+    assert e.value.problems[0].message == "no pid namespace: in OCI terms this shares the host's processes"
+    if sys.platform.startswith("linux"):  # validate on a Linux host: the same refusal
+        verdict = validate(str(lb))
+        assert [(p.pointer, p.message) for p in verdict.problems] == [
+            ("/linux/namespaces", "no pid namespace: in OCI terms this shares the host's processes")
+        ]
+
+
+def test_windows_applies_its_resources_and_plans_the_control() -> None:
+    """Control for the ``windows`` refusals: the keys a job applies plan (and become limits)."""
+    cfg = win_control()
+    cfg["windows"] = {
+        "resources": {"memory": {"limit": 1 << 28}, "cpu": {"count": 1, "shares": 5, "maximum": 5000}}
+    }
+    plan = wplan.plan_from_spec(spec_of(cfg), host_cpus=2)
+    assert (plan.limits.job_memory_bytes, plan.limits.cpu_rate) == (1 << 28, 5000)
+
+
+def test_linux_refuses_a_windows_section_with_its_pointer(tmp_path: Path) -> None:
+    """Nothing of ``windows`` is applied on Linux: the Linux planner refuses each key with its pointer,
+    and ``validate`` on a Linux host says the same.  Control: the same config without it plans."""
+    from sandbox_shim.bundle import validate
+    from sandbox_shim.platforms.linux import plan as lplan
+
+    b = tmp_path / "lb"
+    (b / "rootfs").mkdir(parents=True)
+    (b / "storage").mkdir()
+    cfg = base_config(["/bin/true"])
+    (b / "config.json").write_text(json.dumps(cfg))
+    assert lplan.make_plan(load(str(b)), "w1").unshare  # control
+    assert not validate(str(b)).problems
+    cfg["windows"] = {"resources": {"memory": {"limit": 1 << 28}}, "hyperv": {}}
+    (b / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(BundleInvalid) as e:
+        lplan.make_plan(load(str(b)), "w1")
+    assert [p.pointer for p in e.value.problems] == ["/windows/hyperv", "/windows/resources"]
+    assert e.value.exit_status == 3
+    if sys.platform.startswith("linux"):
+        assert [p.pointer for p in validate(str(b)).problems] == ["/windows/hyperv", "/windows/resources"]
+    cfg["windows"] = {}  # an empty section asks for nothing
+    (b / "config.json").write_text(json.dumps(cfg))
+    assert lplan.make_plan(load(str(b)), "w1").unshare
+
+
+@pytest.mark.parametrize("name", ["podman-4.3.1-config.json", "runc-1.1.5-spec.json"])
+def test_orchestrator_configs_still_validate_on_linux(name: str) -> None:
+    """The orchestrators' configs (no ``windows`` section) are not touched by the Linux-only rules."""
+    from sandbox_shim.platforms.linux.config_checks import windows_section_problems
+
+    path = Path("/work/shared/testdata/configs") / name
+    if not path.exists():
+        pytest.skip(f"{path} is not on this machine")
+    cfg = json.loads(path.read_text())
+    assert "windows" not in cfg and windows_section_problems(cfg) == []

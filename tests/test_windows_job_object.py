@@ -645,22 +645,16 @@ def test_real_probe_reports_limits_but_no_confinement(monkeypatch: pytest.Monkey
 # --- through the library: api.provision / start / status / destroy ------------------------------------
 
 
-def test_the_library_drives_the_windows_mechanism(
-    fake: FakeKernel32, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_library_drives_the_windows_mechanism(fake: FakeKernel32, tmp_path: Path) -> None:
     """The library's own path (bundle.load -> make_plan -> provision -> the record) with the Windows
     mechanism over the fake kernel32: the api reads what ``provision`` returns, no Linux key of
     ``Sandbox.private`` (``init_pid``, ``pid_start``).
 
-    ``bundle.load`` refuses a config without a pid namespace on every OS (``tenant.check_pid_namespace``)
-    while a Job Object cannot give one (the planner refuses ``namespace.pid``, as macOS's does): that
-    rule is lifted here so the rest of the path can be driven; which side should give is open."""
+    The config has no pid namespace (a Job Object has none to give): ``bundle.load`` takes it, the
+    pid-namespace floor being the Linux planner's rule (``platforms/linux/config_checks.py``)."""
     import json
 
     from sandbox_shim import api
-    from sandbox_shim.hardening import tenant
-
-    monkeypatch.setattr(tenant, "check_pid_namespace", lambda cfg: [])
 
     bundle = tmp_path / "bundle"
     (bundle / "rootfs").mkdir(parents=True)
@@ -688,13 +682,9 @@ def test_the_library_drives_the_windows_mechanism(
     assert api.list_sandboxes(m) == []
 
 
-def _library_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A Windows-shaped bundle; the pid-namespace rule is lifted as in the library test above."""
+def _library_bundle(tmp_path: Path) -> Path:
+    """A Windows-shaped bundle without a pid namespace, as in the library test above."""
     import json
-
-    from sandbox_shim.hardening import tenant
-
-    monkeypatch.setattr(tenant, "check_pid_namespace", lambda cfg: [])
 
     bundle = tmp_path / "bundle"
     (bundle / "rootfs").mkdir(parents=True)
@@ -708,16 +698,14 @@ def _library_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return bundle
 
 
-def test_the_library_refuses_stdio_on_windows(
-    fake: FakeKernel32, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_library_refuses_stdio_on_windows(fake: FakeKernel32, tmp_path: Path) -> None:
     """``ProvisionOptions.stdio``: the Job Object path passes no handles, so stdio given to
     ``api.provision`` (and ``run_bundle``'s capture path) is refused before any Win32 call, never
     dropped."""
     from sandbox_shim import api
     from sandbox_shim.execution import run_bundle
 
-    bundle = _library_bundle(tmp_path, monkeypatch)
+    bundle = _library_bundle(tmp_path)
     m = _mech()
     m.root = str(tmp_path / "state")
     with pytest.raises(CapabilityUnavailable) as e:
@@ -729,18 +717,43 @@ def test_the_library_refuses_stdio_on_windows(
     assert fake.names() == [] and api.list_sandboxes(m) == []
 
 
-def test_exec_is_refused_as_not_available_on_windows(
-    fake: FakeKernel32, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_exec_is_refused_as_not_available_on_windows(fake: FakeKernel32, tmp_path: Path) -> None:
     from sandbox_shim import api
     from sandbox_shim.execution import execute
 
     m = _mech()
     m.root = str(tmp_path / "state")
-    api.provision(m, Sandbox("w4", str(_library_bundle(tmp_path, monkeypatch))))
+    api.provision(m, Sandbox("w4", str(_library_bundle(tmp_path))))
     assert api.start(m, "w4").status == "running"
     with pytest.raises(CapabilityUnavailable) as e:
         execute(m, "w4", ("/prog.exe", []))
     assert e.value.exit_status == 4 and [r.name for r in e.value.reports] == ["exec"]
     api.destroy(m, "w4", force=True)
+    assert not fake.open
+
+
+def test_cgroup_verbs_are_not_supported_on_windows_naming_it(fake: FakeKernel32, tmp_path: Path) -> None:
+    """pause, update, stats and events (and resume, after the state check) need control groups, which
+    Windows has none of: each is refused as not supported (``CapabilityUnavailable``, exit status 4)
+    naming Windows, never as a failed launch with "recreate it".  Control: the same running sandbox
+    answers ``status``."""
+    from sandbox_shim import api, control
+
+    m = _mech()
+    m.root = str(tmp_path / "state")
+    api.provision(m, Sandbox("w5", str(_library_bundle(tmp_path))))
+    assert api.start(m, "w5").status == "running"
+    calls = {
+        "pause": lambda: control.pause(m, "w5"),
+        "update": lambda: control.update(m, "w5", {"memory": {"limit": 1 << 25}}),
+        "stats": lambda: control.stats(m, "w5"),
+        "events": lambda: next(control.events(m, "w5", 0.01)),
+    }
+    for verb, call in calls.items():
+        with pytest.raises(CapabilityUnavailable) as e:
+            call()
+        assert e.value.exit_status == 4 and [r.name for r in e.value.reports] == [verb], verb
+        assert f"Windows has no control groups: {verb} is not supported on Windows" in e.value.line()
+    assert api.status(m, "w5").status == "running"
+    api.destroy(m, "w5", force=True)
     assert not fake.open

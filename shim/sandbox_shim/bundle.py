@@ -246,7 +246,11 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
 
     With ``launch=False`` (``sandbox-shim validate``) facts about *this* host that a launch would
     need — bind sources and namespace files existing — are warnings, so a config generated on
-    another host (podman's, with its own storage paths) still validates.
+    another host (podman's, with its own storage paths) still validates; and this host's platform
+    rules that need only the config (``platforms.select.host_platform_problems``: on Linux a pid
+    namespace, no ``windows`` section) are checked here, so ``validate`` refuses what ``create``
+    would.  At launch the platform's planner applies those (``Mechanism.make_plan``): the ``Spec`` is
+    the same for every OS.
 
     Returns:
         a ``Spec`` with canonical paths, the config and the warnings.
@@ -288,7 +292,12 @@ def load(bundle_dir: str, cwd: str | None = None, launch: bool = True) -> Spec:
     if not problems:
         settings = Settings.from_annotations(cfg.get("annotations") or {})
         problems += tenant.check_network(cfg, settings.network)
-        problems += tenant.check_pid_namespace(cfg)
+        if not launch:  # validate: this host's platform rules (Linux: a pid namespace, no windows
+            # section); at create the platform's planner applies them (``Mechanism.make_plan``), so a
+            # bundle for another OS loads
+            from .platforms.select import host_platform_problems
+
+            problems += host_platform_problems(cfg)
         problems += tenant.check_capabilities(cfg)
         problems += tenant.check_readonly_proc(cfg)
         problems += _requires_problems(settings)

@@ -68,31 +68,53 @@ def facts(cg: CgroupControl) -> Facts:
     return cg.facts()
 
 
-def _cgroup(mechanism: Mechanism, sb: Sandbox) -> CgroupControl:
+#: mechanism name -> the platform, for mechanisms of a platform without control groups (their
+#: ``cgroup`` is always None: ``platforms/darwin/mechanism.py``, ``platforms/windows/mechanism.py``)
+_NO_CGROUPS = {"darwin-seatbelt": "macOS", "windows-job-object": "Windows"}
+
+
+def _cgroup(mechanism: Mechanism, sb: Sandbox, verb: str) -> CgroupControl:
+    """The sandbox's control group for ``verb`` (``pause``, ``resume``, ``update``, ``stats``,
+    ``events``).
+
+    Raises:
+        CapabilityUnavailable: the platform has no control groups (macOS, Windows): the verb is not
+            supported there (exit status 4, as ``checkpoint``), naming the platform.
+        LaunchFailed: a Linux sandbox whose record holds no cgroup (it was created without one).
+    """
     cg = mechanism.cgroup(sb)
-    if cg is None:
-        raise LaunchFailed(f"sandbox {sb.id!r} has no cgroup", "it was created without one; recreate it")
-    return cg
+    if cg is not None:
+        return cg
+    platform = _NO_CGROUPS.get(mechanism.name)
+    if platform is not None:
+        from .capability import Capability
+        from .errors import CapabilityUnavailable
+
+        why = f"{platform} has no control groups: {verb} is not supported on {platform}"
+        raise CapabilityUnavailable([Capability(verb, False, mechanism.name, why, "not offered")])
+    raise LaunchFailed(f"sandbox {sb.id!r} has no cgroup", "it was created without one; recreate it")
 
 
 def pause(mechanism: Mechanism, sandbox_id: str) -> None:
     """Freeze every process of a running sandbox (the cgroup freezer, ``CgroupControl.freeze``).
 
     Raises:
-        SandboxNotFound; InvalidState unless running; LaunchFailed if the freezer is missing or stuck.
+        SandboxNotFound; InvalidState unless running; LaunchFailed if the freezer is missing or stuck;
+        CapabilityUnavailable on a platform without control groups (macOS, Windows).
     """
     store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
         st.require(sandbox_id, observed_status(mechanism, rec, store), "pause")
-        _cgroup(mechanism, sandbox_of(rec, store)).freeze(True)
+        _cgroup(mechanism, sandbox_of(rec, store), "pause").freeze(True)
 
 
 def resume(mechanism: Mechanism, sandbox_id: str) -> None:
-    """Thaw a paused sandbox.  Raises SandboxNotFound; InvalidState unless paused; LaunchFailed."""
+    """Thaw a paused sandbox.  Raises SandboxNotFound; InvalidState unless paused; LaunchFailed;
+    CapabilityUnavailable on a platform without control groups (macOS, Windows)."""
     store = store_of(mechanism)
     with store.locked(sandbox_id) as rec:
         st.require(sandbox_id, observed_status(mechanism, rec, store), "resume")
-        _cgroup(mechanism, sandbox_of(rec, store)).freeze(False)
+        _cgroup(mechanism, sandbox_of(rec, store), "resume").freeze(False)
 
 
 _UPDATABLE = {
@@ -110,6 +132,7 @@ def update(mechanism: Mechanism, sandbox_id: str, resources: dict[str, Any]) -> 
     Raises:
         UsageError: an unknown section or key, or a value that is not a positive integer.
         InvalidState: the sandbox is stopped.  LaunchFailed: the kernel refused a write.
+        CapabilityUnavailable: the platform has no control groups (macOS, Windows).
     """
     from .resources import Limits
 
@@ -131,7 +154,7 @@ def update(mechanism: Mechanism, sandbox_id: str, resources: dict[str, Any]) -> 
         now = observed_status(mechanism, rec, store)
         if now not in st.ACTIVE:
             raise InvalidState(sandbox_id, now, "update", "created, running or paused")
-        _cgroup(mechanism, sandbox_of(rec, store)).apply(Limits.from_oci(resources))
+        _cgroup(mechanism, sandbox_of(rec, store), "update").apply(Limits.from_oci(resources))
 
 
 def update_limits(
@@ -182,9 +205,11 @@ def stats(mechanism: Mechanism, sandbox_id: str) -> dict[str, Any]:
     """One runc-style stats event: ``{"type": "stats", "id", "data": {"cpu", "memory", "pids"}}``.
 
     Units as runc's: cpu usage in nanoseconds, memory in bytes; a limit of 0 means unlimited.
+    Raises: SandboxNotFound; CapabilityUnavailable on a platform without control groups (macOS,
+    Windows).
     """
     store = store_of(mechanism)
-    cg = _cgroup(mechanism, sandbox_of(store.read(sandbox_id), store))
+    cg = _cgroup(mechanism, sandbox_of(store.read(sandbox_id), store), "stats")
     return _stats_event(sandbox_id, facts(cg))
 
 
@@ -221,13 +246,20 @@ def _stats_event(sandbox_id: str, f: Facts) -> dict[str, Any]:
     return {"type": "stats", "id": sandbox_id, "data": data}
 
 
-def events(mechanism: Mechanism, sandbox_id: str, interval: float = 5.0) -> Iterator[dict[str, Any]]:
+def events(
+    mechanism: Mechanism, sandbox_id: str, interval: float = 5.0, once: bool = False
+) -> Iterator[dict[str, Any]]:
     """Yield a stats event every ``interval`` seconds, and ``{"type": "oom", "id"}`` when the OOM
-    killer acts, until the sandbox stops (runc ``events``).  Raises SandboxNotFound."""
+    killer acts, until the sandbox stops (runc ``events``); with ``once``, the one event ``stats``
+    gives, whatever the sandbox's status (runc ``events --stats``).  Raises SandboxNotFound;
+    CapabilityUnavailable on a platform without control groups (macOS, Windows)."""
+    if once:
+        yield stats(mechanism, sandbox_id)
+        return
     store = store_of(mechanism)
     rec = store.read(sandbox_id)
     sb = sandbox_of(rec, store)
-    cg = _cgroup(mechanism, sb)
+    cg = _cgroup(mechanism, sb, "events")
     seen_ooms = facts(cg).oom_kills
     while True:
         try:

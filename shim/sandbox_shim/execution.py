@@ -42,7 +42,7 @@ from .spawn import spawn
 if TYPE_CHECKING:
     from .mechanism import CounterWatch, Mechanism
 
-__all__ = ["Started", "execute", "preflight", "run_bundle", "run_detached", "spawn"]
+__all__ = ["Started", "execute", "preflight", "run_bundle", "run_detached", "runc_run", "spawn"]
 
 
 def _limit_kind(
@@ -388,3 +388,32 @@ def run_detached(
     except BaseException:
         api.destroy(mechanism, sandbox_id, force=True)  # nothing half-made: the failed start's sandbox goes
         raise
+
+
+def runc_run(
+    mechanism: Mechanism,
+    sandbox_id: str,
+    bundle: str | os.PathLike[str],
+    *,
+    detach: bool = False,
+    stdio: tuple[int, int, int] | None = None,
+    pid_file: str | None = None,
+    keep: bool = False,
+) -> Completion | None:
+    """What ``runc run`` does (the CLI's ``run``, one call): with ``detach``, ``run_detached`` (returns
+    None once the process runs); otherwise ``run_bundle`` with SIGINT, SIGTERM and SIGHUP sent to this
+    process passed on to the sandbox once it runs (``control.signal_forwarder``: installs handlers, so
+    the main thread of a process that owns its signals only).
+
+    Returns: the ``Completion`` (``shell_status`` is ``run``'s exit status), or None when detached.
+    Raises: as ``run_detached`` / ``run_bundle``.
+    """
+    if detach:
+        run_detached(mechanism, sandbox_id, bundle, stdio=stdio, pid_file=pid_file)
+        return None
+    from .control import signal_forwarder
+
+    on_start = signal_forwarder(mechanism, sandbox_id)
+    return run_bundle(
+        mechanism, sandbox_id, bundle, stdio=stdio, pid_file=pid_file, keep=keep, on_start=on_start
+    )

@@ -207,8 +207,10 @@ class Status(Value):
         self.source = source
         self.pids = [] if pids is _NEW else pids
 
-    def to_oci(self) -> dict[str, object]:
-        """The OCI state JSON (``ociVersion, id, status, pid, bundle, annotations``)."""
+    def to_oci(self, with_exit_status: bool = False) -> dict[str, object]:
+        """The OCI state JSON (``ociVersion, id, status, pid, bundle, annotations``, ``created`` when
+        known); ``with_exit_status``: ``exitStatus`` too once it is known (``state`` shows it; ``list``
+        keeps runc's shape without it)."""
         d: dict[str, object] = {
             "ociVersion": self.oci_version,
             "id": self.id,
@@ -219,6 +221,8 @@ class Status(Value):
         }
         if self.created:
             d["created"] = self.created
+        if with_exit_status and self.exit_status is not None:
+            d["exitStatus"] = self.exit_status
         return d
 
 

@@ -20,12 +20,17 @@ def pids(mechanism: Mechanism, sandbox: Sandbox | str) -> list[int]:
     return control.ps(mechanism, api.id_of(sandbox))
 
 
-def processes(mechanism: Mechanism, sandbox: Sandbox | str) -> list[tuple[int, str]]:
-    """``[(pid, command line with arguments joined by spaces)]``, sorted by pid.  Raises SandboxNotFound."""
+def processes(mechanism: Mechanism, sandbox: Sandbox | str, commands: bool = True) -> list[tuple[int, str]]:
+    """``[(pid, command line with arguments joined by spaces)]``, sorted by pid; with ``commands``
+    False every command line is "" and psutil is not loaded (``ps --format json`` wants pids only).
+    Raises SandboxNotFound."""
+    found = pids(mechanism, sandbox)
+    if not commands:
+        return [(pid, "") for pid in found]
     import psutil
 
     out = []
-    for pid in pids(mechanism, sandbox):
+    for pid in found:
         try:
             cmd = " ".join(psutil.Process(pid).cmdline())
         except (psutil.Error, OSError):

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 from .errors import ShimError, UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .mechanism import Mechanism
 
 #: headers that describe one hop (RFC 9110 section 7.6.1), never forwarded
@@ -275,3 +277,25 @@ def serve_until_signalled(server: Forwarder) -> None:
         server.serve_forever(poll_interval=0.2)
     finally:
         server.server_close()
+
+
+def serve_sandbox(
+    mechanism: Mechanism,
+    sandbox_id: str,
+    listen: str | tuple[str, int],
+    connect_timeout: float,
+    on_ready: Callable[[tuple[str, int], tuple[str, int]], None],
+) -> None:
+    """``sandbox-shim proxy`` in one call: ``serve``, then ``on_ready(listen_address, upstream)`` (the
+    caller's rendering: both ``(host, port)``), then ``serve_until_signalled`` (SIGINT/SIGTERM end it;
+    the main thread only).  The listener is closed on every way out, ``on_ready`` raising included.
+
+    Raises: as ``serve`` (UsageError, NoAddress, SandboxNotFound), and what ``on_ready`` raises.
+    """
+    server = serve(mechanism, sandbox_id, listen, connect_timeout)
+    try:
+        on_ready(server.listen_address, server.upstream)
+    except BaseException:
+        server.server_close()
+        raise
+    serve_until_signalled(server)

@@ -78,10 +78,11 @@ def ps_cmd(g: Globals, fmt: str, container_id: str) -> None:
     from .. import api, process_list
 
     mech = api.default_mechanism(g.root)
+    # the library first: an error prints no header; json wants pids only (no command lines read)
+    rows = process_list.processes(mech, container_id, commands=fmt != "json")
     if fmt == "json":
-        click.echo(json.dumps(process_list.pids(mech, container_id)))
+        click.echo(json.dumps([pid for pid, _ in rows]))
         return
-    rows = process_list.processes(mech, container_id)  # the library first: an error prints no header
     click.echo(f"{'PID':>8} CMD")
     for pid, cmd in rows:
         click.echo(f"{pid:>8} {cmd}")
@@ -177,10 +178,11 @@ def events_cmd(g: Globals, stats: bool, interval: str, container_id: str) -> Non
     from .. import api, control
 
     mech = api.default_mechanism(g.root)
-    if stats:
-        emit_json(control.stats(mech, container_id))
-        return
-    # a reader that went away is status 74, Ctrl-C 130: both at the boundary (cli/__init__.py)
-    for ev in control.events(mech, container_id, _seconds(interval)):
-        sys.stdout.write(json.dumps(ev) + "\n")
-        sys.stdout.flush()
+    # --stats reads no interval (it is not parsed then); a reader that went away is status 74,
+    # Ctrl-C 130: both at the boundary (cli/__init__.py)
+    for ev in control.events(mech, container_id, 5.0 if stats else _seconds(interval), once=stats):
+        if stats:
+            emit_json(ev)
+        else:
+            sys.stdout.write(json.dumps(ev) + "\n")
+            sys.stdout.flush()

@@ -140,10 +140,7 @@ def main(argv: list[str], g: Globals | None = None) -> int:
     elif verb == "start":
         api.start(mech, sid)
     elif verb == "state":
-        s = api.status(mech, sid)
-        doc = s.to_oci()
-        if s.exit_status is not None:
-            doc["exitStatus"] = s.exit_status
+        doc = api.status(mech, sid).to_oci(with_exit_status=True)
         from .. import fastjson
 
         sys.stdout.write(fastjson.dumps(doc, indent=2) + "\n")

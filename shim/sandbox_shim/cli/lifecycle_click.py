@@ -20,24 +20,18 @@ from .output import Globals
 def run(g: Globals, bundle: str, detach: bool, pid_file: str | None, keep: bool, container_id: str) -> None:
     """Create and start a sandbox; wait for it and delete it (runc run).  Exits with its status.
 
-    The library's ``execution.run_bundle`` with this process's stdio: the bundle's wall-clock
-    setting and every limit apply exactly as for a library caller.  ``--detach`` is
-    ``execution.run_detached`` (a bundle with a wall-clock limit is refused: nothing would wait).
+    The library's ``execution.runc_run`` with this process's stdio: ``execution.run_bundle``, so the
+    bundle's wall-clock setting and every limit apply exactly as for a library caller.  ``--detach``
+    is ``execution.run_detached`` (a bundle with a wall-clock limit is refused: nothing would wait).
     Signals received while it runs (INT, TERM, HUP) are passed on to the sandbox."""
-    from .. import api, control
-    from ..execution import run_bundle, run_detached
+    from .. import api
+    from ..execution import runc_run
 
     # create makes a systemd scope with --systemd-cgroup; the other verbs read the record
     mech = api.default_mechanism(g.root, systemd_cgroup=g.systemd_cgroup)
-    if detach:
-        run_detached(mech, container_id, bundle, pid_file=pid_file, stdio=(0, 1, 2))
-        return
-
-    on_start = control.signal_forwarder(mech, container_id)
-    done = run_bundle(
-        mech, container_id, bundle, stdio=(0, 1, 2), pid_file=pid_file, keep=keep, on_start=on_start
-    )
-    sys.exit(done.shell_status)
+    done = runc_run(mech, container_id, bundle, detach=detach, stdio=(0, 1, 2), pid_file=pid_file, keep=keep)
+    if done is not None:
+        sys.exit(done.shell_status)
 
 
 @click.command("list")

@@ -1,8 +1,8 @@
 """``sandbox-shim proxy ID --listen 127.0.0.1:PORT``: forward a host loopback port to a sandbox.
 
-Parses, calls ``sandbox_shim.proxy.serve``, prints one line naming both ends, forwards until
-interrupted (SIGINT or SIGTERM).  ``serve`` accepts loopback listen addresses only (the rule lives in
-the library, ``proxy.loopback_listen``).
+Parses, calls ``sandbox_shim.proxy.serve_sandbox`` (listen, then print one line naming both ends,
+then forward until interrupted: SIGINT or SIGTERM).  ``serve`` accepts loopback listen addresses only
+(the rule lives in the library, ``proxy.loopback_listen``).
 """
 
 from __future__ import annotations
@@ -36,9 +36,10 @@ def command(ctx: click.Context, container_id: str, listen: str, timeout: float) 
     from .. import api, proxy
 
     g = ctx.obj if isinstance(ctx.obj, Globals) else Globals()
-    server = proxy.serve(api.default_mechanism(g.root), container_id, listen, timeout)
-    host, port = server.listen_address
-    up_host, up_port = server.upstream
-    click.echo(f"listening on {host}:{port} -> {up_host}:{up_port}")
+    proxy.serve_sandbox(api.default_mechanism(g.root), container_id, listen, timeout, _ready)
+
+
+def _ready(listen: tuple[str, int], upstream: tuple[str, int]) -> None:
+    """The one line naming both ends, printed once the listener is bound."""
+    click.echo(f"listening on {listen[0]}:{listen[1]} -> {upstream[0]}:{upstream[1]}")
     sys.stdout.flush()
-    proxy.serve_until_signalled(server)

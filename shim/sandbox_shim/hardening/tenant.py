@@ -143,8 +143,10 @@ def pid_problem(unshare: list[str], join: dict[str, str], mount_kinds: list[str]
         mount_kinds: kinds of the plan's mounts (``proc`` is the one that matters).
     Rule: proc(5) shows the pid namespace of the process that mounted it; ``/proc/PID/root`` is
     opened under ptrace access rules (ptrace(2) "Ptrace access mode checking"), which a sibling
-    sandbox with the same uid and no capabilities passes.  ``check_pid_namespace`` refuses such a
-    config at validation already; bwrap.py checks the plan again before rendering (defence in depth).
+    sandbox with the same uid and no capabilities passes.  The Linux rule
+    ``platforms/linux/config_checks.pid_namespace_problems`` refuses such a config already (at
+    validation and in the Linux planner); bwrap.py checks the plan again before rendering (defence in
+    depth).
     """
     if "proc" not in mount_kinds or "pid" in unshare or "pid" in join:
         return None
@@ -165,21 +167,6 @@ def check_capabilities(config: dict[str, Any]) -> list[BundleProblem]:
 
     linux = config.get("linux") if isinstance(config.get("linux"), dict) else {}
     return check(config) + device_problems(linux or {})
-
-
-def check_pid_namespace(config: dict[str, Any]) -> list[BundleProblem]:
-    """Refuse sharing the host's pid namespace: host processes would be visible and signallable."""
-    nss = (config.get("linux") or {}).get("namespaces") or []
-    if any(isinstance(ns, dict) and ns.get("type") == "pid" for ns in nss):
-        return []
-    return [
-        BundleProblem(
-            "/linux/namespaces",
-            "no pid namespace: in OCI terms this shares the host's processes",
-            "tenant profile: own pid namespace",
-            'add {"type": "pid"} to linux.namespaces',
-        )
-    ]
 
 
 # -- the kernel-file floor: always applied, whatever maskedPaths / readonlyPaths say -----------------

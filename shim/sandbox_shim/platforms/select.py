@@ -103,6 +103,20 @@ def config_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
     return problems(cfg, credentials=_linux())
 
 
+def host_platform_problems(cfg: dict[str, Any]) -> list[BundleProblem]:
+    """The rules of this host's platform that need only the config and no other platform has, for
+    ``validate`` (``bundle.load(launch=False)``), so it reports what ``create`` on this host refuses.
+    Linux: a pid namespace is required and a non-empty ``windows`` section refused
+    (``platforms/linux/config_checks.linux_only_problems``; the Linux planner applies the same rules at
+    create, on any host).  macOS and Windows: none here (their planners refuse what they cannot apply;
+    they have no pid namespace to require)."""
+    if not _linux():
+        return []
+    from .linux.config_checks import linux_only_problems
+
+    return linux_only_problems(cfg)
+
+
 def seccomp_arches() -> tuple[str, ...]:
     """libseccomp architecture names (``X86_64``, ...) the Linux mechanism may add to a filter; empty
     where pyseccomp cannot be loaded."""

@@ -267,8 +267,18 @@ def make_plan(
     one set to every set; device rules (``devices.rules``) whenever CAP_MKNOD is granted or the config
     lists devices; rlimits applied before user code; the CPU-time setting becomes
     RLIMIT_CPU; no seccomp section → the default tenant filter.
+
+    Raises: ``BundleInvalid`` for a config without a pid namespace or with a ``windows`` section
+    (``config_checks.linux_only_problems``) or one joining another mount namespace.
     """
     cfg = spec.config
+    from .config_checks import linux_only_problems
+
+    refused = linux_only_problems(cfg)  # the Linux-only rules (validate checks them on a Linux host)
+    if refused:
+        from ...errors import BundleInvalid
+
+        raise BundleInvalid(refused)
     proc = spec.process
     linux = spec.linux
     user = proc.get("user") or {}

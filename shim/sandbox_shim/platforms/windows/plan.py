@@ -49,6 +49,10 @@ the macOS planner, ``platforms/darwin/plan.py``):
   ``sandbox-shim.cpu-time-seconds`` (this layer sets no per-process time limit), ``process.rlimits``
   (no POSIX rlimits), every entry of ``mounts`` (a job makes no mounts), ``linux.resources`` (use
   ``windows.resources``), ``linux.maskedPaths`` and ``linux.readonlyPaths`` (no path rules).
+* Refused with ``BundleInvalid`` and the pointer: every key of the ``windows`` section but the
+  ``resources`` mapped above (``hyperv``, ``network``, ``devices``, ``layerFolders``,
+  ``resources.storage``, ``credentialSpec``...: container settings of the Host Compute Service that a
+  Job Object has no equivalent for).
 * Refused with ``BundleInvalid`` and the pointer unless they ask for what a job does anyway (a job
   runs the program as the caller's account, on the host's files, with no umask, terminal or OOM
   score): ``process.user.uid``/``gid`` other than 0 (0 is the Linux user-namespace "root": the caller,
@@ -220,6 +224,55 @@ def _refuse(ptr: str, message: str, fix: str) -> BundleProblem:
     return BundleProblem(ptr, message, _POLICY + " (Windows Job Objects)", fix)
 
 
+#: what of the ``windows`` section a Job Object applies (``_limits``): section -> applied keys
+_APPLIED_WINDOWS = {"memory": ("limit",), "cpu": ("count", "shares", "maximum")}
+
+
+def _windows_section(config: dict[str, Any]) -> list[BundleProblem]:
+    """Every key of the ``windows`` section this planner does not apply, refused with its pointer:
+    only ``resources.memory.limit`` and ``resources.cpu.count``/``shares``/``maximum`` become job
+    limits; ``hyperv``, ``network``, ``devices``, ``layerFolders``, ``resources.storage``,
+    ``credentialSpec``, ``servicing``, ``ignoreFlushesDuringBoot``... are HCS (container) settings a Job
+    Object has no equivalent for (OCI runtime-spec config-windows.md)."""
+    win = config.get("windows")
+    if not isinstance(win, dict):
+        return []  # a wrong type is the schema's to report
+    out: list[BundleProblem] = []
+    for key in sorted(win):
+        if key != "resources":
+            out.append(
+                _refuse(
+                    f"/windows/{key}",
+                    f"windows.{key} is not applied by a Job Object",
+                    "remove it; a Job Object applies windows.resources memory.limit and cpu only",
+                )
+            )
+    res = win.get("resources")
+    res = res if isinstance(res, dict) else {}
+    for key in sorted(res):
+        applied = _APPLIED_WINDOWS.get(key)
+        sub = res[key]
+        if applied is None:
+            out.append(
+                _refuse(
+                    f"/windows/resources/{key}",
+                    f"windows.resources.{key} is not applied by a Job Object",
+                    "remove it; a Job Object applies windows.resources memory.limit and cpu only",
+                )
+            )
+            continue
+        for inner in sorted(sub if isinstance(sub, dict) else {}):
+            if inner not in applied:
+                out.append(
+                    _refuse(
+                        f"/windows/resources/{key}/{inner}",
+                        f"windows.resources.{key}.{inner} is not applied by a Job Object",
+                        f"remove it; a Job Object applies windows.resources.{key} " + "/".join(applied),
+                    )
+                )
+    return out
+
+
 def _process_fields(config: dict[str, Any], notes: list[str]) -> list[BundleProblem]:
     """``process.user`` (``uid``, ``gid``, ``umask``, ``additionalGids``, ``username``),
     ``commandLine``, ``terminal``, ``oomScoreAdj`` and ``root.readonly``: a job runs the program as the
@@ -341,6 +394,7 @@ def _unsupported(spec: Spec, problems: list[BundleProblem], derived: set[str], n
                 _refuse(f"/linux/{key}/{i}", "a Job Object has no path rules", f"remove it from linux.{key}")
             )
     problems += _process_fields(config, notes)
+    problems += _windows_section(config)
     handled = {"namespaces", "seccomp", "resources", "maskedPaths", "readonlyPaths"}
     for key in sorted(set(linux) - handled):
         notes.append(f"/linux/{key} not applied on Windows (no Linux kernel; it grants, never restricts)")
