@@ -373,3 +373,60 @@ def test_ctrl_c_is_the_commands_to_handle(proj: Path, helper: str) -> None:
     assert _ctrl_c(cmd, env, proj / "ready") == 9
     assert (proj / "caught").exists()
     assert settle(proj, []) == []  # released after the command
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare(1) is not installed (util-linux)")
+@pytest.mark.parametrize("case", ["home", "state-around", "settings"])
+def test_a_bind_mount_alias_is_checked_like_the_directory(proj: Path, tmp_path: Path, case: str) -> None:
+    """The home, the state directory and the settings file are found inside a read-write path by
+    identity too: a bind mount of the home (a devcontainer's mount, say) named as the permit path is
+    refused like the home itself (control: a bind of a plain project directory runs)."""
+    env = env_for(proj.parent)
+    home = proj.parent
+    alias = tmp_path / "alias"
+    alias.mkdir()
+    (home / ".local" / "state").mkdir(parents=True, exist_ok=True)
+    settings = proj / "confine.json"
+    settings.write_text("{}")
+
+    def through_alias(source: Path, *opts: str, permit: Path = alias) -> subprocess.CompletedProcess[str]:
+        inner = " ".join(
+            [
+                sys.executable,
+                "-m",
+                "sandbox_shim",
+                "confine",
+                "--permit-path",
+                str(permit),
+                *opts,
+                "--",
+                "true",
+            ]
+        )
+        return subprocess.run(
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f"mount --bind {source} {alias} && {inner}",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    control = through_alias(proj)
+    assert control.returncode == 0, control.stderr  # a project directory under another name runs
+    if case == "home":
+        r = through_alias(home)
+        assert r.returncode == 2 and "home directory" in r.stderr, r.stderr
+    elif case == "state-around":  # the state directory inside the alias: also the home, refused first
+        r = through_alias(home / ".local", "--allow-protected-writes")
+        assert r.returncode == 2 and "under another name" in r.stderr, r.stderr
+    else:
+        r = through_alias(proj, "--settings", str(alias / "confine.json"), permit=proj)  # its own name
+        assert r.returncode == 2 and "another name" in r.stderr, r.stderr

@@ -404,6 +404,11 @@ def _protected(
         real = os.path.realpath(settings_file)
         if any(_within(real, w) for w in writable):
             out.append(real)
+        elif any(readset.inside_by_identity(real, w) for w in writable):
+            raise ValueError(  # held only under its own name: the other one would stay writable
+                f"settings {settings_file!r} lies inside a read-write path under another name (a bind "
+                "mount): it could not be held read-only; name it by the read-write path's own path"
+            )
     if not protect:
         return out
     for name in (".git", *PROTECTED):  # a link cannot be held (a mount lands on its target), only swapped
@@ -460,19 +465,25 @@ def check_state(state: str, read_write: Sequence[str]) -> None:
     """Refuse a read-write path equal to or inside sandbox-shim's state directory ``state``
     (``confine_journal.state_root``): the journals, walk caches, the /etc copy and the kept Landlock
     ABI there steer later confinements, so no confined program may write them (one around it gets
-    it held read-only instead: ``build_sets``).  ``read_write[0]`` is the permit path, the rest the
-    extra subpaths.
+    it held read-only instead: ``build_sets``; one that holds it under another name — a bind mount
+    — is refused too, since the read-only bind is made at the state directory's own path).
+    Containment is by name and by identity (``readset.inside_by_identity``).  ``read_write[0]`` is
+    the permit path, the rest the extra subpaths.
 
     Raises: ValueError naming the option and its settings pointer (``confine``: exit 2)."""
     for i, w in enumerate(read_write):
-        if _within(w, state):
-            what = (
-                "--permit-path (/permitPath)" if i == 0 else "--permit-extra-subpath (/permitExtraSubpaths)"
-            )
+        what = "--permit-path (/permitPath)" if i == 0 else "--permit-extra-subpath (/permitExtraSubpaths)"
+        if readset.inside_by_identity(w, state):
             raise ValueError(
                 f"{what} {w!r} lies inside sandbox-shim's state directory {state}, which no "
                 "confinement may write (journals, caches, the /etc copy); name a directory outside "
                 "it, or set XDG_STATE_HOME elsewhere"
+            )
+        if readset.inside_by_identity(state, w) and not _within(state, w):
+            raise ValueError(  # held read-only only under its own name: another one would stay writable
+                f"{what} {w!r} holds sandbox-shim's state directory {state} under another name (a "
+                "bind mount of a directory above it), where it could not be held read-only; name the "
+                "directory by its own path"
             )
 
 
@@ -488,7 +499,7 @@ def check_home(home_dirs: Sequence[str], read_write: Sequence[str]) -> None:
     Raises: ValueError naming the option and its settings pointer (``confine``: exit 2)."""
     for i, w in enumerate(read_write):
         for h in home_dirs:
-            if _within(h, w):
+            if readset.inside_by_identity(h, w):  # by name or by identity: a bind mount of the home too
                 what = (
                     "--permit-path (/permitPath)"
                     if i == 0

@@ -301,7 +301,9 @@ def confine(
         patterns = [check_pattern(h) for h in allow_hosts]
     if report is not None:
         report = os.path.realpath(report)
-        if any(_within(report, p) for p in rw):
+        from .readset import inside_by_identity
+
+        if any(inside_by_identity(report, p) for p in rw):  # by name, or another name (a bind mount)
             raise ValueError(f"report {report!r} lies inside a read-write path: the command could write it")
     backend = _backend()
     sets = build_sets(
