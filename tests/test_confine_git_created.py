@@ -182,3 +182,64 @@ def test_a_missing_git_file_created_in_a_later_run_is_disarmed(
                 cmd = ["git", "-C", str(p / "sub"), *ident, "commit", "-q", "--allow-empty", "-m", "i"]
                 subprocess.run(cmd, env=env)
     assert not marker.exists(), f"a {name} created in a later run ran code at the user's git status"
+
+
+def test_names_made_in_the_way_of_the_disarm_do_not_stop_it(
+    proj: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """The program makes non-empty directories at the names the disarm moves things aside to
+    (``config.sandbox-shim-disarmed``...), so a plain rename(2) would fail and leave the repository
+    armed: the disarm takes the next free name (control: without them, the same plant is disarmed too)."""
+    p, env = proj
+    marker = tmp_path / "pwned"
+    for blocked in (False, True):
+        block = (
+            "mkdir -p sub/.git/config.sandbox-shim-disarmed/x sub/.git/hooks.sandbox-shim-disarmed/x && "
+            if blocked
+            else ""
+        )
+        script = (
+            f'cd "$1" && git init -q sub && {block}'
+            'git -C sub config core.fsmonitor "touch $2; false" && '
+            "git -C sub -c user.name=x -c user.email=x@x commit -q --allow-empty -m x && "
+            "git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub"
+        )
+        r = subprocess.run(
+            confine_cmd(p, "sh", "-c", script, "x", str(p), str(marker)),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        user_git_status(p, env)
+        assert not marker.exists(), f"blocked={blocked}: the planted fsmonitor ran"
+        assert "fsmonitor" not in (p / "sub" / ".git" / "config").read_text()
+        subprocess.run(["rm", "-rf", str(p / "sub")], check=True)
+        subprocess.run(["git", "rm", "-q", "--cached", "sub"], cwd=p, env=env, capture_output=True)
+
+
+def test_a_missing_included_config_made_in_a_run_is_disarmed(
+    proj: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """The user's repository includes a config file that does not exist yet (include.path): one the
+    program makes would bring a command in (control: with --allow-protected-writes it runs)."""
+    p, env = proj
+    marker = tmp_path / "pwned"
+    subprocess.run(["git", "-C", str(p), "config", "include.path", "../team.gitconfig"], check=True, env=env)
+    plant = 'printf "[core]\\n\\tfsmonitor = \\"touch $2; false\\"\\n" > "$1/team.gitconfig"'
+    for opt in (("--allow-protected-writes",), ()):
+        r = subprocess.run(
+            confine_cmd(p, "sh", "-c", plant, "x", str(p), str(marker), opt=opt),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        user_git_status(p, env)
+        if opt:
+            assert marker.exists(), "control: the included fsmonitor did not run (the probe is broken)"
+            marker.unlink()
+            (p / "team.gitconfig").unlink()
+    assert not marker.exists(), "a config included by the user's repository, made in the run, ran code"

@@ -430,3 +430,28 @@ def test_a_bind_mount_alias_is_checked_like_the_directory(proj: Path, tmp_path: 
     else:
         r = through_alias(proj, "--settings", str(alias / "confine.json"), permit=proj)  # its own name
         assert r.returncode == 2 and "another name" in r.stderr, r.stderr
+
+
+def test_a_report_with_other_hard_links_is_refused(proj: Path, tmp_path: Path) -> None:
+    """A report file hard-linked into the permit path could be written by the command through the
+    other name (control: a report of its own is taken)."""
+    env = env_for(proj.parent)
+    report = tmp_path / "report.jsonl"
+    report.write_text("")
+    ok = subprocess.run(
+        confine_cmd(proj, "true")[:5] + [str(proj), "--report", str(report), "--", "true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ok.returncode == 0, ok.stderr
+    os.link(report, proj / "r.jsonl")
+    r = subprocess.run(
+        confine_cmd(proj, "true")[:5] + [str(proj), "--report", str(report), "--", "true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "hard links" in r.stderr, r.stderr

@@ -443,10 +443,24 @@ def disarm(gitdir: str) -> list[str]:
 WATCHED = ("config", "config.worktree", "commondir", "gitdir", "objects/info/alternates")
 
 
-def appeared(known: Sequence[str]) -> list[tuple[str, str]]:
+def appeared(known: Sequence[str], roots: Sequence[str] = (), home: str = "") -> list[tuple[str, str]]:
     """``(gitdir, name)`` for each ``WATCHED`` name missing now in each of the git directories
-    ``known`` (lstat(2): a link counts as present).  Never raises."""
-    return [(g, n) for g in known for n in WATCHED if not os.path.lexists(os.path.join(g, n))]
+    ``known`` (lstat(2): a link counts as present), and ``(gitdir, /absolute/path)`` for each file
+    one of its configs includes (``includes``: ``include.path``, ``includeIf.*.path``) that is
+    missing now and lies under ``roots``: made during a run, it would bring its keys (commands) into
+    a configuration that existed before.  Never raises."""
+    out = [(g, n) for g in known for n in WATCHED if not os.path.lexists(os.path.join(g, n))]
+    for g in known:
+        for conf in ("config", "config.worktree"):
+            try:
+                targets = includes(os.path.join(g, conf), home)
+            except OSError:
+                continue
+            for t in targets:
+                inside = any(t == r or t.startswith(r.rstrip("/") + "/") for r in roots)
+                if inside and not os.path.lexists(t):
+                    out.append((g, t))
+    return out
 
 
 def _move_aside_at(name: str, dfd: int) -> bool:
@@ -499,11 +513,29 @@ def disarm_at(gitdir: str, also: Sequence[str] = ()) -> tuple[list[str], bool]:
 
 
 def _move_aside(name: str, dfd: int) -> bool:
-    try:
-        os.rename(name, name + DISARMED, src_dir_fd=dfd, dst_dir_fd=dfd)
-    except FileNotFoundError:
-        return False
-    return True
+    """Rename ``name`` (relative to ``dfd``) to ``name + DISARMED``, or to the first of
+    ``name + DISARMED + ".N"`` that is free: the confined program may have made the plain name
+    already (a non-empty directory there makes rename(2) fail, which would leave the repository
+    armed).  True when moved, False when ``name`` is absent.  Raises OSError."""
+    import errno
+
+    for n in range(100):
+        target = name + DISARMED + (f".{n}" if n else "")
+        try:
+            os.stat(target, dir_fd=dfd, follow_symlinks=False)
+            continue  # taken: never replaced (rename(2) would replace a file or an empty directory)
+        except FileNotFoundError:
+            pass
+        try:
+            os.rename(name, target, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            if e.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                continue  # made meanwhile
+            raise
+        return True
+    raise OSError(errno.EEXIST, "no free name to move it aside", name)
 
 
 def _disarm_fd(gitdir: str, dfd: int) -> tuple[list[str], bool]:
@@ -606,20 +638,22 @@ def disarm_new(
             out += changed if ok else [*changed, NOT_DISARMED + g]
     came: dict[str, list[str]] = {}
     for g, name in missing:
-        if g in seen and os.path.lexists(os.path.join(g, name)):
+        if g in seen and os.path.lexists(os.path.join(g, name)):  # an absolute name: that file itself
             came.setdefault(g, []).append(name)
     for g, names in sorted(came.items()):
-        changed, ok = disarm_at(g, [n for n in names if n not in ("config", "config.worktree")])
+        # the configs reduced to safe keys (an include among them is dropped); pointers moved aside
+        pointers = [n for n in names if n not in ("config", "config.worktree") and not n.startswith("/")]
+        changed, ok = disarm_at(g, pointers)
         out += changed if ok else [*changed, NOT_DISARMED + g]
     return out
 
 
-def write_snapshot(path: str, roots: Sequence[str], known: Sequence[str]) -> None:
+def write_snapshot(path: str, roots: Sequence[str], known: Sequence[str], home: str = "") -> None:
     """Record ``roots``, the git directories ``known`` before a run and, for each, the ``WATCHED``
     names it lacks (``appeared``): NUL-separated, the three lists apart by an empty field (the
     last as git directory, name pairs), atomically (a temporary name, then rename(2)).  Raises
     OSError."""
-    pairs = [os.fsencode(x) for g, n in appeared(known) for x in (g, n)]
+    pairs = [os.fsencode(x) for g, n in appeared(known, roots, home) for x in (g, n)]
     data = b"\0".join([*(os.fsencode(r) for r in roots), b"", *(os.fsencode(k) for k in known), b"", *pairs])
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | posix.O_NOFOLLOW, 0o600)

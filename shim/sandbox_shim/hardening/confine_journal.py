@@ -306,10 +306,13 @@ def sweep(directory: str | None, remove: Callable[[Sequence[str]], None]) -> int
         if temporary:  # a writer killed before the rename: none of its placeholders were made
             forget(path)
             continue
-        if git:  # a run killed before its check: disarm what it created (confine_git)
+        if git:  # a run killed before its check (or one that could not finish it): check now
             from .confine_git import check_snapshot
+            from .confine_launch import warn_disarmed
 
-            check_snapshot(path)
+            changed = check_snapshot(path)
+            if changed:  # told like a run's own check (stderr), never silently
+                warn_disarmed(changed, None)
             continue
         remove(paths)
         forget(path)

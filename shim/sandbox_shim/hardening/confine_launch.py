@@ -317,8 +317,8 @@ def warn_disarmed(changed: list[str], report: str | None) -> None:
     disarmed (``confine_git.disarm``).  Never raises (the command has ended; nobody else is told)."""
     for path in changed:
         line = (
-            f"sandbox-shim confine: warning: {path!r} was created inside the confinement and could run "
-            "code at your next git command; moved aside as *.sandbox-shim-disarmed (inspect it)\n"
+            f"sandbox-shim confine: warning: {path!r} was made or changed inside the confinement and "
+            "could run code at your next git command; moved aside as *.sandbox-shim-disarmed (inspect it)\n"
         )
         if path.startswith("!"):  # confine_git.TOO_LARGE: nothing could be checked
             line = (

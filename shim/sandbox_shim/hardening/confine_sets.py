@@ -713,7 +713,7 @@ def build_sets(
                 from . import confine_journal
 
                 snapshot = confine_journal.snapshot_path(journal, os.getpid() if owner is None else owner)
-                confine_git.write_snapshot(snapshot, read_write, known)
+                confine_git.write_snapshot(snapshot, read_write, known, env.get("HOME", ""))
     except BaseException:
         remove_placeholders(made)
         from . import confine_journal

@@ -305,6 +305,15 @@ def confine(
 
         if any(inside_by_identity(report, p) for p in rw):  # by name, or another name (a bind mount)
             raise ValueError(f"report {report!r} lies inside a read-write path: the command could write it")
+        try:
+            links = os.lstat(report).st_nlink
+        except OSError:
+            links = 1  # made at the first record
+        if links > 1:  # another name for it may lie inside a read-write path
+            raise ValueError(
+                f"report {report!r} has {links} hard links: another name for it could lie inside a "
+                "read-write path, where the command could write it; name a file of its own"
+            )
     backend = _backend()
     sets = build_sets(
         exe,
