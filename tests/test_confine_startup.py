@@ -21,9 +21,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 PROBE = """
-import sys
-import time
+import os, sys
 import sandbox_shim.cli as cli
+def _exit(status):  # confine ends with os._exit: here the probe reports first
+    raise SystemExit(status)
+os._exit = _exit
 before = set(sys.modules)
 try:
     cli.main(["confine", "--permit-path", sys.argv[1], "--print-launch-spec", "--", "/bin/true"])

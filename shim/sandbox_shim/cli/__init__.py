@@ -10,10 +10,11 @@ line on stderr (a JSON record with ``--log-format json``): a ``ShimError`` gives
 unexpected exception gives ``INTERNAL_ERROR`` (70, EX_SOFTWARE in sysexits.h) with a hint to rerun
 with ``--debug``, which adds the traceback.
 
-The lifecycle verbs end with ``os._exit`` once stdout and stderr are flushed: interpreter teardown
-(module and object finalisation) costs them about as much as their work, and nothing of theirs is
-left to finalise — state files are written, fsync'd and closed before a verb returns (``durable``),
-``--log`` records are closed as they are written, and locks go with the process.
+The lifecycle verbs and ``confine`` end with ``os._exit`` once stdout and stderr are flushed:
+interpreter teardown (module and object finalisation) costs them about as much as their work, and
+nothing of theirs is left to finalise (``confine`` has released its spec, closed its claim and
+report before it returns) — state files are written, fsync'd and closed before a verb returns
+(``durable``), ``--log`` records are closed as they are written, and locks go with the process.
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ def run(args: list[str]) -> int:
 
 
 def _run(args: list[str], reset_signals: bool = False) -> tuple[int, bool]:
-    """``(status, fast)``: fast when the command was a lifecycle verb (or the global flags were wrong).
+    """``(status, fast)``: fast when the command was a lifecycle verb or ``confine`` (or the global
+    flags were wrong).
     ``reset_signals`` (the process's own CLI, ``main``): SIGCHLD and the signal mask to their defaults
     first, inside the boundary; for a lifecycle verb, no cyclic garbage collection
     (``_no_cycle_collection``)."""
@@ -165,8 +167,8 @@ def _run(args: list[str], reset_signals: bool = False) -> tuple[int, bool]:
         from .flags import parse_globals
 
         g, rest = parse_globals(args)
-        fast = bool(rest) and rest[0] in FAST_VERBS
-        if (fast or rest[:1] == ["confine"]) and reset_signals:  # confine: until its command runs
+        fast = bool(rest) and (rest[0] in FAST_VERBS or rest[0] == "confine")  # ends with os._exit
+        if fast and reset_signals:  # confine: until its command runs (run_spec turns it back on)
             _no_cycle_collection()
         status = _dispatch(g, rest)
     except SystemExit as e:  # a command that ends with a status of its own (run, exec, validate)
