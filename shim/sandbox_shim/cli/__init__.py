@@ -56,6 +56,7 @@ CONFINE_PATH = (
     "hardening/confinement",
     "hardening/confine_journal",
     "procstat",
+    "paths",
 )
 #: the extension modules (``lib-dynload``) ``CONFINE_PATH`` imports, where they are not built in
 CONFINE_EXTENSIONS = ("_json", "fcntl")

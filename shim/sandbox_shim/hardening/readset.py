@@ -56,28 +56,13 @@ def within(path: str, root: str) -> bool:
 
 
 def inside_by_identity(path: str, root: str) -> bool:
-    """True when ``path`` is ``root`` or lies beneath it by name (``within``) or by identity: the
-    device and inode of ``root`` are those of ``path`` or of a directory above it (stat(2)), so
-    another name for the same directory (a bind mount, a mount namespace's alias) counts too.
-    False when ``root`` cannot be stat'ed.  Never raises."""
-    if within(path, root):
-        return True
-    try:
-        rs = os.stat(root)
-    except OSError:
-        return False
-    cur = path
-    while True:
-        try:
-            st = os.stat(cur)
-        except OSError:
-            st = None
-        if st is not None and (st.st_dev, st.st_ino) == (rs.st_dev, rs.st_ino):
-            return True
-        up = os.path.dirname(cur)
-        if up == cur:
-            return False
-        cur = up
+    """True when ``path`` is ``root`` or lies beneath it by name (``within``) or by identity
+    (``paths.contains``: the device and inode of ``root`` are those of ``path`` or of a directory
+    above it), so another name for the same directory (a bind mount, a mount namespace's alias)
+    counts too.  Never raises."""
+    from ..paths import contains
+
+    return within(path, root) or contains(root, path)
 
 
 def links_on_way(path: str) -> list[str]:
