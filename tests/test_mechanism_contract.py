@@ -453,6 +453,29 @@ def test_the_script_finds_a_new_platform_folder(tmp_path: Path) -> None:
     assert run.returncode != 0 and "SYS_PLATFORM" in run.stderr, run.stdout + run.stderr
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="scripts/mypy-platform is a bash script")
+@pytest.mark.parametrize("fails", ["", "win32"])
+def test_all_platforms_give_one_exit_status(tmp_path: Path, fails: str) -> None:
+    """``scripts/mypy-platform --all`` (what CI runs) exits 0 when every platform is clean and 1 when
+    one is not (a stand-in mypy that fails only for ``fails``)."""
+    fake = tmp_path / "mypy"
+    fake.write_text(f'#!/bin/sh\ncase " $* " in *" --platform {fails or "none"} "*) exit 1;; esac\nexit 0\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "MYPY": str(fake)}
+    run = subprocess.run(
+        [str(REPO / "scripts" / "mypy-platform"), "--all"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=REPO,
+    )
+    if fails:
+        assert run.returncode == 1 and f"failed: {fails}" in run.stdout, run.stdout + run.stderr
+    else:
+        assert run.returncode == 0 and "clean on" in run.stdout, run.stdout + run.stderr
+
+
 def test_the_systemd_cgroup_choice_is_made_where_the_mechanism_is() -> None:
     """runc's ``--systemd-cgroup`` is an argument of the call that makes the mechanism
     (``api.default_mechanism`` -> ``platforms.select.mechanism``), not an attribute set afterwards."""
