@@ -167,14 +167,7 @@ def read_regular(path: str) -> bytes:
     try:
         if os.fstat(fd).st_mode & 0o170000 != 0o100000:  # S_ISREG (stat.h)
             raise OSError(errno.EINVAL, "not a regular file", path)
-        chunks, left = [], MAX_BYTES + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return posix.read_at_most(fd, MAX_BYTES + 1)
     finally:
         os.close(fd)
 

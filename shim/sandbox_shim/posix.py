@@ -169,3 +169,17 @@ else:
         except (OverflowError, ValueError):  # no such pid number
             return False
         return True
+
+
+def read_at_most(fd: int, limit: int) -> bytes:
+    """At most ``limit`` bytes from ``fd`` (read(2) until end of file or ``limit``): the one bounded
+    read of a file that was opened without blocking and checked regular (``jsonguard.read_regular``,
+    ``hardening.readset.read_regular``).  Raises: ``OSError`` as read(2) does."""
+    chunks, left = [], limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

@@ -198,14 +198,7 @@ def read_regular(
     if fd is None:
         return None
     try:
-        chunks, left = [], limit
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return posix.read_at_most(fd, limit)
     except OSError:
         return None
     finally:
